@@ -1,0 +1,2 @@
+//! The `pincer` command-line interface.
+fn main() {}

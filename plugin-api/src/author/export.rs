@@ -1,0 +1,516 @@
+//! The adapter from the authoring traits to the ABI, and the `export_engine!` machinery.
+//!
+//! Every call into engine code goes through [`guard`], which runs it under `catch_unwind`
+//! *inside the plugin* (the only place a catch works: abi_stable turns an unwind that reaches
+//! its FFI shims into `exit(1)`), so a panic comes back as [`EngineError::Panicked`].
+//!
+//! Which optional methods an engine has is found at compile time, in the plugin, by autoref
+//! specialisation on the concrete engine type (the `Probe` traits below): implementing
+//! `AfterTurn` is all an author does to get `afterTurn` called.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, Once};
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr};
+
+use super::{
+    AfterTurn, Bootstrap, Dispose, Engine, FactoryContext, Host, IngestBatch, Maintain,
+    SubagentEnded, SubagentSpawn, Tools,
+};
+use crate::abi::v1::*;
+
+/// Runs `f`, turning a panic into [`EngineError::Panicked`] that names `method`.
+pub fn guard<T>(
+    method: &str,
+    f: impl FnOnce() -> Result<T, EngineError>,
+) -> RResult<T, EngineError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => ROk(value),
+        Ok(Err(err)) => RErr(err),
+        Err(payload) => RErr(EngineError::Panicked(
+            format!("{method} panicked: {}", panic_message(payload.as_ref())).into(),
+        )),
+    }
+}
+
+thread_local! {
+    static LAST_PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let text = if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_owned()
+    };
+    match LAST_PANIC_LOCATION.with(|l| l.borrow_mut().take()) {
+        Some(location) => format!("{text} (at {location})"),
+        None => text,
+    }
+}
+
+/// Installs, once per library, a panic hook that records where a panic happened instead of
+/// printing to the host's stderr. Only the exported (dynamic) path calls this: a library has
+/// its own copy of std, so the hook never touches the host's.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let location = info
+                .location()
+                .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+            LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = location);
+        }));
+    });
+}
+
+/// A rollback handle for [`SubagentSpawn::prepare_subagent_spawn`]: runs at most once.
+pub struct SpawnRollback {
+    action: Mutex<Option<Box<dyn FnOnce() -> Result<(), EngineError> + Send>>>,
+}
+
+impl SpawnRollback {
+    /// Wraps the undo action.
+    pub fn new(action: impl FnOnce() -> Result<(), EngineError> + Send + 'static) -> Self {
+        SpawnRollback {
+            action: Mutex::new(Some(Box::new(action))),
+        }
+    }
+}
+
+impl SpawnRollbackAbi for SpawnRollback {
+    fn rollback(&self) -> RResult<(), EngineError> {
+        let action = self.action.lock().map(|mut a| a.take()).unwrap_or(None);
+        match action {
+            Some(action) => guard("rollback", action),
+            None => ROk(()),
+        }
+    }
+}
+
+type Fn1<E, P, R> = for<'a, 'b> fn(&'a E, &'b P) -> Result<R, EngineError>;
+
+/// The optional methods of engine type `E`, as found by [`crate::optional_fns!`].
+pub struct OptionalFns<E> {
+    #[doc(hidden)]
+    pub bootstrap: Option<
+        for<'a, 'b, 'c> fn(&'a E, &'b BootstrapParams<'c>) -> Result<BootstrapResult, EngineError>,
+    >,
+    #[doc(hidden)]
+    pub ingest_batch: Option<
+        for<'a, 'b, 'c> fn(
+            &'a E,
+            &'b IngestBatchParams<'c>,
+        ) -> Result<IngestBatchResult, EngineError>,
+    >,
+    #[doc(hidden)]
+    pub after_turn:
+        Option<for<'a, 'b, 'c> fn(&'a E, &'b AfterTurnParams<'c>) -> Result<(), EngineError>>,
+    #[doc(hidden)]
+    pub maintain: Option<
+        for<'a, 'b, 'c> fn(&'a E, &'b MaintainParams<'c>) -> Result<MaintainResult, EngineError>,
+    >,
+    #[doc(hidden)]
+    pub prepare_subagent_spawn: Option<
+        for<'a, 'b, 'c> fn(
+            &'a E,
+            &'b SubagentSpawnParams<'c>,
+        ) -> Result<Option<SpawnRollback>, EngineError>,
+    >,
+    #[doc(hidden)]
+    pub on_subagent_ended:
+        Option<for<'a, 'b, 'c> fn(&'a E, &'b SubagentEndedParams<'c>) -> Result<(), EngineError>>,
+    #[doc(hidden)]
+    pub call_tool: Option<
+        for<'a, 'b, 'c> fn(&'a E, &'b ToolCallParams<'c>) -> Result<ToolCallResult, EngineError>,
+    >,
+    #[doc(hidden)]
+    pub dispose: Option<fn(&E) -> Result<(), EngineError>>,
+}
+
+impl<E> OptionalFns<E> {
+    /// The bit set the host sees in [`EngineInfo::optional_methods`].
+    pub fn methods(&self) -> OptionalMethods {
+        let mut bits = 0;
+        let mut set = |present: bool, bit: u32| {
+            if present {
+                bits |= bit;
+            }
+        };
+        set(self.bootstrap.is_some(), OptionalMethods::BOOTSTRAP);
+        set(self.ingest_batch.is_some(), OptionalMethods::INGEST_BATCH);
+        set(self.after_turn.is_some(), OptionalMethods::AFTER_TURN);
+        set(self.maintain.is_some(), OptionalMethods::MAINTAIN);
+        set(
+            self.prepare_subagent_spawn.is_some(),
+            OptionalMethods::PREPARE_SUBAGENT_SPAWN,
+        );
+        set(
+            self.on_subagent_ended.is_some(),
+            OptionalMethods::ON_SUBAGENT_ENDED,
+        );
+        set(self.call_tool.is_some(), OptionalMethods::CALL_TOOL);
+        set(self.dispose.is_some(), OptionalMethods::DISPOSE);
+        OptionalMethods(bits)
+    }
+}
+
+/// The autoref-specialisation probe: `(&&Probe::<E>::new()).bootstrap_fn()` is `Some` exactly
+/// when `E: Bootstrap`. Works only on a concrete type, hence the macro.
+#[doc(hidden)]
+pub struct Probe<E>(PhantomData<E>);
+
+impl<E> Probe<E> {
+    #[doc(hidden)]
+    pub const fn new() -> Self {
+        Probe(PhantomData)
+    }
+}
+
+impl<E> Default for Probe<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+macro_rules! probe {
+    ($has:ident, $lacks:ident, $trait_:ident, $method:ident, $fn_name:ident, $ty:ty) => {
+        #[doc(hidden)]
+        pub trait $has<E> {
+            fn $fn_name(&self) -> Option<$ty>;
+        }
+        impl<E: $trait_> $has<E> for &Probe<E> {
+            fn $fn_name(&self) -> Option<$ty> {
+                Some(<E as $trait_>::$method)
+            }
+        }
+        #[doc(hidden)]
+        pub trait $lacks<E> {
+            fn $fn_name(&self) -> Option<$ty> {
+                None
+            }
+        }
+        impl<E> $lacks<E> for Probe<E> {}
+    };
+}
+
+probe!(
+    HasBootstrap,
+    LacksBootstrap,
+    Bootstrap,
+    bootstrap,
+    bootstrap_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b BootstrapParams<'c>) -> Result<BootstrapResult, EngineError>
+);
+probe!(
+    HasIngestBatch,
+    LacksIngestBatch,
+    IngestBatch,
+    ingest_batch,
+    ingest_batch_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b IngestBatchParams<'c>) -> Result<IngestBatchResult, EngineError>
+);
+probe!(
+    HasAfterTurn,
+    LacksAfterTurn,
+    AfterTurn,
+    after_turn,
+    after_turn_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b AfterTurnParams<'c>) -> Result<(), EngineError>
+);
+probe!(
+    HasMaintain,
+    LacksMaintain,
+    Maintain,
+    maintain,
+    maintain_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b MaintainParams<'c>) -> Result<MaintainResult, EngineError>
+);
+probe!(
+    HasSubagentSpawn,
+    LacksSubagentSpawn,
+    SubagentSpawn,
+    prepare_subagent_spawn,
+    prepare_subagent_spawn_fn,
+    for<'a, 'b, 'c> fn(
+        &'a E,
+        &'b SubagentSpawnParams<'c>,
+    ) -> Result<Option<SpawnRollback>, EngineError>
+);
+probe!(
+    HasSubagentEnded,
+    LacksSubagentEnded,
+    SubagentEnded,
+    on_subagent_ended,
+    on_subagent_ended_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b SubagentEndedParams<'c>) -> Result<(), EngineError>
+);
+probe!(
+    HasTools,
+    LacksTools,
+    Tools,
+    call_tool,
+    call_tool_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b ToolCallParams<'c>) -> Result<ToolCallResult, EngineError>
+);
+probe!(
+    HasDispose,
+    LacksDispose,
+    Dispose,
+    dispose,
+    dispose_fn,
+    fn(&E) -> Result<(), EngineError>
+);
+
+/// The optional methods of a concrete engine type, found at compile time.
+///
+/// ```
+/// # use pincer_plugin_api::prelude::*;
+/// # struct E;
+/// # impl Engine for E {
+/// #     const ID: &'static str = "e";
+/// #     fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> { Ok(E) }
+/// #     fn info(&self) -> EngineInfo { EngineInfo::new("e", "E", "0.1.0") }
+/// #     fn ingest(&self, _: &IngestParams<'_>) -> Result<IngestResult, EngineError> { Ok(IngestResult::default()) }
+/// #     fn assemble(&self, p: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> { Ok(AssembleResult::pass_through(p.messages.len())) }
+/// #     fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> { Ok(CompactResult::nothing_to_do("")) }
+/// # }
+/// impl Dispose for E {
+///     fn dispose(&self) -> Result<(), EngineError> { Ok(()) }
+/// }
+/// let fns = pincer_plugin_api::optional_fns!(E);
+/// assert_eq!(fns.methods().names().collect::<Vec<_>>(), ["dispose"]);
+/// ```
+#[macro_export]
+macro_rules! optional_fns {
+    ($engine:ty) => {{
+        #[allow(unused_imports)]
+        use $crate::__private::probes::*;
+        $crate::OptionalFns::<$engine> {
+            bootstrap: (&&$crate::__private::probes::Probe::<$engine>::new()).bootstrap_fn(),
+            ingest_batch: (&&$crate::__private::probes::Probe::<$engine>::new()).ingest_batch_fn(),
+            after_turn: (&&$crate::__private::probes::Probe::<$engine>::new()).after_turn_fn(),
+            maintain: (&&$crate::__private::probes::Probe::<$engine>::new()).maintain_fn(),
+            prepare_subagent_spawn: (&&$crate::__private::probes::Probe::<$engine>::new())
+                .prepare_subagent_spawn_fn(),
+            on_subagent_ended: (&&$crate::__private::probes::Probe::<$engine>::new())
+                .on_subagent_ended_fn(),
+            call_tool: (&&$crate::__private::probes::Probe::<$engine>::new()).call_tool_fn(),
+            dispose: (&&$crate::__private::probes::Probe::<$engine>::new()).dispose_fn(),
+        }
+    }};
+}
+
+/// The ABI adapter around an engine.
+struct Adapter<E> {
+    engine: E,
+    fns: OptionalFns<E>,
+}
+
+fn optional<E, P, R>(
+    engine: &E,
+    name: &str,
+    f: Option<Fn1<E, P, R>>,
+    params: &P,
+) -> RResult<R, EngineError> {
+    match f {
+        Some(f) => guard(name, || f(engine, params)),
+        None => RErr(EngineError::not_implemented(name)),
+    }
+}
+
+impl<E: Engine> EngineAbi for Adapter<E> {
+    fn info(&self) -> RResult<EngineInfo, EngineError> {
+        guard("info", || {
+            let mut info = self.engine.info();
+            info.optional_methods = self.fns.methods();
+            Ok(info)
+        })
+    }
+
+    fn ingest(&self, params: &IngestParams<'_>) -> RResult<IngestResult, EngineError> {
+        guard("ingest", || self.engine.ingest(params))
+    }
+
+    fn assemble(&self, params: &AssembleParams<'_>) -> RResult<AssembleResult, EngineError> {
+        guard("assemble", || self.engine.assemble(params))
+    }
+
+    fn compact(&self, params: &CompactParams<'_>) -> RResult<CompactResult, EngineError> {
+        guard("compact", || self.engine.compact(params))
+    }
+
+    fn bootstrap(&self, params: &BootstrapParams<'_>) -> RResult<BootstrapResult, EngineError> {
+        optional(&self.engine, "bootstrap", self.fns.bootstrap, params)
+    }
+
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> RResult<IngestBatchResult, EngineError> {
+        optional(&self.engine, "ingestBatch", self.fns.ingest_batch, params)
+    }
+
+    fn after_turn(&self, params: &AfterTurnParams<'_>) -> RResult<(), EngineError> {
+        optional(&self.engine, "afterTurn", self.fns.after_turn, params)
+    }
+
+    fn maintain(&self, params: &MaintainParams<'_>) -> RResult<MaintainResult, EngineError> {
+        optional(&self.engine, "maintain", self.fns.maintain, params)
+    }
+
+    fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
+        optional(
+            &self.engine,
+            "prepareSubagentSpawn",
+            self.fns.prepare_subagent_spawn,
+            params,
+        )
+        .map(|rollback| match rollback {
+            Some(r) => ROption::RSome(SpawnRollbackAbi_TO::from_value(r, TD_Opaque)),
+            None => ROption::RNone,
+        })
+    }
+
+    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> RResult<(), EngineError> {
+        optional(
+            &self.engine,
+            "onSubagentEnded",
+            self.fns.on_subagent_ended,
+            params,
+        )
+    }
+
+    fn call_tool(&self, params: &ToolCallParams<'_>) -> RResult<ToolCallResult, EngineError> {
+        optional(&self.engine, "callTool", self.fns.call_tool, params)
+    }
+
+    fn dispose(&self) -> RResult<(), EngineError> {
+        match self.fns.dispose {
+            Some(f) => guard("dispose", || f(&self.engine)),
+            // Nothing to release: disposing is a successful no-op.
+            None => ROk(()),
+        }
+    }
+
+    fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
+        ROption::RNone
+    }
+}
+
+/// Wraps an engine value in the ABI object, with its optional methods from
+/// [`crate::optional_fns!`]. This is how a host links an engine statically (the built-in
+/// `legacy`, benchmarks, tests) and gets exactly the object a plugin library would return.
+pub fn into_engine_box<E: Engine>(engine: E, fns: OptionalFns<E>) -> EngineBox {
+    EngineAbi_TO::from_value(Adapter { engine, fns }, TD_Opaque)
+}
+
+/// Creates engine `E` and wraps it. Used by the export macro for each engine type.
+#[doc(hidden)]
+pub fn make_engine<E: Engine>(
+    params: &FactoryParams<'_>,
+    host: HostServicesArc,
+    fns: OptionalFns<E>,
+) -> Result<EngineBox, EngineError> {
+    let engine = E::create(FactoryContext::new(params), Host::new(host))?;
+    Ok(into_engine_box(engine, fns))
+}
+
+/// One engine a library exports: its id and how to make it.
+#[doc(hidden)]
+pub type EngineMaker = fn(&FactoryParams<'_>, HostServicesArc) -> Result<EngineBox, EngineError>;
+
+/// The exported factory's body: install the panic hook and log forwarder, find the engine by
+/// id, create it under [`guard`].
+#[doc(hidden)]
+pub fn new_engine_entry(
+    params: &FactoryParams<'_>,
+    host: HostServicesArc,
+    engines: &[(&'static str, EngineMaker)],
+) -> RResult<EngineBox, EngineError> {
+    install_panic_hook();
+    super::log_forward::install(super::share_host(&host));
+    let wanted = params.engine_id.as_str();
+    match engines.iter().find(|(id, _)| *id == wanted) {
+        Some((_, make)) => guard("factory", || make(params, host)),
+        None => RErr(EngineError::failed(format!(
+            "this library has no engine \"{wanted}\"; it exports: {}",
+            engines
+                .iter()
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// Exports one or more engine types from a `cdylib` plugin crate.
+///
+/// Generates the library's single exported symbol (abi_stable's root-module header), its
+/// [`LibraryManifest`] (plugin id = the first engine's id, plugin version = the crate's
+/// version, the api version compiled against, and whether it was built with
+/// `panic = "unwind"`), and an engine factory that catches every panic.
+///
+/// ```ignore
+/// pincer_plugin_api::export_engine!(MyEngine);
+/// pincer_plugin_api::export_engine!(MyEngine, MyOtherEngine);
+/// ```
+#[macro_export]
+macro_rules! export_engine {
+    ($first:ty $(, $rest:ty)* $(,)?) => {
+        const _: () = {
+            use $crate::__private as __p;
+
+            extern "C" fn __pincer_manifest() -> $crate::abi::v1::LibraryManifest {
+                __p::library_manifest(
+                    <$first as $crate::Engine>::ID,
+                    env!("CARGO_PKG_VERSION"),
+                    &[<$first as $crate::Engine>::ID $(, <$rest as $crate::Engine>::ID)*],
+                    cfg!(panic = "unwind"),
+                )
+            }
+
+            extern "C" fn __pincer_new_engine(
+                params: &$crate::abi::v1::FactoryParams<'_>,
+                host: $crate::abi::v1::HostServicesArc,
+            ) -> $crate::abi::RResult<$crate::abi::v1::EngineBox, $crate::abi::v1::EngineError> {
+                __p::new_engine_entry(params, host, &[
+                    (<$first as $crate::Engine>::ID, |p, h| {
+                        __p::make_engine::<$first>(p, h, $crate::optional_fns!($first))
+                    }),
+                    $((<$rest as $crate::Engine>::ID, |p, h| {
+                        __p::make_engine::<$rest>(p, h, $crate::optional_fns!($rest))
+                    }),)*
+                ])
+            }
+
+            extern "C" fn __pincer_extension(
+                _name: $crate::abi::RStr<'_>,
+            ) -> $crate::abi::ROption<$crate::abi::v1::ExtensionRef> {
+                $crate::abi::ROption::RNone
+            }
+
+            fn __pincer_root_module() -> $crate::abi::v1::PluginModuleRef {
+                __p::root_module(__pincer_manifest, __pincer_new_engine, __pincer_extension)
+            }
+
+            extern "C" fn __pincer_root_module_ctor() -> __p::RootModuleResult {
+                __p::call_root_module_loader(__pincer_root_module)
+            }
+
+            // The one symbol abi_stable's loader looks for (`ROOT_MODULE_LOADER_NAME`).
+            #[no_mangle]
+            pub static _1as_0lib_1header_0root_bmodule_bloader: __p::LibHeader =
+                __p::lib_header::<$crate::abi::v1::PluginModuleRef>(__pincer_root_module_ctor);
+        };
+    };
+}

@@ -1,0 +1,325 @@
+//! The authoring layer: what an engine author writes against.
+//!
+//! Implement [`Engine`] (the required members) and any of the optional-method traits
+//! ([`Bootstrap`], [`IngestBatch`], [`AfterTurn`], [`Maintain`], [`SubagentSpawn`],
+//! [`SubagentEnded`], [`Tools`], [`Dispose`]), then call [`crate::export_engine!`]. Implementing
+//! a trait *is* the declaration: the adapter records which optional methods exist so the host
+//! can follow the contract's lifecycle (`afterTurn` if present, else `ingestBatch`, else
+//! `ingest`) without probing.
+//!
+//! **Stability:** additive within 1.x (new optional traits, new helpers); no ABI here.
+
+mod assemble;
+pub(crate) mod export;
+pub(crate) mod log_forward;
+
+use std::path::Path;
+
+use crate::abi::v1::{
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CompactParams, CompactResult, EngineError, EngineInfo, FactoryParams, HostServicesArc,
+    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest,
+    MaintainParams, MaintainResult, Message, SubagentEndedParams, SubagentSpawnParams,
+    ToolCallParams, ToolCallResult,
+};
+use crate::abi::{ROption, RSlice};
+
+pub use assemble::ContextBuilder;
+pub use export::{into_engine_box, OptionalFns, SpawnRollback};
+
+/// The required members of a context engine.
+///
+/// ```
+/// use pincer_plugin_api::prelude::*;
+///
+/// /// Keeps every message: the smallest engine that honours the contract.
+/// struct KeepAll;
+///
+/// impl Engine for KeepAll {
+///     const ID: &'static str = "keep-all";
+///
+///     fn create(_ctx: FactoryContext<'_>, _host: Host) -> Result<Self, EngineError> {
+///         Ok(KeepAll)
+///     }
+///
+///     fn info(&self) -> EngineInfo {
+///         EngineInfo::new(Self::ID, "Keep all", "0.1.0")
+///     }
+///
+///     fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
+///         Ok(IngestResult { ingested: false })
+///     }
+///
+///     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
+///         Ok(AssembleResult::pass_through(params.messages.len()))
+///     }
+///
+///     fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+///         Ok(CompactResult::nothing_to_do("keep-all never compacts"))
+///     }
+/// }
+///
+/// // In the plugin crate (crate-type = ["cdylib"]): export it.
+/// pincer_plugin_api::export_engine!(KeepAll);
+/// # fn main() {}
+/// ```
+pub trait Engine: Send + Sync + Sized + 'static {
+    /// The engine id the host registers; normally the plugin id.
+    const ID: &'static str;
+
+    /// Creates an engine. `ctx` carries the validated config and the directories; `host` the
+    /// services the engine may keep and use (logging needs no handle: use `tracing`).
+    ///
+    /// # Errors
+    /// An error here is reported as a factory failure: the host quarantines the engine and
+    /// answers with `legacy`.
+    fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError>;
+
+    /// What the engine declares about itself. Called once per instance.
+    fn info(&self) -> EngineInfo;
+
+    /// Takes in one message.
+    ///
+    /// # Errors
+    /// Any error quarantines the engine for the process; the call is answered by `legacy`.
+    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineError>;
+
+    /// Chooses what the model sees, by index into `params.messages` plus new messages.
+    ///
+    /// # Errors
+    /// Any error quarantines the engine; the turn falls back to `legacy`'s pass-through.
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError>;
+
+    /// Compacts the session's history. An engine that does not own compaction should call
+    /// [`Host::delegate_compaction_to_runtime`] rather than do nothing: `/compact` and overflow
+    /// recovery depend on it.
+    ///
+    /// # Errors
+    /// Errors fail closed: the caller sees the error and the engine is quarantined.
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError>;
+}
+
+/// Optional `bootstrap`: set up state for a session that already has a transcript.
+pub trait Bootstrap: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Logged; the run continues.
+    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineError>;
+}
+
+/// Optional `ingestBatch`: take in a turn's new messages at once.
+pub trait IngestBatch: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Quarantines the engine; `legacy` answers.
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineError>;
+}
+
+/// Optional `afterTurn`: see the whole snapshot after a turn. When present, the host calls it
+/// instead of `ingestBatch`/`ingest`.
+pub trait AfterTurn: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Quarantines the engine; logged.
+    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineError>;
+}
+
+/// Optional `maintain`: housekeeping after bootstrap and after successful turns.
+pub trait Maintain: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Quarantines the engine; logged.
+    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineError>;
+}
+
+/// Optional `prepareSubagentSpawn`: prepare context for a child run.
+pub trait SubagentSpawn: Engine {
+    /// Returns a rollback the host runs if the spawn then fails, or `None`.
+    ///
+    /// # Errors
+    /// Fails closed: the spawn is refused and the engine quarantined.
+    fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollback>, EngineError>;
+}
+
+/// Optional `onSubagentEnded`.
+pub trait SubagentEnded: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Quarantines the engine; logged.
+    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineError>;
+}
+
+/// Optional `callTool`: answer the tools declared in [`EngineInfo::tools`].
+pub trait Tools: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Returned to the model as a failed tool call.
+    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineError>;
+}
+
+/// Optional `dispose`: called once per instance, on shutdown or reload (never per session).
+pub trait Dispose: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// Logged.
+    fn dispose(&self) -> Result<(), EngineError>;
+}
+
+/// What an engine factory is given.
+#[derive(Clone, Copy, Debug)]
+pub struct FactoryContext<'a> {
+    params: &'a FactoryParams<'a>,
+}
+
+impl<'a> FactoryContext<'a> {
+    /// Wraps the ABI parameters.
+    pub fn new(params: &'a FactoryParams<'a>) -> Self {
+        FactoryContext { params }
+    }
+
+    /// The engine id being created.
+    pub fn engine_id(&self) -> &'a str {
+        self.params.engine_id.as_str()
+    }
+
+    /// The entry's config as JSON text (`{}` when none).
+    pub fn config_json(&self) -> &'a str {
+        self.params.config_json.as_str()
+    }
+
+    /// The entry's config, deserialized. The host already validated it against the manifest's
+    /// `configSchema`; this reads it into the engine's own type.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidConfig`] naming what serde rejected.
+    pub fn config<T: serde::de::DeserializeOwned>(&self) -> Result<T, EngineError> {
+        let text = if self.config_json().trim().is_empty() {
+            "{}"
+        } else {
+            self.config_json()
+        };
+        serde_json::from_str(text).map_err(|err| {
+            EngineError::invalid_config(format!("config of engine \"{}\": {err}", self.engine_id()))
+        })
+    }
+
+    /// The agent's directory.
+    pub fn agent_dir(&self) -> Option<&'a Path> {
+        opt_path(self.params.agent_dir)
+    }
+
+    /// The workspace directory.
+    pub fn workspace_dir(&self) -> Option<&'a Path> {
+        opt_path(self.params.workspace_dir)
+    }
+
+    /// The plugin's folder.
+    pub fn plugin_dir(&self) -> Option<&'a Path> {
+        opt_path(self.params.plugin_dir)
+    }
+}
+
+fn opt_path(value: ROption<crate::abi::RStr<'_>>) -> Option<&Path> {
+    value.into_option().map(|s| Path::new(s.as_str()))
+}
+
+/// The host's services, as an engine holds them. Cheap to clone.
+pub struct Host {
+    services: HostServicesArc,
+}
+
+impl Clone for Host {
+    fn clone(&self) -> Self {
+        Host {
+            services: share_host(&self.services),
+        }
+    }
+}
+
+/// Another handle to the same host services (a reference-count increment).
+pub(crate) fn share_host(services: &HostServicesArc) -> HostServicesArc {
+    crate::abi::v1::HostServicesAbi_TO::from_sabi(services.obj.shallow_clone())
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Host { .. }")
+    }
+}
+
+impl Host {
+    /// Wraps the ABI handle.
+    pub fn new(services: HostServicesArc) -> Self {
+        Host { services }
+    }
+
+    /// The ABI handle.
+    pub fn services(&self) -> &HostServicesArc {
+        &self.services
+    }
+
+    /// Runs the host runtime's compaction: what an engine that does not own compaction
+    /// answers `compact` with.
+    ///
+    /// # Errors
+    /// Whatever the runtime's compaction reports.
+    pub fn delegate_compaction_to_runtime(
+        &self,
+        params: &CompactParams<'_>,
+    ) -> Result<CompactResult, EngineError> {
+        self.services
+            .delegate_compaction_to_runtime(params)
+            .into_result()
+    }
+
+    /// Completes with the host's model.
+    ///
+    /// # Errors
+    /// When the host has no model (capability `runtime-llm-complete` missing) or the call failed.
+    pub fn llm_complete(&self, request: &LlmCompleteRequest<'_>) -> Result<Message, EngineError> {
+        self.services
+            .llm_complete(request)
+            .into_result()
+            .map(|r| r.message)
+    }
+
+    /// The host's token estimate of `messages`.
+    pub fn estimate_tokens(&self, messages: &[Message]) -> u64 {
+        self.services.estimate_tokens(RSlice::from_slice(messages))
+    }
+}
+
+impl AssembleResult {
+    /// All `message_count` input messages, unchanged, with `estimated_tokens` 0 ("the caller
+    /// estimates"): what `legacy` answers.
+    pub fn pass_through(message_count: usize) -> Self {
+        let mut builder = ContextBuilder::new();
+        builder.keep_range(0..message_count);
+        builder.finish(0)
+    }
+}
+
+impl CompactResult {
+    /// `ok: true, compacted: false` with a reason.
+    pub fn nothing_to_do(reason: &str) -> Self {
+        CompactResult {
+            ok: true,
+            compacted: false,
+            reason: ROption::RSome(reason.into()),
+            result: ROption::RNone,
+        }
+    }
+}
