@@ -100,6 +100,7 @@
 pub mod abi;
 mod author;
 pub mod extension;
+pub mod loading;
 pub mod tokens;
 
 pub use abi::v1::{

@@ -1,1 +1,215 @@
-//! (being written)
+//! `faulty` — a TEST-ONLY context engine whose config decides, per method, whether it works,
+//! returns an error, panics, or hangs. The host's tests and the demo use it to prove that
+//! failures are caught at the boundary, quarantined, and answered by `legacy`.
+//!
+//! Config (`plugins.entries.faulty.config`): one key per method (`factory`, `info`, `ingest`,
+//! `ingestBatch`, `assemble`, `compact`, `bootstrap`, `afterTurn`, `maintain`,
+//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `dispose`, `rollback`) with a
+//! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pincer_plugin_api::prelude::*;
+use pincer_plugin_api::{HostParams, ToolCallResult};
+use serde::Deserialize;
+
+/// What a method does when called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Behaviour {
+    /// Work normally.
+    #[default]
+    Ok,
+    /// Return `EngineError::Failed`.
+    Error,
+    /// Panic.
+    Panic,
+    /// Sleep `hangMs`, ignoring the abort signal (an engine that never returns).
+    Hang,
+    /// Sleep `hangMs` but return `Aborted` as soon as the call's abort signal fires.
+    HangUntilAbort,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Config {
+    #[serde(default)]
+    hang_ms: Option<u64>,
+    #[serde(flatten)]
+    methods: BTreeMap<String, Behaviour>,
+}
+
+/// The faulty engine.
+pub struct Faulty {
+    methods: BTreeMap<String, Behaviour>,
+    hang: Duration,
+    host: Host,
+    calls: AtomicU64,
+}
+
+fn act(
+    behaviour: Behaviour,
+    method: &str,
+    hang: Duration,
+    host: Option<&HostParams<'_>>,
+) -> Result<(), EngineError> {
+    match behaviour {
+        Behaviour::Ok => Ok(()),
+        Behaviour::Error => Err(EngineError::failed(format!(
+            "faulty: configured to fail in {method}"
+        ))),
+        Behaviour::Panic => panic!("faulty: configured to panic in {method}"),
+        Behaviour::Hang => {
+            tracing::warn!(method, hang_ms = hang.as_millis() as u64, "faulty: hanging");
+            std::thread::sleep(hang);
+            Ok(())
+        }
+        Behaviour::HangUntilAbort => {
+            let start = Instant::now();
+            while start.elapsed() < hang {
+                if let Some(host) = host {
+                    host.check_abort()?;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        }
+    }
+}
+
+impl Faulty {
+    fn on(&self, method: &str, host: Option<&HostParams<'_>>) -> Result<(), EngineError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let behaviour = self.methods.get(method).copied().unwrap_or_default();
+        tracing::info!(method, behaviour = ?behaviour, "faulty: called");
+        act(behaviour, method, self.hang, host)
+    }
+}
+
+impl Engine for Faulty {
+    const ID: &'static str = "faulty";
+
+    fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
+        let config: Config = ctx.config()?;
+        let hang = Duration::from_millis(config.hang_ms.unwrap_or(3_600_000));
+        let factory = config.methods.get("factory").copied().unwrap_or_default();
+        act(factory, "factory", hang, None)?;
+        Ok(Faulty {
+            methods: config.methods,
+            hang,
+            host,
+            calls: AtomicU64::new(0),
+        })
+    }
+
+    fn info(&self) -> EngineInfo {
+        if let Err(err) = self.on("info", None) {
+            // `info` cannot return an error in the authoring API; a failure is a panic.
+            panic!("{err}");
+        }
+        EngineInfo::new(Self::ID, "Faulty (test only)", env!("CARGO_PKG_VERSION")).with_tool(
+            "faulty_echo",
+            "Echoes its arguments (test only).",
+            r#"{"type":"object"}"#,
+        )
+    }
+
+    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
+        self.on("ingest", Some(&params.host))?;
+        Ok(IngestResult { ingested: true })
+    }
+
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
+        self.on("assemble", Some(&params.host))?;
+        let mut context = ContextBuilder::new();
+        context.keep_range(0..params.messages.len());
+        context.system_prompt_addition("faulty engine was here");
+        Ok(context.finish(self.host.estimate_tokens(&params.messages)))
+    }
+
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+        self.on("compact", Some(&params.host))?;
+        self.host.delegate_compaction_to_runtime(params)
+    }
+}
+
+impl Bootstrap for Faulty {
+    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineError> {
+        self.on("bootstrap", Some(&params.host))?;
+        Ok(BootstrapResult {
+            bootstrapped: true,
+            ..Default::default()
+        })
+    }
+}
+
+impl IngestBatch for Faulty {
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineError> {
+        self.on("ingestBatch", Some(&params.host))?;
+        Ok(IngestBatchResult {
+            ingested_count: params.messages.len() as u64,
+        })
+    }
+}
+
+impl AfterTurn for Faulty {
+    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineError> {
+        self.on("afterTurn", Some(&params.host))
+    }
+}
+
+impl Maintain for Faulty {
+    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineError> {
+        self.on("maintain", Some(&params.host))?;
+        Ok(MaintainResult::default())
+    }
+}
+
+impl SubagentSpawn for Faulty {
+    fn prepare_subagent_spawn(
+        &self,
+        _params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollback>, EngineError> {
+        self.on("prepareSubagentSpawn", None)?;
+        let rollback = self.methods.get("rollback").copied().unwrap_or_default();
+        let hang = self.hang;
+        Ok(Some(SpawnRollback::new(move || {
+            tracing::info!("faulty: rollback");
+            act(rollback, "rollback", hang, None)
+        })))
+    }
+}
+
+impl SubagentEnded for Faulty {
+    fn on_subagent_ended(&self, _params: &SubagentEndedParams<'_>) -> Result<(), EngineError> {
+        self.on("onSubagentEnded", None)
+    }
+}
+
+impl Tools for Faulty {
+    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineError> {
+        self.on("callTool", Some(&params.host))?;
+        Ok(ToolCallResult {
+            content: params.arguments_json.as_str().into(),
+            is_error: false,
+        })
+    }
+}
+
+impl Dispose for Faulty {
+    fn dispose(&self) -> Result<(), EngineError> {
+        self.on("dispose", None)?;
+        tracing::info!(
+            calls = self.calls.load(Ordering::Relaxed),
+            "faulty: disposed"
+        );
+        Ok(())
+    }
+}
+
+pincer_plugin_api::export_engine!(Faulty);

@@ -1,0 +1,280 @@
+//! Host side of the boundary: opening a verified library copy, checking it against this
+//! crate's ABI, and building the host-services object. Hosts use this module so that they
+//! never name `abi_stable` themselves.
+//!
+//! This module does **no** file verification: the host must only pass paths it has verified
+//! and copied to a private location (pincer-host's `loader` does). It never uses
+//! `RootModule::load_from_file`, which caches one module per type for the whole process and
+//! never unloads; each call here opens its own handle.
+
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+
+use abi_stable::library::{lib_header_from_raw_library, LibraryError, RawLibrary, RootModuleError};
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::RArc;
+
+use crate::abi::v1::{
+    EngineBox, EngineError, FactoryParams, HostServicesAbi, HostServicesAbi_TO, HostServicesArc,
+    LibraryManifest, PluginModuleRef,
+};
+
+/// Why a library could not be opened as a pincer plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// The dynamic loader refused the file.
+    Dlopen {
+        /// The loader's message.
+        message: String,
+    },
+    /// The file is a shared library but exports no pincer root module.
+    NotAPlugin {
+        /// The loader's message.
+        message: String,
+    },
+    /// The library was built against another major of `pincer-plugin-api`.
+    ApiMajorMismatch {
+        /// The version the library was built against.
+        found: String,
+        /// This host's version.
+        host: String,
+    },
+    /// The library was built with another abi_stable ABI version.
+    AbiStableMismatch {
+        /// What the check said.
+        message: String,
+    },
+    /// The library's types do not have the layouts this host expects.
+    LayoutMismatch {
+        /// The one useful line of abi_stable's report.
+        summary: String,
+        /// The whole report (often 20 KB), for the debug log.
+        full: String,
+    },
+    /// The library's root-module constructor panicked or failed.
+    RootModuleFailed {
+        /// What happened.
+        message: String,
+    },
+}
+
+impl OpenError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OpenError::Dlopen { .. } => "dlopen_failed",
+            OpenError::NotAPlugin { .. } => "not_a_plugin",
+            OpenError::ApiMajorMismatch { .. } => "api_major_mismatch",
+            OpenError::AbiStableMismatch { .. } => "abi_stable_mismatch",
+            OpenError::LayoutMismatch { .. } => "layout_mismatch",
+            OpenError::RootModuleFailed { .. } => "root_module_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Dlopen { message } => write!(f, "the dynamic loader refused the library: {message}"),
+            OpenError::NotAPlugin { message } => write!(
+                f,
+                "not a pincer plugin: the library exports no pincer root module ({message}); \
+                 a plugin must call `pincer_plugin_api::export_engine!`"
+            ),
+            OpenError::ApiMajorMismatch { found, host } => write!(
+                f,
+                "built against pincer-plugin-api {found}, but this host speaks {host}: \
+                 rebuild the plugin against pincer-plugin-api {}.x",
+                host.split('.').next().unwrap_or("1")
+            ),
+            OpenError::AbiStableMismatch { message } => write!(
+                f,
+                "built with an incompatible abi_stable ({message}): rebuild the plugin against \
+                 pincer-plugin-api {}",
+                crate::API_VERSION
+            ),
+            OpenError::LayoutMismatch { summary, .. } => write!(
+                f,
+                "ABI layout mismatch ({summary}): the plugin was built against a different \
+                 pincer-plugin-api; rebuild it against {}",
+                crate::API_VERSION
+            ),
+            OpenError::RootModuleFailed { message } => {
+                write!(f, "the library's root module failed to initialise: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// A plugin library opened and checked against this crate's v1 ABI.
+///
+/// **Never unloaded.** Dropping it does not `dlclose`: objects from the library (engines,
+/// vtables, strings, thread-local destructors) may outlive any bookkeeping the host can do,
+/// and touching one after an unmap crashes the process. Each kept copy costs about 0.4 MiB.
+pub struct OpenedLibrary {
+    // Kept only to keep the handle alive; `ManuallyDrop` makes the leak explicit.
+    _raw: ManuallyDrop<RawLibrary>,
+    module: PluginModuleRef,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for OpenedLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedLibrary").field("path", &self.path).finish()
+    }
+}
+
+fn api_major(version: &str) -> &str {
+    version.split('.').next().unwrap_or(version)
+}
+
+/// The first line of abi_stable's layout report that says what differs.
+fn summarize_layout_error(full: &str) -> String {
+    let useful = full
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("Error:") || l.contains("mismatched") || l.contains("too many"))
+        .or_else(|| full.lines().map(str::trim).find(|l| !l.is_empty()))
+        .unwrap_or("layouts differ");
+    let mut line = useful.to_owned();
+    if line.len() > 200 {
+        line.truncate(200);
+        line.push('…');
+    }
+    line
+}
+
+fn map_library_error(err: LibraryError) -> OpenError {
+    match err {
+        LibraryError::OpenError { err, .. } => OpenError::Dlopen {
+            message: err.to_string(),
+        },
+        LibraryError::GetSymbolError { err, .. } => OpenError::NotAPlugin {
+            message: err.to_string(),
+        },
+        LibraryError::IncompatibleVersionNumber { actual_version, .. } => {
+            OpenError::ApiMajorMismatch {
+                found: actual_version.to_string(),
+                host: crate::API_VERSION.to_owned(),
+            }
+        }
+        LibraryError::ParseVersionError(e) => OpenError::AbiStableMismatch {
+            message: format!("unreadable version string: {e}"),
+        },
+        LibraryError::InvalidAbiHeader(header) => OpenError::AbiStableMismatch {
+            message: format!("abi_stable header {header:?}"),
+        },
+        LibraryError::InvalidCAbi { expected, found } => OpenError::AbiStableMismatch {
+            message: format!("C ABI self-test expected {expected}, found {found}"),
+        },
+        LibraryError::AbiInstability(report) => {
+            let full = report.to_string();
+            OpenError::LayoutMismatch {
+                summary: summarize_layout_error(&full),
+                full,
+            }
+        }
+        LibraryError::RootModule { err, .. } => OpenError::RootModuleFailed {
+            message: match err {
+                RootModuleError::Unwound => "it panicked".to_owned(),
+                RootModuleError::Returned(e) => e.to_string(),
+            },
+        },
+        LibraryError::Many(errors) => {
+            let mut mapped: Vec<OpenError> = errors.into_iter().map(map_library_error).collect();
+            mapped.pop().unwrap_or(OpenError::RootModuleFailed {
+                message: "unknown failure".to_owned(),
+            })
+        }
+    }
+}
+
+/// Opens the library at `path` and checks it against this crate's v1 ABI: the abi_stable
+/// header, the `pincer-plugin-api` major, and the layout of every type reachable from the
+/// root module.
+///
+/// # Safety
+/// Opening a library runs its static initialisers. `path` must be a file the host verified
+/// (format, segment bounds, optional hash) and copied to a private location no one else can
+/// rewrite.
+///
+/// # Errors
+/// [`OpenError`] saying which check failed and what to do.
+pub unsafe fn open_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
+    let raw = RawLibrary::load_at(path).map_err(map_library_error)?;
+    // SAFETY: the header is tied to `raw`, which is never unloaded.
+    let header = unsafe { lib_header_from_raw_library(&raw) }.map_err(map_library_error)?;
+
+    // Say "wrong major" in our words before abi_stable's check does it in its own.
+    let found = header.version_strings().version.as_str().to_owned();
+    if api_major(&found) != api_major(crate::API_VERSION) {
+        return Err(OpenError::ApiMajorMismatch {
+            found,
+            host: crate::API_VERSION.to_owned(),
+        });
+    }
+    let module = header
+        .init_root_module::<PluginModuleRef>()
+        .map_err(map_library_error)?;
+    Ok(OpenedLibrary {
+        _raw: ManuallyDrop::new(raw),
+        module,
+        path: path.to_owned(),
+    })
+}
+
+impl OpenedLibrary {
+    /// The path the library was opened from (the private copy).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The library's own manifest.
+    pub fn manifest(&self) -> LibraryManifest {
+        (self.module.manifest())()
+    }
+
+    /// Creates an engine. The returned object must not outlive this library (it cannot while
+    /// the library is never unloaded, which is this type's policy).
+    ///
+    /// # Errors
+    /// What the factory returned, or [`EngineError::Panicked`] if it panicked.
+    pub fn new_engine(
+        &self,
+        params: &FactoryParams<'_>,
+        host: HostServicesArc,
+    ) -> Result<EngineBox, EngineError> {
+        (self.module.new_engine())(params, host).into_result()
+    }
+}
+
+/// Wraps a host's implementation of the host services into the shared object engines hold.
+pub fn host_services<T: HostServicesAbi + Send + Sync + 'static>(services: T) -> HostServicesArc {
+    HostServicesAbi_TO::from_ptr(RArc::new(services), TD_Opaque)
+}
+
+/// Another handle to the same host services.
+pub fn share_host_services(services: &HostServicesArc) -> HostServicesArc {
+    crate::author::share_host(services)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_report_is_summarized_to_its_useful_line() {
+        let full = "Error:mismatched type\nExpected: u64 Found: u32\n".repeat(500);
+        let summary = summarize_layout_error(&full);
+        assert_eq!(summary, "Error:mismatched type");
+    }
+
+    #[test]
+    fn a_missing_file_is_a_dlopen_error_not_a_crash() {
+        // SAFETY: the file does not exist; nothing is loaded.
+        let err = unsafe { open_library(Path::new("/nonexistent/libx.so")) }.unwrap_err();
+        assert_eq!(err.code(), "dlopen_failed");
+    }
+}
