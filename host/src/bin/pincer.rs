@@ -1,2 +1,233 @@
-//! The `pincer` command-line interface.
-fn main() {}
+//! The `pincer` command-line interface: a thin front over `pincer_host`.
+//!
+//! Exit codes: 0 success; 1 the operation failed (e.g. the selected engine does not resolve);
+//! 2 bad usage or unreadable input.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
+use pincer_host::doctor::doctor;
+use pincer_host::quarantine::health_line;
+use pincer_host::runtime::{Runtime, RuntimeOptions};
+use pincer_host::session::Transcript;
+use pincer_plugin_api::{ContentBlock, Message};
+
+/// Native context-engine plugins for agent hosts.
+#[derive(Parser, Debug)]
+#[command(name = "pincer", version, about)]
+struct Cli {
+    /// pincer's home folder (default: $PINCER_HOME, else ~/.pincer).
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Log level for pincer and plugin events (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn", value_name = "LEVEL")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Lists plugins (loaded or rejected, and why), engines, and what the slot resolves to.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Another folder to discover plugins in (repeatable).
+        #[arg(long = "plugins-dir", value_name = "DIR")]
+        plugins_dirs: Vec<PathBuf>,
+    },
+    /// Runs the selected engine's `assemble` over a conversation file and shows what it kept.
+    Assemble {
+        /// The conversation (JSON array of messages, {"messages": [...]}, or OpenAI chat format).
+        #[arg(long, value_name = "FILE")]
+        conversation: PathBuf,
+        /// Use this engine instead of plugins.slots.contextEngine.
+        #[arg(long, value_name = "ID")]
+        engine: Option<String>,
+        /// The engine's config as JSON (replaces plugins.entries.<id>.config).
+        #[arg(long, value_name = "JSON")]
+        config: Option<String>,
+        /// The prompt's token budget.
+        #[arg(long, value_name = "TOKENS")]
+        token_budget: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Another folder to discover plugins in (repeatable).
+        #[arg(long = "plugins-dir", value_name = "DIR")]
+        plugins_dirs: Vec<PathBuf>,
+    },
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
+    eprintln!("pincer: {message}");
+    ExitCode::from(code)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let home = PincerHome::resolve(cli.home.as_deref());
+    match cli.command {
+        Command::Doctor { json, plugins_dirs } => {
+            let runtime = match open(home, plugins_dirs, None) {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
+            let report = doctor(&runtime);
+            runtime.shutdown();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+            } else {
+                print!("{}", report.render_text());
+            }
+            if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Assemble {
+            conversation,
+            engine,
+            config,
+            token_budget,
+            json,
+            plugins_dirs,
+        } => {
+            let overrides = match config.as_deref().map(serde_json::from_str::<serde_json::Value>) {
+                Some(Ok(value)) => Some(value),
+                Some(Err(err)) => return fail(format!("--config is not valid JSON: {err}"), 2),
+                None => None,
+            };
+            let transcript = match Transcript::read(&conversation) {
+                Ok(t) => t,
+                Err(err) => return fail(err, 2),
+            };
+            let runtime = match open(home, plugins_dirs, Some((engine, overrides))) {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
+            let code = assemble(&runtime, &transcript, token_budget, json);
+            runtime.shutdown();
+            code
+        }
+    }
+}
+
+type Overrides = (Option<String>, Option<serde_json::Value>);
+
+fn open(home: PincerHome, plugins_dirs: Vec<PathBuf>, overrides: Option<Overrides>) -> Result<Runtime, ExitCode> {
+    let mut config = match LoadedConfig::load(&home.config_path()) {
+        Ok(config) => config,
+        Err(err) => return Err(fail(err, 2)),
+    };
+    if let Some((engine, entry_config)) = overrides {
+        if let Some(engine) = engine {
+            config.config.plugins.slots.context_engine = Some(engine);
+        }
+        if let Some(value) = entry_config {
+            let id = config.config.selected_engine().to_owned();
+            let entry = config.config.plugins.entries.entry(id).or_insert_with(EntryConfig::default);
+            entry.config = Some(value);
+        }
+    }
+    let mut options = RuntimeOptions::new(home);
+    options.extra_plugin_dirs = plugins_dirs;
+    Ok(Runtime::with_config(options, config))
+}
+
+fn preview(message: &Message) -> String {
+    let mut parts = Vec::new();
+    for block in message.blocks() {
+        parts.push(match block {
+            ContentBlock::Text { text } => text.to_string(),
+            ContentBlock::Thinking { .. } => "[thinking]".to_owned(),
+            ContentBlock::ToolCall { id, name, .. } => format!("[toolCall {name} id={id}]"),
+            ContentBlock::ToolResult { tool_call_id, .. } => format!("[toolResult id={tool_call_id}]"),
+            ContentBlock::Image { .. } => "[image]".to_owned(),
+            ContentBlock::Other { kind, .. } => format!("[{kind}]"),
+        });
+    }
+    let text = parts.join(" ").replace('\n', " ");
+    if text.chars().count() > 90 {
+        format!("{}…", text.chars().take(89).collect::<String>())
+    } else {
+        text
+    }
+}
+
+fn assemble(runtime: &Runtime, transcript: &Transcript, token_budget: Option<u64>, json: bool) -> ExitCode {
+    let resolved = match runtime.resolve() {
+        Ok(r) => r,
+        Err(err) => return fail(err, 1),
+    };
+    let view = match transcript.assemble(&resolved.engine, "cli-session", token_budget) {
+        Ok(v) => v,
+        Err(err) => return fail(err, 1),
+    };
+    let messages = view.messages();
+    let origins = view.origins();
+    let quarantine = runtime.quarantine().list();
+    if json {
+        let kept: Vec<serde_json::Value> = messages
+            .iter()
+            .zip(&origins)
+            .map(|(m, origin)| serde_json::json!({"index": origin, "message": m}))
+            .collect();
+        let out = serde_json::json!({
+            "contextEngine": resolved.resolution,
+            "answeredBy": view.answer.answered_by,
+            "failure": view.answer.failure,
+            "inputMessages": transcript.messages().len(),
+            "keptMessages": kept,
+            "estimatedTokens": view.result.estimated_tokens,
+            "systemPromptAddition": view.result.system_prompt_addition.as_ref().map(|s| s.to_string()).into_option(),
+            "quarantine": quarantine,
+            "health": health_line(&quarantine),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("serializes"));
+        return ExitCode::SUCCESS;
+    }
+    let r = &resolved.resolution;
+    println!(
+        "context engine: selected {} -> {}{}",
+        r.selected,
+        r.resolved,
+        r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
+    );
+    if let Some(failure) = &view.answer.failure {
+        println!("engine \"{}\" failed: {}", r.selected, failure.message);
+        println!("-> quarantined; answered by {}", view.answer.answered_by);
+    } else {
+        println!("answered by: {}", view.answer.answered_by);
+    }
+    println!(
+        "kept {} of {} messages, estimated {} tokens{}",
+        messages.len(),
+        transcript.messages().len(),
+        view.result.estimated_tokens,
+        if view.result.estimated_tokens == 0 { " (0: the engine leaves estimation to the caller)" } else { "" }
+    );
+    for (message, origin) in messages.iter().zip(&origins) {
+        let index = origin.map(|i| format!("#{i:<3}")).unwrap_or_else(|| "new ".to_owned());
+        println!("  {index} {:<10} {}", message.role.as_str(), preview(message));
+    }
+    if let Some(line) = health_line(&quarantine) {
+        println!("{line}");
+    }
+    ExitCode::SUCCESS
+}

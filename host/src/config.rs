@@ -1,0 +1,403 @@
+//! `$PINCER_HOME/pincer.json`: where pincer lives on disk and what the operator configured.
+//!
+//! The file is JSON5 (comments, trailing commas). A missing file means defaults. A malformed
+//! one is reported with file, line and column; keys pincer does not know are collected by
+//! name (`plugins.slots.contextEngin`) so a typo never passes silently — `doctor` shows them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The engine id used when no slot is configured.
+pub const DEFAULT_ENGINE_ID: &str = "legacy";
+
+/// Where pincer keeps its files: config, installed plugins, the library cache, state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PincerHome {
+    root: PathBuf,
+}
+
+impl PincerHome {
+    /// The home at `root`.
+    pub fn new(root: PathBuf) -> Self {
+        PincerHome { root }
+    }
+
+    /// `--home`, else `$PINCER_HOME`, else `~/.pincer`.
+    pub fn resolve(explicit: Option<&Path>) -> Self {
+        if let Some(path) = explicit {
+            return PincerHome::new(path.to_owned());
+        }
+        if let Some(env) = std::env::var_os("PINCER_HOME").filter(|v| !v.is_empty()) {
+            return PincerHome::new(PathBuf::from(env));
+        }
+        let base = std::env::var_os("HOME")
+            .or_else(|| std::env::var_os("USERPROFILE"))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
+        PincerHome::new(base.join(".pincer"))
+    }
+
+    /// The home folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `pincer.json`.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("pincer.json")
+    }
+
+    /// Installed plugins.
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.root.join("plugins")
+    }
+
+    /// Private content-addressed library copies.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache").join("libs")
+    }
+
+    /// Process state (the quarantine mirror).
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.join("state")
+    }
+}
+
+/// What to do when the configured engine cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FallbackPolicy {
+    /// Quarantine it and answer with `legacy` (OpenClaw's behaviour).
+    #[default]
+    Legacy,
+    /// Fail the operation instead.
+    Strict,
+}
+
+/// `plugins.slots`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Slots {
+    /// The selected context engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_engine: Option<String>,
+}
+
+/// `plugins.entries.<id>`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryConfig {
+    /// `false` disables the plugin (its engine resolves to `legacy`, the slot is kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The engine's config, validated against the manifest's `configSchema`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
+}
+
+/// `plugins.load`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadConfig {
+    /// Extra folders to discover plugins in.
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+}
+
+/// `plugins.callTimeoutsMs`: per-call deadlines of engine methods other than `compact`
+/// (pincer's addition). Keys are contract method names; `default` covers the rest.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallTimeouts(pub BTreeMap<String, u64>);
+
+/// The default deadline of an engine call other than `compact` and `dispose`.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl CallTimeouts {
+    /// The deadline for `method`.
+    pub fn for_method(&self, method: &str) -> Duration {
+        self.0
+            .get(method)
+            .or_else(|| self.0.get("default"))
+            .map(|ms| Duration::from_millis(*ms))
+            .unwrap_or(DEFAULT_CALL_TIMEOUT)
+    }
+}
+
+/// `plugins`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginsConfig {
+    /// `false` turns every plugin off (the slot resolves to `legacy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// When set, only these plugin ids may be used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// These plugin ids may not be used.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Slot selection.
+    #[serde(default)]
+    pub slots: Slots,
+    /// Per-plugin entries.
+    #[serde(default)]
+    pub entries: BTreeMap<String, EntryConfig>,
+    /// Discovery paths.
+    #[serde(default)]
+    pub load: LoadConfig,
+    /// `legacy` (default) or `strict`.
+    #[serde(default)]
+    pub context_engine_fallback: FallbackPolicy,
+    /// Per-call deadlines in milliseconds.
+    #[serde(default)]
+    pub call_timeouts_ms: CallTimeouts,
+}
+
+/// `agents.defaults.compaction`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionConfig {
+    /// Compaction safety timeout in seconds (default 180).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<f64>,
+    /// Floor of the reserve kept free for the answer (default 20000; 0 disables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve_tokens_floor: Option<u64>,
+    /// Recent tokens kept verbatim by compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_recent_tokens: Option<u64>,
+}
+
+/// `agents.defaults`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentDefaults {
+    /// Compaction settings.
+    #[serde(default)]
+    pub compaction: CompactionConfig,
+}
+
+/// `agents`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentsConfig {
+    /// Defaults for every agent.
+    #[serde(default)]
+    pub defaults: AgentDefaults,
+}
+
+/// A harness declared in config, with its own capability list.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HarnessConfig {
+    /// Capabilities the harness offers engines.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+}
+
+/// A CLI backend declared in config.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CliBackendConfig {
+    /// Capabilities; default `bootstrap`, `after-turn`, `maintain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+}
+
+/// `hosts`: the execution hosts this installation runs engines on, besides the embedded runner.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostsConfig {
+    /// CLI backends by id.
+    #[serde(default)]
+    pub cli_backends: BTreeMap<String, CliBackendConfig>,
+    /// Agent harnesses by id.
+    #[serde(default)]
+    pub harnesses: BTreeMap<String, HarnessConfig>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    /// `plugins`.
+    #[serde(default)]
+    pub plugins: PluginsConfig,
+    /// `agents`.
+    #[serde(default)]
+    pub agents: AgentsConfig,
+    /// `hosts`.
+    #[serde(default)]
+    pub hosts: HostsConfig,
+}
+
+impl Config {
+    /// The selected context engine: `plugins.slots.contextEngine` trimmed, else `legacy`.
+    pub fn selected_engine(&self) -> &str {
+        self.plugins
+            .slots
+            .context_engine
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_ENGINE_ID)
+    }
+
+    /// Whether the slot was set explicitly.
+    pub fn engine_is_configured(&self) -> bool {
+        self.plugins
+            .slots
+            .context_engine
+            .as_deref()
+            .is_some_and(|s| !s.trim().is_empty())
+    }
+
+    /// The config of plugin `id` (`{}` when none).
+    pub fn entry_config(&self, id: &str) -> serde_json::Value {
+        self.plugins
+            .entries
+            .get(id)
+            .and_then(|e| e.config.clone())
+            .unwrap_or_else(|| serde_json::json!({}))
+    }
+}
+
+/// A configuration read from disk.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The configuration.
+    pub config: Config,
+    /// Keys that pincer does not know, as dotted paths, sorted.
+    pub unknown_keys: Vec<String>,
+    /// The file it came from (which may not exist).
+    pub path: PathBuf,
+    /// Whether the file existed.
+    pub exists: bool,
+}
+
+/// Why the configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source} (check the file's permissions)", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON5 or has a wrong type somewhere.
+    #[error("{}{}: {message} (fix the file, or move it aside to use the defaults)", path.display(), location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// Line and column, when known.
+        location: Option<(usize, usize)>,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl LoadedConfig {
+    /// Reads `path`; a missing file gives the defaults.
+    ///
+    /// # Errors
+    /// [`ConfigError`] with file, line and column.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(LoadedConfig {
+                    config: Config::default(),
+                    unknown_keys: Vec::new(),
+                    path: path.to_owned(),
+                    exists: false,
+                })
+            }
+            Err(source) => {
+                return Err(ConfigError::Unreadable {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        let (config, unknown_keys) = parse(&text).map_err(|(location, message)| {
+            ConfigError::Malformed {
+                path: path.to_owned(),
+                location,
+                message,
+            }
+        })?;
+        Ok(LoadedConfig {
+            config,
+            unknown_keys,
+            path: path.to_owned(),
+            exists: true,
+        })
+    }
+}
+
+type ParseFailure = (Option<(usize, usize)>, String);
+
+/// Parses JSON5 text, collecting unknown keys.
+fn parse(text: &str) -> Result<(Config, Vec<String>), ParseFailure> {
+    let to_failure = |err: json5::Error| match err {
+        json5::Error::Message { msg, location } => (location.map(|l| (l.line, l.column)), msg),
+    };
+    if text.trim().is_empty() {
+        return Ok((Config::default(), Vec::new()));
+    }
+    let mut deserializer = json5::Deserializer::from_str(text).map_err(to_failure)?;
+    let mut unknown = Vec::new();
+    let config: Config = serde_ignored::deserialize(&mut deserializer, |path| {
+        unknown.push(path.to_string());
+    })
+    .map_err(to_failure)?;
+    unknown.sort();
+    unknown.dedup();
+    Ok((config, unknown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json5_with_comments_and_typos() {
+        let (config, unknown) = parse(
+            r#"{
+            // the engine
+            plugins: { slots: { contextEngine: " sliding-window " }, entries: { "sliding-window": { config: { tokenBudget: 4000 } } },
+                       deny: [], contextEngineFallbak: "strict", },
+            agents: { defaults: { compaction: { timeoutSecond: 5 } } },
+        }"#,
+        )
+        .unwrap();
+        assert_eq!(config.selected_engine(), "sliding-window");
+        assert_eq!(config.entry_config("sliding-window")["tokenBudget"], 4000);
+        assert_eq!(
+            unknown,
+            [
+                "agents.defaults.compaction.timeoutSecond",
+                "plugins.contextEngineFallbak"
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_reports_line_and_column() {
+        let (location, message) = parse("{\n  plugins: {\n    slots: [,\n}").unwrap_err();
+        assert_eq!(location.map(|l| l.0), Some(3), "{message}");
+    }
+
+    #[test]
+    fn defaults_select_legacy() {
+        let (config, _) = parse("{}").unwrap();
+        assert_eq!(config.selected_engine(), "legacy");
+        assert!(!config.engine_is_configured());
+    }
+}

@@ -1,0 +1,165 @@
+//! `pincer doctor`: one report of what the runtime found — plugins loaded or rejected and why,
+//! registered engines, the selected engine and what it resolves to, quarantines, and unknown
+//! config keys. The JSON form is an **API Boundary** (scripts read it): top-level `plugins`
+//! (each with `id`, `status`, `error`) and `contextEngine` (`selected`, `resolved`).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::quarantine::{health_line, QuarantineRecord};
+use crate::runtime::{PluginStatus, Resolution, ResolveError, Runtime};
+
+/// The doctor report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorReport {
+    /// The home folder.
+    pub home: String,
+    /// The config file and its problems.
+    pub config: ConfigSummary,
+    /// Every discovered plugin.
+    pub plugins: Vec<PluginStatus>,
+    /// Registered engine ids, sorted.
+    pub engines: Vec<String>,
+    /// The slot and its resolution.
+    pub context_engine: EngineSummary,
+    /// Quarantined engines (this process, then others from the mirror).
+    pub quarantine: Vec<QuarantineRecord>,
+    /// The health line, when something is quarantined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    /// Whether the selected engine resolves to itself.
+    pub ok: bool,
+}
+
+/// The config part of the report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSummary {
+    /// The file.
+    pub path: String,
+    /// Whether it exists.
+    pub exists: bool,
+    /// Keys pincer does not know (typos).
+    pub unknown_keys: Vec<String>,
+}
+
+/// The slot part of the report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineSummary {
+    /// `plugins.slots.contextEngine`, or `legacy`.
+    pub selected: String,
+    /// What answers, or `null` when resolution failed outright.
+    pub resolved: Option<String>,
+    /// Why they differ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Builds the report. Resolving creates the selected engine (calling its factory), as a real
+/// operation would; the caller disposes engines with [`Runtime::shutdown`].
+pub fn doctor(runtime: &Runtime) -> DoctorReport {
+    let config = runtime.config();
+    let context_engine = match runtime.resolve() {
+        Ok(resolved) => {
+            let Resolution {
+                selected,
+                resolved,
+                reason,
+            } = resolved.resolution;
+            EngineSummary {
+                selected,
+                resolved: Some(resolved),
+                reason,
+            }
+        }
+        Err(err) => EngineSummary {
+            selected: config.config.selected_engine().to_owned(),
+            resolved: None,
+            reason: Some(match err {
+                ResolveError::Default(m) => m,
+                ResolveError::Strict { message } => message,
+            }),
+        },
+    };
+    let quarantine = runtime.quarantine().list();
+    let ok = context_engine.resolved.as_deref() == Some(context_engine.selected.as_str());
+    DoctorReport {
+        home: runtime.home().root().display().to_string(),
+        config: ConfigSummary {
+            path: config.path.display().to_string(),
+            exists: config.exists,
+            unknown_keys: config.unknown_keys.clone(),
+        },
+        plugins: runtime.plugins().to_vec(),
+        engines: runtime.registry().ids(),
+        health: health_line(&quarantine),
+        quarantine,
+        context_engine,
+        ok,
+    }
+}
+
+impl DoctorReport {
+    /// The report for people.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "home: {}", self.home);
+        let _ = writeln!(
+            out,
+            "config: {}{}",
+            self.config.path,
+            if self.config.exists { "" } else { " (not found; using defaults)" }
+        );
+        for key in &self.config.unknown_keys {
+            let _ = writeln!(out, "  warning: unknown config key `{key}` (typo?)");
+        }
+        let _ = writeln!(out, "plugins ({}):", self.plugins.len());
+        if self.plugins.is_empty() {
+            let _ = writeln!(out, "  (none found)");
+        }
+        for plugin in &self.plugins {
+            let version = plugin.version.as_deref().unwrap_or("?");
+            let _ = write!(out, "  {:<16} {:<9} {}", plugin.id, plugin.status, version);
+            if !plugin.engines.is_empty() {
+                let _ = write!(out, "  engines: {}", plugin.engines.join(", "));
+            }
+            let _ = writeln!(out);
+            if let Some(error) = &plugin.error {
+                let _ = writeln!(out, "      {}: {}", error.code, error.message);
+            }
+            for diagnostic in &plugin.diagnostics {
+                let _ = writeln!(out, "      error: {diagnostic}");
+            }
+        }
+        let _ = writeln!(out, "engines: {}", self.engines.join(", "));
+        let _ = writeln!(
+            out,
+            "context engine: selected {} -> {}{}",
+            self.context_engine.selected,
+            self.context_engine.resolved.as_deref().unwrap_or("(unresolved)"),
+            self.context_engine
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+        if let Some(line) = &self.health {
+            let _ = writeln!(out, "{line}");
+            for record in &self.quarantine {
+                let _ = writeln!(
+                    out,
+                    "  {} owner={} operation={} pid={}: {}",
+                    record.engine_id,
+                    record.owner.as_deref().unwrap_or("-"),
+                    record.operation,
+                    record.pid,
+                    record.reason
+                );
+            }
+        }
+        out
+    }
+}

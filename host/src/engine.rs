@@ -1,0 +1,404 @@
+//! One live engine instance as the host holds it: the FFI object, a host-owned copy of its
+//! info, and the library that must stay mapped while the object lives.
+//!
+//! Everything that comes back from a call is turned into host-owned data (errors, info) or
+//! kept next to the library handle (results), so nothing from a plugin outlives its code.
+//!
+//! **Architecture Invariant:** `EngineInstance` drops its engine object before its library
+//! handle (field order), and libraries are never unloaded.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::v1::{
+    AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
+    BootstrapResult, CompactParams, CompactResult, EngineBox, EngineError, IngestBatchParams,
+    IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult, Message,
+    OptionalMethods, SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
+    ToolCallResult, TurnMaintenanceMode,
+};
+use pincer_plugin_api::abi::RResult;
+use serde::Serialize;
+
+use crate::loader::LoadedLibrary;
+
+/// The kind of an engine call's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallErrorKind {
+    /// The engine returned an error.
+    Failed,
+    /// The engine panicked (caught inside the plugin).
+    Panicked,
+    /// The call was aborted.
+    Aborted,
+    /// The engine lacks the optional method.
+    NotImplemented,
+    /// The engine rejected its configuration.
+    InvalidConfig,
+    /// The call ran past its deadline.
+    TimedOut,
+}
+
+/// Why an engine call failed, in host memory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+#[error("{message}")]
+pub struct EngineCallError {
+    /// What kind of failure.
+    pub kind: CallErrorKind,
+    /// The message, as the engine (or host) gave it.
+    pub message: String,
+}
+
+impl EngineCallError {
+    /// A host-made error.
+    pub fn new(kind: CallErrorKind, message: impl Into<String>) -> Self {
+        EngineCallError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Whether this is an abort (aborts never quarantine: reference §4.4a).
+    pub fn is_abort(&self) -> bool {
+        self.kind == CallErrorKind::Aborted
+    }
+}
+
+impl From<EngineError> for EngineCallError {
+    fn from(err: EngineError) -> Self {
+        let kind = match &err {
+            EngineError::Failed(_) => CallErrorKind::Failed,
+            EngineError::Panicked(_) => CallErrorKind::Panicked,
+            EngineError::Aborted(_) => CallErrorKind::Aborted,
+            EngineError::NotImplemented(_) => CallErrorKind::NotImplemented,
+            EngineError::InvalidConfig(_) => CallErrorKind::InvalidConfig,
+        };
+        let message = match &err {
+            EngineError::Panicked(m) => format!("engine panicked: {m}"),
+            other => other.message().to_owned(),
+        };
+        EngineCallError { kind, message }
+    }
+}
+
+fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError> {
+    result.into_result().map_err(EngineCallError::from)
+}
+
+/// A host requirement, host-owned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Requirement {
+    /// Capability names.
+    pub required_capabilities: Vec<String>,
+    /// Appended to the refusal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsupported_message: Option<String>,
+}
+
+/// A tool an engine offers, host-owned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineTool {
+    /// Its name.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// An engine's `info`, copied into host memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineDescriptor {
+    /// Engine id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Whether it owns compaction.
+    pub owns_compaction: bool,
+    /// `foreground` or `background`.
+    pub turn_maintenance_mode: &'static str,
+    /// Requirements by operation name (`agent-run`, …).
+    pub host_requirements: BTreeMap<String, Requirement>,
+    /// Accepted host params; `None` accepts all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted_host_params: Option<Vec<String>>,
+    /// Offered tools, sorted by name.
+    pub tools: Vec<EngineTool>,
+    /// Optional methods implemented (contract names).
+    pub optional_methods: Vec<&'static str>,
+    #[serde(skip)]
+    methods: OptionalMethods,
+}
+
+impl EngineDescriptor {
+    fn from_abi(info: &pincer_plugin_api::EngineInfo) -> Self {
+        let mut host_requirements = BTreeMap::new();
+        for req in info.host_requirements.iter() {
+            host_requirements.insert(
+                req.operation.as_str().to_owned(),
+                Requirement {
+                    required_capabilities: req
+                        .required_capabilities
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
+                    unsupported_message: req
+                        .unsupported_message
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .into_option(),
+                },
+            );
+        }
+        let mut tools: Vec<EngineTool> = info
+            .tools
+            .iter()
+            .map(|t| EngineTool {
+                name: t.name.to_string(),
+                description: t.description.to_string(),
+                parameters: serde_json::from_str(&t.parameters_schema_json)
+                    .unwrap_or(serde_json::Value::Null),
+            })
+            .collect();
+        // Deterministic order: whatever reaches a prompt is sorted.
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        EngineDescriptor {
+            id: info.id.to_string(),
+            name: info.name.to_string(),
+            version: info.version.to_string(),
+            owns_compaction: info.owns_compaction,
+            turn_maintenance_mode: match info.turn_maintenance_mode {
+                TurnMaintenanceMode::Foreground => "foreground",
+                TurnMaintenanceMode::Background => "background",
+            },
+            host_requirements,
+            accepted_host_params: info
+                .accepted_host_params
+                .as_ref()
+                .map(|v| v.iter().map(|p| p.to_string()).collect())
+                .into_option(),
+            tools,
+            optional_methods: info.optional_methods.names().collect(),
+            methods: info.optional_methods,
+        }
+    }
+
+    /// Whether the engine implements an optional method (an [`OptionalMethods`] constant).
+    pub fn has(&self, method: u32) -> bool {
+        self.methods.has(method)
+    }
+}
+
+/// Where an engine instance came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum EngineOrigin {
+    /// Linked into the host (`legacy`).
+    Builtin,
+    /// Loaded from a plugin library.
+    Plugin {
+        /// The plugin id.
+        plugin_id: String,
+        /// The private copy it was loaded from.
+        library: String,
+    },
+}
+
+/// A live engine: the FFI object plus the library that keeps it valid.
+pub struct EngineInstance {
+    // Field order matters: the object (and its vtable) is dropped before the library handle.
+    object: EngineBox,
+    descriptor: EngineDescriptor,
+    origin: EngineOrigin,
+    disposed: AtomicBool,
+    _library: Option<Arc<LoadedLibrary>>,
+}
+
+impl std::fmt::Debug for EngineInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineInstance")
+            .field("id", &self.descriptor.id)
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+impl EngineInstance {
+    /// Wraps a created engine object, reading its info once.
+    ///
+    /// # Errors
+    /// When `info` fails or panics (a contract failure).
+    pub fn new(
+        object: EngineBox,
+        origin: EngineOrigin,
+        library: Option<Arc<LoadedLibrary>>,
+    ) -> Result<Self, EngineCallError> {
+        let info = host_result(object.info())?;
+        let descriptor = EngineDescriptor::from_abi(&info);
+        drop(info);
+        Ok(EngineInstance {
+            object,
+            descriptor,
+            origin,
+            disposed: AtomicBool::new(false),
+            _library: library,
+        })
+    }
+
+    /// The engine's info.
+    pub fn descriptor(&self) -> &EngineDescriptor {
+        &self.descriptor
+    }
+
+    /// Where it came from.
+    pub fn origin(&self) -> &EngineOrigin {
+        &self.origin
+    }
+
+    /// `ingest`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    pub fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
+        host_result(self.object.ingest(params))
+    }
+
+    /// `assemble`. The result refers to `params.messages` by index; see [`resolve_assembled`].
+    ///
+    /// # Errors
+    /// The engine's error, or a contract failure when an index is out of range.
+    pub fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
+        let result = host_result(self.object.assemble(params))?;
+        let len = params.messages.len() as u64;
+        for item in result.items.iter() {
+            if let AssembledItem::Input { start, end } = item {
+                if start > end || *end > len {
+                    return Err(EngineCallError::new(
+                        CallErrorKind::Failed,
+                        format!(
+                            "assemble returned messages {start}..{end}, but only {len} were given"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// `compact`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    pub fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
+        host_result(self.object.compact(params))
+    }
+
+    /// `bootstrap`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn bootstrap(
+        &self,
+        params: &BootstrapParams<'_>,
+    ) -> Result<BootstrapResult, EngineCallError> {
+        host_result(self.object.bootstrap(params))
+    }
+
+    /// `ingestBatch`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineCallError> {
+        host_result(self.object.ingest_batch(params))
+    }
+
+    /// `afterTurn`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
+        host_result(self.object.after_turn(params))
+    }
+
+    /// `maintain`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
+        host_result(self.object.maintain(params))
+    }
+
+    /// `prepareSubagentSpawn`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
+        host_result(self.object.prepare_subagent_spawn(params)).map(|r| r.into_option())
+    }
+
+    /// `onSubagentEnded`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn on_subagent_ended(
+        &self,
+        params: &SubagentEndedParams<'_>,
+    ) -> Result<(), EngineCallError> {
+        host_result(self.object.on_subagent_ended(params))
+    }
+
+    /// `callTool`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    pub fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
+        host_result(self.object.call_tool(params))
+    }
+
+    /// `dispose`, at most once per instance; later calls are no-ops returning `Ok`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    pub fn dispose(&self) -> Result<(), EngineCallError> {
+        if self.disposed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        host_result(self.object.dispose())
+    }
+
+    /// Whether `dispose` was called.
+    pub fn is_disposed(&self) -> bool {
+        self.disposed.load(Ordering::Acquire)
+    }
+}
+
+/// The messages an assemble result stands for, in order: references into `input` for kept
+/// messages, references into the result for new ones. Nothing is copied.
+pub fn resolve_assembled<'a>(result: &'a AssembleResult, input: &'a [Message]) -> Vec<&'a Message> {
+    let mut out = Vec::new();
+    for item in result.items.iter() {
+        match item {
+            AssembledItem::Input { start, end } => {
+                let (start, end) = (*start as usize, (*end as usize).min(input.len()));
+                if start < end {
+                    out.extend(input[start..end].iter());
+                }
+            }
+            AssembledItem::New(message) => out.push(message),
+        }
+    }
+    out
+}

@@ -1,0 +1,93 @@
+//! The built-in `legacy` engine (reference §9.2): owner `core`, `ingest` keeps nothing,
+//! `assemble` passes every message through (one range, no copy) with `estimatedTokens` 0
+//! ("the caller estimates"), `compact` delegates to the runtime's compaction, `afterTurn` and
+//! `dispose` do nothing. It accepts every host parameter.
+//!
+//! It is written against the same authoring API as any plugin and wrapped by the same adapter
+//! (`into_engine_box`), so the host treats it exactly like a loaded engine.
+
+use std::sync::Arc;
+
+use pincer_plugin_api::prelude::*;
+use pincer_plugin_api::{into_engine_box, optional_fns};
+
+use crate::engine::{EngineCallError, EngineInstance, EngineOrigin};
+use crate::services::HostServices;
+
+/// The id of the legacy engine.
+pub const LEGACY_ENGINE_ID: &str = "legacy";
+
+/// Every host parameter of reference §6.1, which legacy accepts.
+pub const ALL_HOST_PARAMS: [&str; 6] = [
+    "sessionKey",
+    "prompt",
+    "runtimeSettings",
+    "sessionTarget",
+    "runtimeContext",
+    "abortSignal",
+];
+
+/// The legacy engine.
+pub struct LegacyEngine {
+    host: Host,
+}
+
+impl Engine for LegacyEngine {
+    const ID: &'static str = LEGACY_ENGINE_ID;
+
+    fn create(_ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
+        Ok(LegacyEngine { host })
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo::new(LEGACY_ENGINE_ID, "Legacy Context Engine", "1.0.0")
+            .with_accepted_host_params(&ALL_HOST_PARAMS)
+    }
+
+    fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
+        Ok(IngestResult { ingested: false })
+    }
+
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
+        Ok(AssembleResult::pass_through(params.messages.len()))
+    }
+
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+        self.host.delegate_compaction_to_runtime(params)
+    }
+}
+
+impl AfterTurn for LegacyEngine {
+    fn after_turn(&self, _params: &AfterTurnParams<'_>) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+impl Dispose for LegacyEngine {
+    fn dispose(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+/// Creates a legacy engine instance with the given host services.
+///
+/// # Errors
+/// Never in practice; the signature matches every other factory.
+pub fn create_legacy(services: HostServices) -> Result<EngineInstance, EngineCallError> {
+    let engine = LegacyEngine {
+        host: Host::new(services.into_abi()),
+    };
+    EngineInstance::new(
+        into_engine_box(engine, optional_fns!(LegacyEngine)),
+        EngineOrigin::Builtin,
+        None,
+    )
+}
+
+/// A shared legacy instance.
+///
+/// # Errors
+/// As [`create_legacy`].
+pub fn shared_legacy(services: HostServices) -> Result<Arc<EngineInstance>, EngineCallError> {
+    create_legacy(services).map(Arc::new)
+}

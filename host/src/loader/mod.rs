@@ -1,0 +1,338 @@
+//! Verified loading of plugin libraries, one checked step after another:
+//!
+//! 1. read and validate `pincer.plugin.json` (no plugin code runs) and check its
+//!    `apiVersion` against this host;
+//! 2. confine `library` to the plugin folder;
+//! 3. read the library once, check size, sha256 and that every loadable segment lies inside
+//!    the file (a truncated library would kill the host with SIGBUS inside `dlopen`);
+//! 4. write those same bytes to a private content-addressed cache (never overwriting a file
+//!    that may be mapped);
+//! 5. open the *copy* and check abi_stable's header, the API major and every layout;
+//! 6. compare the library's own manifest with the sidecar: same id and version, and built
+//!    with `panic = "unwind"` — an abort build is refused before any call.
+//!
+//! Each step has its own error (see [`LoadError`]), whose message says what to do.
+//! Discovery of plugin folders lives here too.
+//!
+//! **Architecture Invariant:** the host never `dlopen`s a file it has not verified, and never a
+//! path a user can rewrite: only the private copies made in step 4.
+
+pub mod cache;
+pub mod verify;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::v1::{FactoryParams, HostServicesArc};
+use pincer_plugin_api::abi::{ROption, RStr};
+use pincer_plugin_api::loading::{open_library, OpenError, OpenedLibrary};
+use serde::Serialize;
+
+use crate::engine::{EngineCallError, EngineInstance, EngineOrigin};
+use crate::manifest::{read_manifest, ManifestError, PluginManifest, MANIFEST_FILE_NAME};
+
+/// The `pincer-plugin-api` version this host is built against.
+pub fn host_api_version() -> semver::Version {
+    semver::Version::parse(pincer_plugin_api::API_VERSION).expect("the crate version is semver")
+}
+
+/// Why a plugin could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The manifest is missing or invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The manifest asks for an API this host does not provide.
+    #[error(
+        "plugin \"{plugin_id}\" requires pincer-plugin-api {required}, but this host provides {host}: \
+         use a host of that version or rebuild the plugin against pincer-plugin-api {host}"
+    )]
+    ApiRequirement {
+        /// The plugin.
+        plugin_id: String,
+        /// Its `apiVersion`.
+        required: String,
+        /// This host's API version.
+        host: String,
+    },
+    /// The library file failed verification.
+    #[error(transparent)]
+    Verify(#[from] verify::VerifyError),
+    /// The private copy could not be made.
+    #[error(transparent)]
+    Cache(#[from] cache::CacheError),
+    /// The library could not be opened as a pincer plugin.
+    #[error("{source} (library {})", path.display())]
+    Open {
+        /// The library.
+        path: PathBuf,
+        /// What failed.
+        source: OpenError,
+    },
+    /// The library's own manifest contradicts `pincer.plugin.json`.
+    #[error(
+        "the library says its {field} is \"{library}\" but {} says \"{sidecar}\": \
+         re-stage the plugin (`cargo xtask build-plugins`) so the manifest and the library match",
+        manifest.display()
+    )]
+    ManifestMismatch {
+        /// Which field.
+        field: &'static str,
+        /// What the sidecar says.
+        sidecar: String,
+        /// What the library says.
+        library: String,
+        /// The sidecar's path.
+        manifest: PathBuf,
+    },
+    /// The library was built with `panic = "abort"`.
+    #[error(
+        "plugin \"{plugin_id}\" was built with panic = \"abort\": its first panic would abort the \
+         whole host, so it is refused before any call; rebuild it with panic = \"unwind\" (the default)"
+    )]
+    PanicAbort {
+        /// The plugin.
+        plugin_id: String,
+    },
+}
+
+impl LoadError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LoadError::Manifest(e) => e.kind_code(),
+            LoadError::ApiRequirement { .. } => "api_requirement",
+            LoadError::Verify(e) => e.code(),
+            LoadError::Cache(_) => "cache_failed",
+            LoadError::Open { source, .. } => source.code(),
+            LoadError::ManifestMismatch { .. } => "manifest_mismatch",
+            LoadError::PanicAbort { .. } => "panic_abort",
+        }
+    }
+}
+
+/// The library's own manifest, in host memory.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LibraryFacts {
+    /// Plugin id.
+    pub plugin_id: String,
+    /// Plugin version.
+    pub plugin_version: String,
+    /// The API version it was built against.
+    pub api_version: String,
+    /// Engine ids it exports.
+    pub engine_ids: Vec<String>,
+    /// Built with `panic = "unwind"`.
+    pub panic_unwind: bool,
+}
+
+/// A plugin library that passed every check.
+pub struct LoadedLibrary {
+    manifest: PluginManifest,
+    facts: LibraryFacts,
+    copy_path: PathBuf,
+    sha256: String,
+    opened: OpenedLibrary,
+}
+
+impl std::fmt::Debug for LoadedLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedLibrary")
+            .field("id", &self.manifest.id)
+            .field("copy", &self.copy_path)
+            .finish()
+    }
+}
+
+impl LoadedLibrary {
+    /// The sidecar manifest.
+    pub fn manifest(&self) -> &PluginManifest {
+        &self.manifest
+    }
+
+    /// What the library says about itself.
+    pub fn facts(&self) -> &LibraryFacts {
+        &self.facts
+    }
+
+    /// The private copy that was opened.
+    pub fn copy_path(&self) -> &Path {
+        &self.copy_path
+    }
+
+    /// The library's sha256 (lowercase hex).
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Creates engine `engine_id` with `config` (already validated against the manifest's
+    /// schema by the caller) and the host's services.
+    ///
+    /// # Errors
+    /// The factory's error or panic, or a failing `info`.
+    pub fn create_engine(
+        self: &Arc<Self>,
+        engine_id: &str,
+        config: &serde_json::Value,
+        dirs: &EngineDirs,
+        host: HostServicesArc,
+    ) -> Result<EngineInstance, EngineCallError> {
+        let config_json = config.to_string();
+        let plugin_dir = self.manifest.dir.to_string_lossy().into_owned();
+        let params = FactoryParams {
+            engine_id: RStr::from_str(engine_id),
+            config_json: RStr::from_str(&config_json),
+            agent_dir: opt_str(dirs.agent_dir.as_deref()),
+            workspace_dir: opt_str(dirs.workspace_dir.as_deref()),
+            plugin_dir: ROption::RSome(RStr::from_str(&plugin_dir)),
+        };
+        let object = self.opened.new_engine(&params, host)?;
+        EngineInstance::new(
+            object,
+            EngineOrigin::Plugin {
+                plugin_id: self.manifest.id.clone(),
+                library: self.copy_path.display().to_string(),
+            },
+            Some(Arc::clone(self)),
+        )
+    }
+}
+
+fn opt_str(value: Option<&str>) -> ROption<RStr<'_>> {
+    match value {
+        Some(v) => ROption::RSome(RStr::from_str(v)),
+        None => ROption::RNone,
+    }
+}
+
+/// The directories handed to an engine factory.
+#[derive(Debug, Clone, Default)]
+pub struct EngineDirs {
+    /// The agent's directory.
+    pub agent_dir: Option<String>,
+    /// The workspace directory.
+    pub workspace_dir: Option<String>,
+}
+
+/// Loads plugins into a private cache.
+#[derive(Debug, Clone)]
+pub struct Loader {
+    cache_dir: PathBuf,
+    limits: verify::VerifyLimits,
+}
+
+impl Loader {
+    /// A loader that copies libraries into `cache_dir` before opening them.
+    pub fn new(cache_dir: PathBuf) -> Self {
+        Loader {
+            cache_dir,
+            limits: verify::VerifyLimits::default(),
+        }
+    }
+
+    /// Reads and checks the manifest of the plugin in `plugin_dir`, without touching its
+    /// library. This is everything `doctor` can know without loading.
+    ///
+    /// # Errors
+    /// A [`LoadError::Manifest`] or [`LoadError::ApiRequirement`].
+    pub fn read_checked_manifest(&self, plugin_dir: &Path) -> Result<PluginManifest, LoadError> {
+        let manifest = read_manifest(plugin_dir)?;
+        let host = host_api_version();
+        if !manifest.api_version.matches(&host) {
+            return Err(LoadError::ApiRequirement {
+                plugin_id: manifest.id.clone(),
+                required: manifest.api_version.to_string(),
+                host: host.to_string(),
+            });
+        }
+        Ok(manifest)
+    }
+
+    /// Runs every step of verified loading for the plugin in `plugin_dir`.
+    ///
+    /// # Errors
+    /// The first step that fails, as a [`LoadError`].
+    pub fn load(&self, plugin_dir: &Path) -> Result<Arc<LoadedLibrary>, LoadError> {
+        let manifest = self.read_checked_manifest(plugin_dir)?;
+        let source = verify::resolve_library_path(&manifest.dir, &manifest.library)?;
+        let verified = verify::verify_library(&source, manifest.sha256.as_deref(), &self.limits)?;
+        let file_name = Path::new(&manifest.library)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| manifest.library.clone());
+        let copy_path = cache::cache_copy(&self.cache_dir, &verified, &file_name)?;
+        // SAFETY: `copy_path` is the private copy of bytes that passed verification.
+        let opened = unsafe { open_library(&copy_path) }.map_err(|source| {
+            if let OpenError::LayoutMismatch { full, .. } = &source {
+                tracing::debug!(plugin = %manifest.id, report = %full, "abi_stable layout report");
+            }
+            LoadError::Open {
+                path: copy_path.clone(),
+                source,
+            }
+        })?;
+        let lib = opened.manifest();
+        let facts = LibraryFacts {
+            plugin_id: lib.plugin_id.to_string(),
+            plugin_version: lib.plugin_version.to_string(),
+            api_version: lib.api_version.to_string(),
+            engine_ids: lib.engine_ids.iter().map(|s| s.to_string()).collect(),
+            panic_unwind: lib.panic_unwind,
+        };
+        drop(lib);
+        let manifest_path = manifest.dir.join(MANIFEST_FILE_NAME);
+        let mismatch = |field, sidecar: String, library: String| LoadError::ManifestMismatch {
+            field,
+            sidecar,
+            library,
+            manifest: manifest_path.clone(),
+        };
+        if facts.plugin_id != manifest.id {
+            return Err(mismatch("id", manifest.id.clone(), facts.plugin_id));
+        }
+        if facts.plugin_version != manifest.version.to_string() {
+            return Err(mismatch(
+                "version",
+                manifest.version.to_string(),
+                facts.plugin_version,
+            ));
+        }
+        if !facts.panic_unwind {
+            return Err(LoadError::PanicAbort {
+                plugin_id: manifest.id,
+            });
+        }
+        Ok(Arc::new(LoadedLibrary {
+            manifest,
+            facts,
+            copy_path,
+            sha256: verified.sha256_hex,
+            opened,
+        }))
+    }
+}
+
+/// The plugin folders under `roots`, sorted within each root and in root order: a root that
+/// itself holds a `pincer.plugin.json` is one plugin; otherwise each immediate subfolder that
+/// holds one is. Roots that do not exist are skipped.
+pub fn discover_plugin_dirs(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for root in roots {
+        if root.join(MANIFEST_FILE_NAME).is_file() {
+            found.push(root.clone());
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && p.join(MANIFEST_FILE_NAME).is_file())
+            .collect();
+        dirs.sort();
+        found.extend(dirs);
+    }
+    found
+}

@@ -1,0 +1,283 @@
+//! Runtime quarantine (reference §4): the process-wide record of engines that failed, so the
+//! rest of the process answers with `legacy` instead of calling them again.
+//!
+//! The first failure of an engine wins; aborts never quarantine (the guard decides that).
+//! Records are mirrored, best effort, to `$PINCER_HOME/state/context-engine-quarantine.json`
+//! (at most 64 records, keyed by engine id and process id, the earliest record winning) so
+//! that `pincer health` in another process can see them. Clearing removes only this
+//! process's rows; clearing when no mirror exists creates none.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// The most records the disk mirror keeps.
+pub const MIRROR_CAPACITY: usize = 64;
+
+/// The mirror's file name inside the state folder.
+pub const MIRROR_FILE_NAME: &str = "context-engine-quarantine.json";
+
+/// One quarantined engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantineRecord {
+    /// The engine id.
+    pub engine_id: String,
+    /// Its registry owner (`plugin:<id>`, `public-sdk`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The operation that failed (`assemble`, `factory`, `resolve`, …).
+    pub operation: String,
+    /// The failure's message.
+    pub reason: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub failed_at: u64,
+    /// The process that recorded it.
+    pub pid: u32,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct MirrorFile {
+    #[serde(default)]
+    records: Vec<QuarantineRecord>,
+}
+
+/// Makes a value safe for a one-line log: control characters become spaces, long values are cut.
+pub fn sanitize_for_log(value: &str) -> String {
+    let mut out: String = value
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if out.len() > 500 {
+        let mut cut = 500;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
+/// The quarantine of one process.
+#[derive(Debug)]
+pub struct Quarantine {
+    records: Mutex<BTreeMap<String, QuarantineRecord>>,
+    mirror: Option<PathBuf>,
+    default_engine_id: String,
+}
+
+impl Quarantine {
+    /// A quarantine mirrored into `state_dir` (none when `None`).
+    pub fn new(state_dir: Option<&Path>) -> Self {
+        Quarantine {
+            records: Mutex::new(BTreeMap::new()),
+            mirror: state_dir.map(|d| d.join(MIRROR_FILE_NAME)),
+            default_engine_id: crate::config::DEFAULT_ENGINE_ID.to_owned(),
+        }
+    }
+
+    /// Records a failure. Returns `false` (and changes nothing) when the engine is already
+    /// quarantined: the first failure wins. Logs the contract's line once.
+    pub fn record(&self, engine_id: &str, owner: Option<&str>, operation: &str, reason: &str) -> bool {
+        let record = QuarantineRecord {
+            engine_id: engine_id.to_owned(),
+            owner: owner.map(str::to_owned),
+            operation: operation.to_owned(),
+            reason: reason.to_owned(),
+            failed_at: now_ms(),
+            pid: std::process::id(),
+        };
+        {
+            let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            if records.contains_key(engine_id) {
+                return false;
+            }
+            records.insert(engine_id.to_owned(), record.clone());
+        }
+        let owner_part = owner
+            .map(|o| format!(" owner={}", sanitize_for_log(o)))
+            .unwrap_or_default();
+        tracing::warn!(
+            target: "pincer::quarantine",
+            engine_id,
+            owner = owner.unwrap_or(""),
+            operation,
+            reason = %sanitize_for_log(reason),
+            "[context-engine] Context engine \"{}\"{} failed during {}: {}; quarantining it for this process and falling back to default engine \"{}\".",
+            sanitize_for_log(engine_id),
+            owner_part,
+            sanitize_for_log(operation),
+            sanitize_for_log(reason),
+            self.default_engine_id,
+        );
+        self.write_mirror(|rows| {
+            if !rows
+                .iter()
+                .any(|r| r.engine_id == record.engine_id && r.pid == record.pid)
+            {
+                rows.push(record.clone());
+            }
+        });
+        true
+    }
+
+    /// This process's record for `engine_id`.
+    pub fn get(&self, engine_id: &str) -> Option<QuarantineRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(engine_id)
+            .cloned()
+    }
+
+    /// Whether `engine_id` is quarantined in this process.
+    pub fn is_quarantined(&self, engine_id: &str) -> bool {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(engine_id)
+    }
+
+    /// Clears one engine (`Some`) or all (`None`) in this process.
+    pub fn clear(&self, engine_id: Option<&str>) {
+        {
+            let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            match engine_id {
+                Some(id) => {
+                    records.remove(id);
+                }
+                None => records.clear(),
+            }
+        }
+        let pid = std::process::id();
+        self.write_mirror(|rows| {
+            rows.retain(|r| r.pid != pid || engine_id.is_some_and(|id| r.engine_id != id))
+        });
+    }
+
+    /// This process's records, then other processes' records from the mirror, deduplicated by
+    /// engine id (this process wins, then the earliest).
+    pub fn list(&self) -> Vec<QuarantineRecord> {
+        let mut out: Vec<QuarantineRecord> = self
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut mirrored = self.read_mirror();
+        mirrored.sort_by_key(|r| r.failed_at);
+        for record in mirrored {
+            if !out.iter().any(|r| r.engine_id == record.engine_id) {
+                out.push(record);
+            }
+        }
+        out
+    }
+
+    fn read_mirror(&self) -> Vec<QuarantineRecord> {
+        let Some(path) = &self.mirror else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<MirrorFile>(&text).ok())
+            .map(|f| f.records)
+            .unwrap_or_default()
+    }
+
+    fn write_mirror(&self, update: impl FnOnce(&mut Vec<QuarantineRecord>)) {
+        let Some(path) = &self.mirror else { return };
+        let existed = path.exists();
+        let mut rows = self.read_mirror();
+        let before = rows.clone();
+        update(&mut rows);
+        if rows == before || (!existed && rows.is_empty()) {
+            return;
+        }
+        rows.sort_by_key(|r| r.failed_at);
+        rows.truncate(MIRROR_CAPACITY);
+        let result = (|| -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+            std::fs::write(&tmp, serde_json::to_vec_pretty(&MirrorFile { records: rows })?)?;
+            std::fs::rename(&tmp, path)
+        })();
+        if let Err(err) = result {
+            tracing::debug!(path = %path.display(), error = %err, "quarantine mirror not written");
+        }
+    }
+}
+
+/// The health line of reference §12, or `None` when nothing is quarantined.
+pub fn health_line(records: &[QuarantineRecord]) -> Option<String> {
+    if records.is_empty() {
+        return None;
+    }
+    let ids: Vec<&str> = records.iter().map(|r| r.engine_id.as_str()).collect();
+    Some(format!(
+        "Context engine: warning ({} quarantined; downgraded to legacy: {})",
+        records.len(),
+        ids.join(", ")
+    ))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_failure_wins_and_health_line_lists_ids() {
+        let q = Quarantine::new(None);
+        assert!(q.record("a", Some("plugin:a"), "assemble", "boom"));
+        assert!(!q.record("a", Some("plugin:a"), "ingest", "later"));
+        assert_eq!(q.get("a").unwrap().operation, "assemble");
+        assert_eq!(
+            health_line(&q.list()).unwrap(),
+            "Context engine: warning (1 quarantined; downgraded to legacy: a)"
+        );
+    }
+
+    #[test]
+    fn mirror_is_shared_and_clearing_removes_only_own_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = Quarantine::new(Some(dir.path()));
+        q.clear(None);
+        assert!(!dir.path().join(MIRROR_FILE_NAME).exists(), "clearing an absent mirror creates no state");
+        // A sibling process's record.
+        let sibling = QuarantineRecord {
+            engine_id: "other".into(),
+            owner: None,
+            operation: "compact".into(),
+            reason: "x".into(),
+            failed_at: 1,
+            pid: std::process::id().wrapping_add(1),
+        };
+        std::fs::write(
+            dir.path().join(MIRROR_FILE_NAME),
+            serde_json::to_string(&MirrorFile { records: vec![sibling] }).unwrap(),
+        )
+        .unwrap();
+        let fresh = Quarantine::new(Some(dir.path()));
+        assert_eq!(fresh.list().len(), 1, "persisted records are listed when process state is empty");
+        fresh.record("mine", None, "assemble", "boom");
+        assert_eq!(fresh.list().len(), 2);
+        fresh.clear(None);
+        let left = Quarantine::new(Some(dir.path())).list();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].engine_id, "other");
+    }
+}

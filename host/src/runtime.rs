@@ -1,0 +1,512 @@
+//! [`Runtime`]: the library's front door. It reads the home and its config, registers
+//! `legacy`, discovers and loads plugins (each through every verification step), and resolves
+//! the configured engine for an operation (reference §3.4): disabled or denied plugins give
+//! `legacy` silently with the slot kept; an unregistered or failing engine is quarantined and
+//! `legacy` answers (or, with the strict policy, the operation fails).
+//!
+//! Engine instances are created once per id and reused across operations; `dispose` runs once
+//! per instance, at [`Runtime::shutdown`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome, DEFAULT_ENGINE_ID};
+use crate::engine::{EngineCallError, EngineInstance};
+use crate::engines::legacy::{create_legacy, LEGACY_ENGINE_ID};
+use crate::guarded::GuardedEngine;
+use crate::loader::{discover_plugin_dirs, EngineDirs, LoadedLibrary, Loader};
+use crate::quarantine::Quarantine;
+use crate::registry::{
+    owner_plugin_id, validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
+    Registry, CORE_OWNER,
+};
+use crate::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+
+/// How a runtime is opened.
+pub struct RuntimeOptions {
+    /// The home.
+    pub home: PincerHome,
+    /// Extra plugin folders (`--plugins-dir`), searched after the home's and the config's.
+    pub extra_plugin_dirs: Vec<PathBuf>,
+    /// The runtime's compaction; `None`: no summarisation model.
+    pub compactor: Option<Arc<dyn RuntimeCompactor>>,
+    /// Directories handed to engine factories.
+    pub dirs: EngineDirs,
+}
+
+impl RuntimeOptions {
+    /// Options for `home` with nothing else set.
+    pub fn new(home: PincerHome) -> Self {
+        RuntimeOptions {
+            home,
+            extra_plugin_dirs: Vec::new(),
+            compactor: None,
+            dirs: EngineDirs::default(),
+        }
+    }
+}
+
+/// What became of one discovered plugin.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The plugin id (the folder name when the manifest could not be read).
+    pub id: String,
+    /// `loaded`, `rejected` or `disabled`.
+    pub status: &'static str,
+    /// The plugin folder.
+    pub dir: PathBuf,
+    /// The manifest's version, when readable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The engines it registered.
+    pub engines: Vec<String>,
+    /// Why it was rejected or disabled.
+    pub error: Option<PluginProblem>,
+    /// The library's sha256, when loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Registration diagnostics (level error), if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+}
+
+/// A plugin's problem, for people and machines.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginProblem {
+    /// A stable snake_case code.
+    pub code: String,
+    /// One line that says what to do.
+    pub message: String,
+}
+
+/// How the selected engine resolved.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resolution {
+    /// `plugins.slots.contextEngine`, or `legacy`.
+    pub selected: String,
+    /// The engine that will answer.
+    pub resolved: String,
+    /// Why they differ, if they do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Why an operation could not get an engine.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The default engine itself is missing or failing (never falls back).
+    #[error("[context-engine] {0}")]
+    Default(String),
+    /// Strict policy: the configured engine cannot be used.
+    #[error("{message} (plugins.contextEngineFallback is \"strict\", so the operation fails instead of using legacy)")]
+    Strict {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A resolved engine for one operation.
+pub struct ResolvedEngine {
+    /// The guarded engine.
+    pub engine: GuardedEngine,
+    /// How it resolved.
+    pub resolution: Resolution,
+}
+
+/// The host library's runtime.
+pub struct Runtime {
+    home: PincerHome,
+    config: LoadedConfig,
+    registry: Registry,
+    quarantine: Arc<Quarantine>,
+    plugins: Vec<PluginStatus>,
+    compactor: Arc<dyn RuntimeCompactor>,
+    dirs: EngineDirs,
+    legacy: Arc<EngineInstance>,
+    instances: Mutex<BTreeMap<String, Arc<EngineInstance>>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("home", &self.home).finish()
+    }
+}
+
+impl Runtime {
+    /// Opens the runtime: config, legacy, plugin discovery and verified loading.
+    ///
+    /// # Errors
+    /// Only a config that cannot be read; plugin problems are recorded in
+    /// [`Runtime::plugins`], never fatal.
+    pub fn open(options: RuntimeOptions) -> Result<Self, ConfigError> {
+        let config = LoadedConfig::load(&options.home.config_path())?;
+        Ok(Self::with_config(options, config))
+    }
+
+    /// Opens the runtime with an already loaded config.
+    pub fn with_config(options: RuntimeOptions, config: LoadedConfig) -> Self {
+        let quarantine = Arc::new(Quarantine::new(Some(&options.home.state_dir())));
+        let registry = Registry::new(Arc::clone(&quarantine));
+        let compactor = options
+            .compactor
+            .unwrap_or_else(|| Arc::new(NoRuntimeCompaction));
+        let legacy = Arc::new(
+            create_legacy(HostServices::new(LEGACY_ENGINE_ID, Arc::clone(&compactor), None))
+                .expect("the built-in legacy engine always constructs"),
+        );
+        registry
+            .register_for_owner(
+                LEGACY_ENGINE_ID,
+                EngineFactory::Native(Arc::new(|input: &FactoryInput<'_>| {
+                    crate::engines::legacy::create_legacy(input.services.clone())
+                })),
+                CORE_OWNER,
+                RegisterOptions::default(),
+            )
+            .expect("legacy registers first");
+        let mut runtime = Runtime {
+            home: options.home,
+            config,
+            registry,
+            quarantine,
+            plugins: Vec::new(),
+            compactor,
+            dirs: options.dirs,
+            legacy,
+            instances: Mutex::new(BTreeMap::new()),
+        };
+        runtime.load_plugins(&options.extra_plugin_dirs);
+        runtime
+    }
+
+    /// Every folder searched for plugins, in order.
+    pub fn plugin_roots(&self, extra: &[PathBuf]) -> Vec<PathBuf> {
+        let mut roots = vec![self.home.plugins_dir()];
+        for path in &self.config.config.plugins.load.paths {
+            roots.push(if path.is_absolute() {
+                path.clone()
+            } else {
+                self.home.root().join(path)
+            });
+        }
+        roots.extend(extra.iter().cloned());
+        roots
+    }
+
+    fn plugin_allowed(&self, plugin_id: &str) -> Result<(), &'static str> {
+        let plugins = &self.config.config.plugins;
+        if plugins.enabled == Some(false) {
+            return Err("plugins are disabled (plugins.enabled is false)");
+        }
+        if plugins.deny.iter().any(|d| d == plugin_id) {
+            return Err("denied by plugins.deny");
+        }
+        if let Some(allow) = &plugins.allow {
+            if !allow.iter().any(|a| a == plugin_id) {
+                return Err("not in plugins.allow");
+            }
+        }
+        if plugins.entries.get(plugin_id).and_then(|e| e.enabled) == Some(false) {
+            return Err("disabled by plugins.entries.<id>.enabled");
+        }
+        Ok(())
+    }
+
+    fn load_plugins(&mut self, extra: &[PathBuf]) {
+        let loader = Loader::new(self.home.cache_dir());
+        let roots = self.plugin_roots(extra);
+        for dir in discover_plugin_dirs(&roots) {
+            let status = self.load_one(&loader, &dir);
+            self.plugins.push(status);
+        }
+    }
+
+    fn load_one(&self, loader: &Loader, dir: &Path) -> PluginStatus {
+        let folder_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut status = PluginStatus {
+            id: folder_name,
+            status: "rejected",
+            dir: dir.to_owned(),
+            version: None,
+            engines: Vec::new(),
+            error: None,
+            sha256: None,
+            diagnostics: Vec::new(),
+        };
+        let problem = |code: &str, message: String| {
+            Some(PluginProblem {
+                code: code.to_owned(),
+                message,
+            })
+        };
+        // Read the manifest first (no plugin code runs) to learn the id and policy.
+        match loader.read_checked_manifest(dir) {
+            Ok(manifest) => {
+                status.id = manifest.id.clone();
+                status.version = Some(manifest.version.to_string());
+            }
+            Err(err) => {
+                status.error = problem(err.code(), err.to_string());
+                return status;
+            }
+        }
+        if let Some(other) = self.plugins.iter().find(|p| p.id == status.id && p.status == "loaded") {
+            status.error = problem(
+                "duplicate_plugin",
+                format!(
+                    "plugin id \"{}\" is already loaded from {}: remove one of the two folders",
+                    status.id,
+                    other.dir.display()
+                ),
+            );
+            return status;
+        }
+        if let Err(why) = self.plugin_allowed(&status.id) {
+            status.status = "disabled";
+            status.error = problem("disabled", format!("not loaded: {why}"));
+            return status;
+        }
+        let library: Arc<LoadedLibrary> = match loader.load(dir) {
+            Ok(library) => library,
+            Err(err) => {
+                status.error = problem(err.code(), err.to_string());
+                return status;
+            }
+        };
+        status.status = "loaded";
+        status.sha256 = Some(library.sha256().to_owned());
+        for engine_id in library.facts().engine_ids.clone() {
+            match self.registry.register_plugin_engine(
+                &status.id,
+                &engine_id,
+                EngineFactory::Plugin {
+                    library: Arc::clone(&library),
+                    engine_id: engine_id.clone(),
+                },
+            ) {
+                Ok(id) => status.engines.push(id),
+                Err(diagnostic) => {
+                    tracing::error!(plugin = %status.id, "{diagnostic}");
+                    status.diagnostics.push(diagnostic);
+                }
+            }
+        }
+        status
+    }
+
+    /// The home.
+    pub fn home(&self) -> &PincerHome {
+        &self.home
+    }
+
+    /// The loaded configuration.
+    pub fn config(&self) -> &LoadedConfig {
+        &self.config
+    }
+
+    /// What became of each discovered plugin, in discovery order.
+    pub fn plugins(&self) -> &[PluginStatus] {
+        &self.plugins
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The quarantine.
+    pub fn quarantine(&self) -> &Arc<Quarantine> {
+        &self.quarantine
+    }
+
+    /// The shared legacy instance.
+    pub fn legacy(&self) -> &Arc<EngineInstance> {
+        &self.legacy
+    }
+
+    fn services_for(&self, engine_id: &str) -> HostServices {
+        HostServices::new(engine_id, Arc::clone(&self.compactor), None)
+    }
+
+    fn legacy_guarded(&self) -> GuardedEngine {
+        GuardedEngine::new(
+            LEGACY_ENGINE_ID,
+            Some(CORE_OWNER),
+            Arc::clone(&self.legacy),
+            Arc::clone(&self.legacy),
+            Arc::clone(&self.quarantine),
+            FallbackPolicy::Legacy,
+        )
+    }
+
+    /// Resolves the configured engine for one operation (§3.4).
+    ///
+    /// # Errors
+    /// Strict policy with an unusable engine.
+    pub fn resolve(&self) -> Result<ResolvedEngine, ResolveError> {
+        let selected = self.config.config.selected_engine().to_owned();
+        self.resolve_id(&selected)
+    }
+
+    /// Resolves engine `selected` for one operation, as if the slot named it.
+    ///
+    /// # Errors
+    /// Strict policy with an unusable engine.
+    pub fn resolve_id(&self, selected: &str) -> Result<ResolvedEngine, ResolveError> {
+        let policy = self.config.config.plugins.context_engine_fallback;
+        let to_legacy = |reason: Option<String>| ResolvedEngine {
+            engine: self.legacy_guarded(),
+            resolution: Resolution {
+                selected: selected.to_owned(),
+                resolved: LEGACY_ENGINE_ID.to_owned(),
+                reason,
+            },
+        };
+        if selected == DEFAULT_ENGINE_ID {
+            return Ok(to_legacy(None));
+        }
+        let registration = self.registry.get(selected);
+        // The owning plugin: the registration's, else a discovered plugin of the same id.
+        let owner_plugin = registration
+            .as_ref()
+            .and_then(|r| owner_plugin_id(&r.owner).map(str::to_owned))
+            .or_else(|| {
+                self.plugins
+                    .iter()
+                    .find(|p| p.id == selected)
+                    .map(|p| p.id.clone())
+            });
+        if let Some(plugin_id) = &owner_plugin {
+            if let Err(why) = self.plugin_allowed(plugin_id) {
+                // Disabled or denied: legacy, silently; the slot is kept; no factory call.
+                return Ok(to_legacy(Some(format!("plugin \"{plugin_id}\" {why}"))));
+            }
+        } else if self.config.config.plugins.enabled == Some(false) {
+            return Ok(to_legacy(Some("plugins are disabled (plugins.enabled is false)".into())));
+        }
+        if let Some(record) = self.quarantine.get(selected) {
+            if policy == FallbackPolicy::Strict {
+                return Err(ResolveError::Strict {
+                    message: format!(
+                        "context engine \"{selected}\" is quarantined after failing during {}: {}",
+                        record.operation, record.reason
+                    ),
+                });
+            }
+            return Ok(to_legacy(Some(format!(
+                "quarantined after failing during {}: {}",
+                record.operation, record.reason
+            ))));
+        }
+        let fail = |operation: &str, owner: Option<&str>, reason: String| {
+            if policy == FallbackPolicy::Strict {
+                return Err(ResolveError::Strict { message: reason });
+            }
+            self.quarantine.record(selected, owner, operation, &reason);
+            Ok(to_legacy(Some(reason)))
+        };
+        let Some(registration) = registration else {
+            let available = self.registry.ids();
+            tracing::warn!(
+                target: "pincer::registry",
+                engine_id = selected,
+                "[context-engine] Context engine \"{selected}\" is not registered; falling back to default engine \"{DEFAULT_ENGINE_ID}\"."
+            );
+            return fail(
+                "resolve",
+                None,
+                format!(
+                    "Context engine \"{selected}\" is not registered. Available engines: {}",
+                    if available.is_empty() { "(none)".to_owned() } else { available.join(", ") }
+                ),
+            );
+        };
+        let owner = registration.owner.clone();
+        if registration.lifecycle == Lifecycle::ReadOnlyDiscovery {
+            tracing::warn!(
+                "[context-engine] Context engine \"{selected}\" owner={owner} is registered for read-only discovery only; falling back to default engine \"{DEFAULT_ENGINE_ID}\" without quarantine until runtime activation registers it."
+            );
+            return Ok(to_legacy(Some("registered for read-only discovery only".into())));
+        }
+        let instance = match self.instance(selected, &registration.factory) {
+            Ok(instance) => instance,
+            Err((operation, reason)) => return fail(operation, Some(&owner), reason),
+        };
+        Ok(ResolvedEngine {
+            engine: GuardedEngine::new(
+                selected,
+                Some(&owner),
+                instance,
+                Arc::clone(&self.legacy),
+                Arc::clone(&self.quarantine),
+                policy,
+            ),
+            resolution: Resolution {
+                selected: selected.to_owned(),
+                resolved: selected.to_owned(),
+                reason: None,
+            },
+        })
+    }
+
+    /// The cached instance of `id`, creating it on first use. Errors carry the quarantine
+    /// operation (`factory` or `contract-validation`) and reason.
+    fn instance(
+        &self,
+        id: &str,
+        factory: &EngineFactory,
+    ) -> Result<Arc<EngineInstance>, (&'static str, String)> {
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(instance) = instances.get(id) {
+            return Ok(Arc::clone(instance));
+        }
+        let created: Result<EngineInstance, EngineCallError> = match factory {
+            EngineFactory::Native(make) => {
+                let config = self.config.config.entry_config(id);
+                make(&FactoryInput {
+                    config: &config,
+                    dirs: &self.dirs,
+                    services: self.services_for(id),
+                })
+            }
+            EngineFactory::Plugin { library, engine_id } => {
+                let plugin_id = library.manifest().id.clone();
+                let config = self.config.config.entry_config(&plugin_id);
+                if let Err(err) = library.manifest().validate_config(&config) {
+                    return Err(("factory", err.to_string()));
+                }
+                library.create_engine(engine_id, &config, &self.dirs, self.services_for(id).into_abi())
+            }
+        };
+        let instance = created.map_err(|err| ("factory", err.message))?;
+        validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
+        let instance = Arc::new(instance);
+        instances.insert(id.to_owned(), Arc::clone(&instance));
+        Ok(instance)
+    }
+
+    /// Disposes every engine instance once (legacy included) and forgets them.
+    pub fn shutdown(&self) {
+        let instances: Vec<Arc<EngineInstance>> = {
+            let mut map = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *map).into_values().collect()
+        };
+        for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
+            if let Err(err) = instance.dispose() {
+                tracing::warn!(
+                    engine_id = %instance.descriptor().id,
+                    error = %err,
+                    "context engine dispose failed"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The host services every engine receives: logging into the host's `tracing` subscriber,
+//! model completion, delegation of compaction to the runtime, and token estimation.
+//!
+//! The runtime's compaction is reached through [`RuntimeCompactor`]; the summarising
+//! algorithm itself (reference §9.3) plugs in behind it.
+
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::v1::{
+    CompactParams, CompactResult, EngineError, ExtensionRef, HostServicesAbi, HostServicesArc,
+    LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord, Message,
+};
+use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
+use pincer_plugin_api::tokens;
+use tracing::level_filters::LevelFilter;
+
+/// The runtime's own compaction: what `delegateCompactionToRuntime` calls and what the
+/// `legacy` engine's `compact` is.
+pub trait RuntimeCompactor: Send + Sync {
+    /// Compacts the session named in `params`.
+    ///
+    /// # Errors
+    /// When compaction could not run.
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError>;
+}
+
+/// The compactor of a host with no summarising model configured: an honest "not compacted".
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoRuntimeCompaction;
+
+impl RuntimeCompactor for NoRuntimeCompaction {
+    fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+        Ok(CompactResult {
+            ok: false,
+            compacted: false,
+            reason: ROption::RSome(
+                "runtime compaction is unavailable: this host has no summarisation model configured"
+                    .into(),
+            ),
+            result: ROption::RNone,
+        })
+    }
+}
+
+/// A model the host can complete with (`runtime-llm-complete`).
+pub trait ModelClient: Send + Sync {
+    /// Completes `request`.
+    ///
+    /// # Errors
+    /// When the model call fails.
+    fn complete(&self, request: &LlmCompleteRequest<'_>) -> Result<Message, EngineError>;
+}
+
+/// The host's side of [`HostServicesAbi`].
+#[derive(Clone)]
+pub struct HostServices {
+    engine_id: Arc<str>,
+    compactor: Arc<dyn RuntimeCompactor>,
+    model: Option<Arc<dyn ModelClient>>,
+}
+
+impl HostServices {
+    /// Services for engine `engine_id`.
+    pub fn new(
+        engine_id: &str,
+        compactor: Arc<dyn RuntimeCompactor>,
+        model: Option<Arc<dyn ModelClient>>,
+    ) -> Self {
+        HostServices {
+            engine_id: Arc::from(engine_id),
+            compactor,
+            model,
+        }
+    }
+
+    /// The FFI object handed to the engine.
+    pub fn into_abi(self) -> HostServicesArc {
+        pincer_plugin_api::loading::host_services(self)
+    }
+}
+
+fn format_fields(record: &LogRecord<'_>) -> String {
+    let mut out = String::new();
+    for pair in record.fields.iter() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(pair.name.as_str());
+        out.push('=');
+        out.push_str(pair.value.as_str());
+    }
+    out
+}
+
+impl HostServicesAbi for HostServices {
+    fn log(&self, record: &LogRecord<'_>) {
+        let engine_id: &str = &self.engine_id;
+        let target = record.target.as_str();
+        let message = record.message.as_str();
+        let fields = format_fields(record);
+        // One callsite per level; the plugin's target and fields travel as fields.
+        match record.level {
+            LogLevel::Error => tracing::error!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
+            LogLevel::Info => tracing::info!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
+            LogLevel::Trace => tracing::trace!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
+        }
+    }
+
+    fn max_log_level(&self) -> LogLevel {
+        match LevelFilter::current() {
+            LevelFilter::OFF | LevelFilter::ERROR => LogLevel::Error,
+            LevelFilter::WARN => LogLevel::Warn,
+            LevelFilter::INFO => LogLevel::Info,
+            LevelFilter::DEBUG => LogLevel::Debug,
+            _ => LogLevel::Trace,
+        }
+    }
+
+    fn llm_complete(
+        &self,
+        request: &LlmCompleteRequest<'_>,
+    ) -> RResult<LlmCompleteResponse, EngineError> {
+        match &self.model {
+            Some(model) => model
+                .complete(request)
+                .map(|message| LlmCompleteResponse { message })
+                .into(),
+            None => RResult::RErr(EngineError::NotImplemented(
+                "this host has no model to complete with (capability runtime-llm-complete)".into(),
+            )),
+        }
+    }
+
+    fn delegate_compaction_to_runtime(
+        &self,
+        params: &CompactParams<'_>,
+    ) -> RResult<CompactResult, EngineError> {
+        self.compactor.compact(params).into()
+    }
+
+    fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
+        tokens::estimate_tokens(messages.as_slice())
+    }
+
+    fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
+        ROption::RNone
+    }
+}

@@ -1,0 +1,109 @@
+//! Real transcripts: the τ-bench airline trajectories in `/work/shared/data` (OpenAI chat
+//! format, about 1 in 4 tasks reusing a `tool_call_id`), each selected under a range of budgets,
+//! must pass every invariant. Skipped, with a note, when the data set is not on disk.
+
+mod common;
+
+use std::path::Path;
+
+use common::check_window;
+use pincer_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+use serde_json::Value;
+use sliding_window::{select_window, WindowOptions};
+
+const DATA: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/data/tau-bench-airline/gpt-4o-airline.shared.json"
+);
+
+fn text_of(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
+/// One OpenAI chat message as a pincer message.
+fn convert(value: &Value) -> Message {
+    let content = text_of(&value["content"]);
+    match value["role"].as_str() {
+        Some("system") => Message::text(Role::System, content),
+        Some("user") => Message::text(Role::User, content),
+        Some("tool") => Message::with_blocks(
+            Role::ToolResult,
+            vec![ContentBlock::ToolResult {
+                tool_call_id: text_of(&value["tool_call_id"]).into(),
+                content: vec![ToolResultPart::Text {
+                    text: content.into(),
+                }]
+                .into(),
+                is_error: false,
+            }],
+        ),
+        _ => {
+            let mut blocks = Vec::new();
+            if !content.is_empty() {
+                blocks.push(ContentBlock::Text {
+                    text: content.into(),
+                });
+            }
+            for call in value["tool_calls"].as_array().into_iter().flatten() {
+                blocks.push(ContentBlock::ToolCall {
+                    id: text_of(&call["id"]).into(),
+                    name: text_of(&call["function"]["name"]).into(),
+                    arguments_json: text_of(&call["function"]["arguments"]).into(),
+                });
+            }
+            Message::with_blocks(Role::Assistant, blocks)
+        }
+    }
+}
+
+#[test]
+fn tau_bench_airline_transcripts_keep_every_invariant() {
+    if !Path::new(DATA).exists() {
+        eprintln!("skipped: {DATA} not found");
+        return;
+    }
+    let tasks: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(DATA).expect("read data")).expect("json");
+    let mut reusing = 0;
+    let mut windows = 0;
+    for task in &tasks {
+        let messages: Vec<Message> = task["traj"]
+            .as_array()
+            .expect("traj")
+            .iter()
+            .map(convert)
+            .collect();
+        let ids: Vec<&str> = messages.iter().flat_map(Message::tool_call_ids).collect();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        reusing += usize::from(unique.len() < ids.len());
+        for budget in [
+            None,
+            Some(0),
+            Some(1500),
+            Some(2500),
+            Some(4000),
+            Some(8000),
+        ] {
+            for min_messages in [0, 1, 4] {
+                let options = WindowOptions {
+                    min_messages,
+                    keep_system: true,
+                };
+                let window = select_window(&messages, budget, &options);
+                let label = format!(
+                    "task {} budget {budget:?} min {min_messages}",
+                    task["task_id"]
+                );
+                check_window(&label, &messages, budget, &options, &window);
+                windows += 1;
+            }
+        }
+    }
+    assert!(
+        reusing >= 30,
+        "expected the id-reuse edge case, saw {reusing} tasks"
+    );
+    assert!(windows > 2000);
+}

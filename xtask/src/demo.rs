@@ -1,0 +1,208 @@
+//! `cargo xtask demo`: a guided tour of the real `pincer` binary against freshly staged plugins.
+//!
+//! Each step prints a heading and the command line, then streams the binary's own output.
+//! The steps are data ([`STEPS`]): to extend the demo, add a row.
+//! A step that exits non-zero is reported and the tour goes on; the demo fails at the end if any step failed.
+//! The demo home (`<target>/demo-home`) is recreated empty on every run, so the tour always starts the same.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write as _;
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::build_plugins;
+use crate::workspace::{describe_status, shell_line, Workspace};
+
+/// One step of the tour.
+struct Step {
+    /// Printed as the step's heading.
+    title: &'static str,
+    /// The arguments given to `pincer`.
+    ///
+    /// `{home}`, `{plugins}`, `{variants}` and `{repo}` stand for the demo home, the staged plugins,
+    /// the staged variants and the repository root.
+    args: &'static [&'static str],
+}
+
+const STEPS: &[Step] = &[
+    Step {
+        title: "doctor: which plugins load",
+        args: &["--home", "{home}", "doctor", "--plugins-dir", "{plugins}"],
+    },
+    Step {
+        title: "assemble with sliding-window under a 400-token budget",
+        args: &[
+            "--home",
+            "{home}",
+            "assemble",
+            "--plugins-dir",
+            "{plugins}",
+            "--engine",
+            "sliding-window",
+            "--config",
+            r#"{"tokenBudget":400}"#,
+            "--conversation",
+            "{repo}/examples/airline-conversation.json",
+        ],
+    },
+    Step {
+        title: "a panicking engine: the panic is caught, the engine quarantined, legacy answers",
+        args: &[
+            "--home",
+            "{home}",
+            "assemble",
+            "--plugins-dir",
+            "{plugins}",
+            "--engine",
+            "faulty",
+            "--config",
+            r#"{"assemble":"panic"}"#,
+            "--conversation",
+            "{repo}/examples/airline-conversation.json",
+        ],
+    },
+    Step {
+        title: "doctor --json: the variants are rejected, with reasons",
+        args: &[
+            "--home",
+            "{home}",
+            "doctor",
+            "--json",
+            "--plugins-dir",
+            "{plugins}",
+            "--plugins-dir",
+            "{variants}",
+        ],
+    },
+];
+
+pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
+    let staged = build_plugins::run(ws, build_plugins::Config { release: false })?;
+
+    let build_args: Vec<OsString> = ["build", "-p", "pincer-host", "--bin", "pincer"]
+        .map(OsString::from)
+        .to_vec();
+    eprintln!("$ {}", shell_line("cargo", &build_args));
+    let status = ws
+        .cargo()
+        .args(&build_args)
+        .status()
+        .context("cannot run `cargo build`")?;
+    if !status.success() {
+        bail!("`cargo build -p pincer-host` {}", describe_status(status));
+    }
+    let pincer = ws
+        .target_dir
+        .join("debug")
+        .join(format!("pincer{}", std::env::consts::EXE_SUFFIX));
+
+    let home = ws.target_dir.join("demo-home");
+    if home.exists() {
+        fs::remove_dir_all(&home).with_context(|| format!("cannot remove {}", home.display()))?;
+    }
+    fs::create_dir_all(&home).with_context(|| format!("cannot create {}", home.display()))?;
+
+    let placeholders = [
+        ("{home}", home.to_string_lossy().into_owned()),
+        (
+            "{plugins}",
+            staged.plugins_dir.to_string_lossy().into_owned(),
+        ),
+        (
+            "{variants}",
+            staged.variants_dir.to_string_lossy().into_owned(),
+        ),
+        ("{repo}", ws.root.to_string_lossy().into_owned()),
+    ];
+
+    let mut outcomes = Vec::new();
+    for (index, step) in STEPS.iter().enumerate() {
+        let number = index + 1;
+        let args: Vec<OsString> = step
+            .args
+            .iter()
+            .map(|arg| OsString::from(expand(arg, &placeholders)))
+            .collect();
+        println!("\n== {number}. {} ==", step.title);
+        println!("$ {}", shell_line("pincer", &args));
+        std::io::stdout().flush()?;
+        let status = Command::new(&pincer)
+            .args(&args)
+            .current_dir(&ws.root)
+            .status()
+            .with_context(|| format!("cannot run {}", pincer.display()))?;
+        let outcome = if status.success() {
+            None
+        } else {
+            let failure = describe_status(status);
+            println!("step {number} {failure}");
+            Some(failure)
+        };
+        outcomes.push((number, step.title, outcome));
+    }
+
+    println!("\n== summary ==");
+    for (number, title, outcome) in &outcomes {
+        println!("{number}. {title}: {}", outcome.as_deref().unwrap_or("ok"));
+    }
+    let failed = outcomes
+        .iter()
+        .filter(|(_, _, outcome)| outcome.is_some())
+        .count();
+    if failed > 0 {
+        bail!("{failed} of {} demo steps failed", outcomes.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn expand(arg: &str, placeholders: &[(&str, String)]) -> String {
+    placeholders
+        .iter()
+        .fold(arg.to_owned(), |arg, (name, value)| {
+            arg.replace(name, value)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_expand_and_json_is_left_alone() {
+        let placeholders = [("{repo}", "/r".to_owned()), ("{home}", "/h".to_owned())];
+        assert_eq!(
+            expand("{repo}/examples/x.json", &placeholders),
+            "/r/examples/x.json"
+        );
+        assert_eq!(
+            expand(r#"{"tokenBudget":400}"#, &placeholders),
+            r#"{"tokenBudget":400}"#
+        );
+    }
+
+    #[test]
+    fn steps_use_only_known_placeholders() {
+        for step in STEPS {
+            for arg in step.args {
+                let rest = expand(
+                    arg,
+                    &[
+                        ("{home}", String::new()),
+                        ("{plugins}", String::new()),
+                        ("{variants}", String::new()),
+                        ("{repo}", String::new()),
+                    ],
+                );
+                assert!(
+                    !rest.contains("{h")
+                        && !rest.contains("{p")
+                        && !rest.contains("{v")
+                        && !rest.contains("{r"),
+                    "{arg}"
+                );
+            }
+        }
+    }
+}

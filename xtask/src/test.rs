@@ -1,0 +1,29 @@
+//! `cargo xtask test`: stage the plugins (dev build), then run `cargo test --workspace` against them.
+//!
+//! The tests that load real libraries find them through two variables:
+//! `PINCER_STAGED_PLUGINS` (the normal plugins) and `PINCER_PLUGIN_VARIANTS` (the test-only variants).
+//! Arguments after `--` go to `cargo test` unchanged, and its exit code is ours.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+
+use crate::build_plugins;
+use crate::workspace::{exit_code_of, shell_line, Workspace};
+
+pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
+    let staged = build_plugins::run(ws, build_plugins::Config { release: false })?;
+
+    let mut args: Vec<OsString> = vec!["test".into(), "--workspace".into()];
+    args.extend(cargo_args.iter().cloned());
+    eprintln!("$ {}", shell_line("cargo", &args));
+    let status = ws
+        .cargo()
+        .args(&args)
+        .env("PINCER_STAGED_PLUGINS", &staged.plugins_dir)
+        .env("PINCER_PLUGIN_VARIANTS", &staged.variants_dir)
+        .status()
+        .context("cannot run `cargo test`")?;
+    Ok(exit_code_of(status))
+}

@@ -1,0 +1,299 @@
+//! Rules of the repository that no compiler checks, enforced by a plain `#[test]` so `cargo test --workspace` runs them.
+//!
+//! - Every plugin folder (a folder under `plugins/` with a `Cargo.toml`) has a `pincer.plugin.json`
+//!   with an `id`, and builds a `cdylib`.
+//! - Only `plugin-api/Cargo.toml` names `abi_stable` as a dependency: the ABI stays behind the API crate.
+//! - Every `.rs` file of the crates and tests starts with a `//!` doc.
+//! - No `.rs` file has trailing whitespace.
+//!
+//! Each problem is printed as `path:line: rule`; the test lists them all, then fails.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::workspace::{project_root, PLUGIN_MANIFEST};
+
+/// The folders whose `.rs` files must start with a `//!` doc.
+const DOCUMENTED_ROOTS: &[&str] = &[
+    "plugin-api/src",
+    "host/src",
+    "plugins",
+    "xtask/src",
+    "tests",
+];
+
+/// The only manifest allowed to depend on `abi_stable`.
+const ABI_STABLE_OWNER: &str = "plugin-api/Cargo.toml";
+
+#[test]
+fn tidy() {
+    let root = project_root();
+    let mut problems = Vec::new();
+    check_plugin_folders(&root, &mut problems);
+    check_abi_stable_is_confined(&root, &mut problems);
+    check_module_docs(&root, &mut problems);
+    check_trailing_whitespace(&root, &mut problems);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        panic!(
+            "tidy found {} problem(s):\n{}\n",
+            problems.len(),
+            list.join("\n")
+        );
+    }
+}
+
+struct Problem {
+    /// Relative to the repository root, with `/` separators.
+    path: String,
+    line: usize,
+    rule: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.path, self.line, self.rule)
+    }
+}
+
+fn problem(root: &Path, path: &Path, line: usize, rule: impl Into<String>) -> Problem {
+    Problem {
+        path: relative(root, path),
+        line,
+        rule: rule.into(),
+    }
+}
+
+fn check_plugin_folders(root: &Path, problems: &mut Vec<Problem>) {
+    for cargo_toml in files_named(&root.join("plugins"), |name| name == "Cargo.toml") {
+        let dir = cargo_toml.parent().expect("a file has a folder");
+        let manifest = dir.join(PLUGIN_MANIFEST);
+        match fs::read_to_string(&manifest) {
+            Err(_) => problems.push(problem(
+                root,
+                &cargo_toml,
+                1,
+                format!("plugin folder has no {PLUGIN_MANIFEST}"),
+            )),
+            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                Err(err) => problems.push(problem(
+                    root,
+                    &manifest,
+                    err.line(),
+                    format!("not valid JSON: {err}"),
+                )),
+                Ok(json) => {
+                    if json["id"].as_str().is_none_or(str::is_empty) {
+                        problems.push(problem(
+                            root,
+                            &manifest,
+                            1,
+                            "plugin manifest has no string `id`",
+                        ));
+                    }
+                }
+            },
+        }
+        match fs::read_to_string(&cargo_toml) {
+            Err(err) => problems.push(problem(root, &cargo_toml, 1, format!("cannot read: {err}"))),
+            Ok(text) => {
+                if !declares_cdylib(&text) {
+                    problems.push(problem(
+                        root,
+                        &cargo_toml,
+                        1,
+                        "plugin crate has no `cdylib` in `crate-type`",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Whether a `crate-type = [...]` list in the manifest names `cdylib`.
+fn declares_cdylib(cargo_toml: &str) -> bool {
+    cargo_toml.match_indices("crate-type").any(|(start, _)| {
+        let rest = &cargo_toml[start..];
+        let list = &rest[..rest.find(']').unwrap_or(rest.len())];
+        list.contains("\"cdylib\"") || list.contains("'cdylib'")
+    })
+}
+
+fn check_abi_stable_is_confined(root: &Path, problems: &mut Vec<Problem>) {
+    for cargo_toml in files_named(root, |name| name == "Cargo.toml") {
+        if relative(root, &cargo_toml) == ABI_STABLE_OWNER {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(&cargo_toml) else {
+            continue;
+        };
+        for line in abi_stable_dependency_lines(&text) {
+            problems.push(problem(
+                root,
+                &cargo_toml,
+                line,
+                format!("only {ABI_STABLE_OWNER} may depend on abi_stable; use pincer-plugin-api"),
+            ));
+        }
+    }
+}
+
+/// The 1-based lines of a `Cargo.toml` that declare a dependency on `abi_stable`, under any key or rename.
+fn abi_stable_dependency_lines(cargo_toml: &str) -> Vec<usize> {
+    let is_abi_stable = |name: &str| {
+        let name = name.trim().trim_matches(|c| c == '"' || c == '\'');
+        name == "abi_stable" || name == "abi-stable"
+    };
+    let mut lines = Vec::new();
+    let mut in_dependencies = false;
+    for (index, line) in cargo_toml.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_end_matches(']');
+            in_dependencies = header.contains("dependencies");
+            // `[dependencies.abi_stable]`
+            if in_dependencies && header.split('.').any(is_abi_stable) {
+                lines.push(index + 1);
+            }
+            continue;
+        }
+        if !in_dependencies {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        // `abi_stable = ...`, `abi_stable.workspace = true`, or `alias = { package = "abi_stable" }`
+        let renamed = value.split(',').any(|part| {
+            let part = part.trim().trim_start_matches('{').trim();
+            part.split_once('=')
+                .is_some_and(|(k, v)| k.trim() == "package" && is_abi_stable(v))
+        });
+        if key.split('.').next().is_some_and(is_abi_stable)
+            || renamed
+            || (key.trim() == "package" && is_abi_stable(value))
+        {
+            lines.push(index + 1);
+        }
+    }
+    lines
+}
+
+fn check_module_docs(root: &Path, problems: &mut Vec<Problem>) {
+    for dir in DOCUMENTED_ROOTS {
+        for file in files_named(&root.join(dir), |name| name.ends_with(".rs")) {
+            let Ok(text) = fs::read_to_string(&file) else {
+                problems.push(problem(root, &file, 1, "not valid UTF-8"));
+                continue;
+            };
+            if !starts_with_module_doc(&text) {
+                problems.push(problem(
+                    root,
+                    &file,
+                    1,
+                    "file does not start with a `//!` doc comment",
+                ));
+            }
+        }
+    }
+}
+
+fn starts_with_module_doc(text: &str) -> bool {
+    text.lines()
+        .find(|line| !line.trim().is_empty())
+        .is_some_and(|line| line.starts_with("//!"))
+}
+
+fn check_trailing_whitespace(root: &Path, problems: &mut Vec<Problem>) {
+    for file in files_named(root, |name| name.ends_with(".rs")) {
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue;
+        };
+        for (index, line) in text.lines().enumerate() {
+            if line.ends_with([' ', '\t']) {
+                problems.push(problem(root, &file, index + 1, "trailing whitespace"));
+            }
+        }
+    }
+}
+
+/// Every file below `dir` whose name passes `wanted`, sorted, skipping `target/` and hidden folders.
+fn files_named(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            if file_type.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    pending.push(path);
+                }
+            } else if file_type.is_file() && wanted(&name) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    relative
+        .components()
+        .map(|it| it.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[test]
+fn finds_cdylib_in_crate_type() {
+    assert!(declares_cdylib(
+        "[lib]\nname = \"x\"\ncrate-type = [\"cdylib\", \"rlib\"]\n"
+    ));
+    assert!(declares_cdylib(
+        "[lib]\ncrate-type = [\n    \"rlib\",\n    \"cdylib\",\n]\n"
+    ));
+    assert!(!declares_cdylib(
+        "[lib]\ncrate-type = [\"rlib\"]\n[features]\nx = [\"cdylib\"]\n"
+    ));
+    assert!(!declares_cdylib("[package]\nname = \"x\"\n"));
+}
+
+#[test]
+fn finds_abi_stable_under_every_spelling() {
+    let manifest = r#"
+[package]
+name = "x"
+description = "does not use abi_stable"
+
+[dependencies]
+serde = "1"
+abi_stable = { version = "0.11" }
+abi-stable.workspace = true
+stable = { package = "abi_stable", version = "0.11" }
+# abi_stable = "0.11"
+
+[target.'cfg(unix)'.dependencies.abi_stable]
+version = "0.11"
+"#;
+    assert_eq!(abi_stable_dependency_lines(manifest), [8, 9, 10, 13]);
+}
+
+#[test]
+fn module_doc_must_come_first() {
+    assert!(starts_with_module_doc("//! Doc.\nfn f() {}\n"));
+    assert!(starts_with_module_doc("\n//! Doc after a blank line.\n"));
+    assert!(!starts_with_module_doc("// A plain comment.\n//! Doc.\n"));
+    assert!(!starts_with_module_doc("#![allow(dead_code)]\n//! Doc.\n"));
+    assert!(!starts_with_module_doc(""));
+}
