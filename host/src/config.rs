@@ -325,13 +325,12 @@ impl LoadedConfig {
                 })
             }
         };
-        let (config, unknown_keys) = parse(&text).map_err(|(location, message)| {
-            ConfigError::Malformed {
+        let (config, unknown_keys) =
+            parse(&text).map_err(|(location, message)| ConfigError::Malformed {
                 path: path.to_owned(),
                 location,
                 message,
-            }
-        })?;
+            })?;
         Ok(LoadedConfig {
             config,
             unknown_keys,

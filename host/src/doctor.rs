@@ -111,7 +111,11 @@ impl DoctorReport {
             out,
             "config: {}{}",
             self.config.path,
-            if self.config.exists { "" } else { " (not found; using defaults)" }
+            if self.config.exists {
+                ""
+            } else {
+                " (not found; using defaults)"
+            }
         );
         for key in &self.config.unknown_keys {
             let _ = writeln!(out, "  warning: unknown config key `{key}` (typo?)");
@@ -139,7 +143,10 @@ impl DoctorReport {
             out,
             "context engine: selected {} -> {}{}",
             self.context_engine.selected,
-            self.context_engine.resolved.as_deref().unwrap_or("(unresolved)"),
+            self.context_engine
+                .resolved
+                .as_deref()
+                .unwrap_or("(unresolved)"),
             self.context_engine
                 .reason
                 .as_deref()

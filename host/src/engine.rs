@@ -75,11 +75,10 @@ impl From<EngineError> for EngineCallError {
             EngineError::NotImplemented(_) => CallErrorKind::NotImplemented,
             EngineError::InvalidConfig(_) => CallErrorKind::InvalidConfig,
         };
-        let message = match &err {
-            EngineError::Panicked(m) => format!("engine panicked: {m}"),
-            other => other.message().to_owned(),
-        };
-        EngineCallError { kind, message }
+        EngineCallError {
+            kind,
+            message: err.message().to_owned(),
+        }
     }
 }
 
@@ -364,7 +363,10 @@ impl EngineInstance {
     ///
     /// # Errors
     /// The engine's error; `NotImplemented` when it has none.
-    pub fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
+    pub fn call_tool(
+        &self,
+        params: &ToolCallParams<'_>,
+    ) -> Result<ToolCallResult, EngineCallError> {
         host_result(self.object.call_tool(params))
     }
 

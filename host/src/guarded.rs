@@ -16,10 +16,10 @@
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::v1::{
-    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams,
-    BootstrapResult, CompactParams, CompactResult, HostParams, IngestBatchParams,
-    IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult,
-    OptionalMethods, SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams,
+    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CompactParams, CompactResult, HostParams, IngestBatchParams, IngestBatchResult, IngestParams,
+    IngestResult, MaintainParams, MaintainResult, OptionalMethods, SpawnRollbackBox,
+    SubagentEndedParams, SubagentSpawnParams,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
@@ -77,7 +77,9 @@ pub struct GuardedEngine {
 
 impl std::fmt::Debug for GuardedEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GuardedEngine").field("id", &self.id).finish()
+        f.debug_struct("GuardedEngine")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -237,7 +239,10 @@ impl GuardedEngine {
     ///
     /// # Errors
     /// An abort, strict policy, or both engines failing.
-    pub fn assemble(&self, params: &AssembleParams<'_>) -> Result<Guarded<AssembleResult>, GuardError> {
+    pub fn assemble(
+        &self,
+        params: &AssembleParams<'_>,
+    ) -> Result<Guarded<AssembleResult>, GuardError> {
         let projected = AssembleParams {
             host: self.project("assemble", &params.host),
             ..*params
@@ -273,7 +278,10 @@ impl GuardedEngine {
     ///
     /// # Errors
     /// The engine's original error (it is also quarantined), or an abort.
-    pub fn compact(&self, params: &CompactParams<'_>) -> Result<Guarded<CompactResult>, GuardError> {
+    pub fn compact(
+        &self,
+        params: &CompactParams<'_>,
+    ) -> Result<Guarded<CompactResult>, GuardError> {
         let projected = CompactParams {
             host: self.project("compact", &params.host),
             ..*params
@@ -357,7 +365,10 @@ impl GuardedEngine {
     ///
     /// # Errors
     /// As [`GuardedEngine::assemble`].
-    pub fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<Option<Guarded<()>>, GuardError> {
+    pub fn after_turn(
+        &self,
+        params: &AfterTurnParams<'_>,
+    ) -> Result<Option<Guarded<()>>, GuardError> {
         if !self.info().has(OptionalMethods::AFTER_TURN) {
             return Ok(None);
         }
@@ -467,10 +478,26 @@ pub fn project<'a>(info: &EngineDescriptor, method: &str, host: &HostParams<'a>)
     };
     let keep = |name: &str| accepted.iter().any(|p| p == name);
     HostParams {
-        session_key: if keep("sessionKey") { host.session_key } else { ROption::RNone },
-        prompt: if keep("prompt") { host.prompt } else { ROption::RNone },
-        runtime_settings: if keep("runtimeSettings") { host.runtime_settings } else { ROption::RNone },
-        session_target: if keep("sessionTarget") { host.session_target } else { ROption::RNone },
+        session_key: if keep("sessionKey") {
+            host.session_key
+        } else {
+            ROption::RNone
+        },
+        prompt: if keep("prompt") {
+            host.prompt
+        } else {
+            ROption::RNone
+        },
+        runtime_settings: if keep("runtimeSettings") {
+            host.runtime_settings
+        } else {
+            ROption::RNone
+        },
+        session_target: if keep("sessionTarget") {
+            host.session_target
+        } else {
+            ROption::RNone
+        },
         runtime_context_json: if keep("runtimeContext") {
             host.runtime_context_json
         } else {

@@ -38,6 +38,7 @@ pub mod config;
 pub mod doctor;
 pub mod engine;
 pub mod engines;
+pub mod exercise;
 pub mod guarded;
 pub mod loader;
 pub mod manifest;

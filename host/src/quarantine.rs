@@ -82,7 +82,13 @@ impl Quarantine {
 
     /// Records a failure. Returns `false` (and changes nothing) when the engine is already
     /// quarantined: the first failure wins. Logs the contract's line once.
-    pub fn record(&self, engine_id: &str, owner: Option<&str>, operation: &str, reason: &str) -> bool {
+    pub fn record(
+        &self,
+        engine_id: &str,
+        owner: Option<&str>,
+        operation: &str,
+        reason: &str,
+    ) -> bool {
         let record = QuarantineRecord {
             engine_id: engine_id.to_owned(),
             owner: owner.map(str::to_owned),
@@ -206,7 +212,10 @@ impl Quarantine {
                 std::fs::create_dir_all(dir)?;
             }
             let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-            std::fs::write(&tmp, serde_json::to_vec_pretty(&MirrorFile { records: rows })?)?;
+            std::fs::write(
+                &tmp,
+                serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
+            )?;
             std::fs::rename(&tmp, path)
         })();
         if let Err(err) = result {
@@ -256,7 +265,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let q = Quarantine::new(Some(dir.path()));
         q.clear(None);
-        assert!(!dir.path().join(MIRROR_FILE_NAME).exists(), "clearing an absent mirror creates no state");
+        assert!(
+            !dir.path().join(MIRROR_FILE_NAME).exists(),
+            "clearing an absent mirror creates no state"
+        );
         // A sibling process's record.
         let sibling = QuarantineRecord {
             engine_id: "other".into(),
@@ -268,11 +280,18 @@ mod tests {
         };
         std::fs::write(
             dir.path().join(MIRROR_FILE_NAME),
-            serde_json::to_string(&MirrorFile { records: vec![sibling] }).unwrap(),
+            serde_json::to_string(&MirrorFile {
+                records: vec![sibling],
+            })
+            .unwrap(),
         )
         .unwrap();
         let fresh = Quarantine::new(Some(dir.path()));
-        assert_eq!(fresh.list().len(), 1, "persisted records are listed when process state is empty");
+        assert_eq!(
+            fresh.list().len(),
+            1,
+            "persisted records are listed when process state is empty"
+        );
         fresh.record("mine", None, "assemble", "boom");
         assert_eq!(fresh.list().len(), 2);
         fresh.clear(None);

@@ -204,7 +204,9 @@ impl Registry {
             return Err("context engine registration missing id".to_owned());
         }
         if id == LEGACY_ENGINE_ID {
-            return Err(format!("context engine id reserved by core: {LEGACY_ENGINE_ID}"));
+            return Err(format!(
+                "context engine id reserved by core: {LEGACY_ENGINE_ID}"
+            ));
         }
         self.register_for_owner(
             id,

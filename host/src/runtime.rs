@@ -156,8 +156,12 @@ impl Runtime {
             .compactor
             .unwrap_or_else(|| Arc::new(NoRuntimeCompaction));
         let legacy = Arc::new(
-            create_legacy(HostServices::new(LEGACY_ENGINE_ID, Arc::clone(&compactor), None))
-                .expect("the built-in legacy engine always constructs"),
+            create_legacy(HostServices::new(
+                LEGACY_ENGINE_ID,
+                Arc::clone(&compactor),
+                None,
+            ))
+            .expect("the built-in legacy engine always constructs"),
         );
         registry
             .register_for_owner(
@@ -258,7 +262,11 @@ impl Runtime {
                 return status;
             }
         }
-        if let Some(other) = self.plugins.iter().find(|p| p.id == status.id && p.status == "loaded") {
+        if let Some(other) = self
+            .plugins
+            .iter()
+            .find(|p| p.id == status.id && p.status == "loaded")
+        {
             status.error = problem(
                 "duplicate_plugin",
                 format!(
@@ -390,7 +398,9 @@ impl Runtime {
                 return Ok(to_legacy(Some(format!("plugin \"{plugin_id}\" {why}"))));
             }
         } else if self.config.config.plugins.enabled == Some(false) {
-            return Ok(to_legacy(Some("plugins are disabled (plugins.enabled is false)".into())));
+            return Ok(to_legacy(Some(
+                "plugins are disabled (plugins.enabled is false)".into(),
+            )));
         }
         if let Some(record) = self.quarantine.get(selected) {
             if policy == FallbackPolicy::Strict {
@@ -425,7 +435,11 @@ impl Runtime {
                 None,
                 format!(
                     "Context engine \"{selected}\" is not registered. Available engines: {}",
-                    if available.is_empty() { "(none)".to_owned() } else { available.join(", ") }
+                    if available.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        available.join(", ")
+                    }
                 ),
             );
         };
@@ -434,7 +448,9 @@ impl Runtime {
             tracing::warn!(
                 "[context-engine] Context engine \"{selected}\" owner={owner} is registered for read-only discovery only; falling back to default engine \"{DEFAULT_ENGINE_ID}\" without quarantine until runtime activation registers it."
             );
-            return Ok(to_legacy(Some("registered for read-only discovery only".into())));
+            return Ok(to_legacy(Some(
+                "registered for read-only discovery only".into(),
+            )));
         }
         let instance = match self.instance(selected, &registration.factory) {
             Ok(instance) => instance,
@@ -483,7 +499,12 @@ impl Runtime {
                 if let Err(err) = library.manifest().validate_config(&config) {
                     return Err(("factory", err.to_string()));
                 }
-                library.create_engine(engine_id, &config, &self.dirs, self.services_for(id).into_abi())
+                library.create_engine(
+                    engine_id,
+                    &config,
+                    &self.dirs,
+                    self.services_for(id).into_abi(),
+                )
             }
         };
         let instance = created.map_err(|err| ("factory", err.message))?;

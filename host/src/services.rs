@@ -100,11 +100,21 @@ impl HostServicesAbi for HostServices {
         let fields = format_fields(record);
         // One callsite per level; the plugin's target and fields travel as fields.
         match record.level {
-            LogLevel::Error => tracing::error!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
-            LogLevel::Warn => tracing::warn!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
-            LogLevel::Info => tracing::info!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
-            LogLevel::Debug => tracing::debug!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
-            LogLevel::Trace => tracing::trace!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}"),
+            LogLevel::Error => {
+                tracing::error!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}")
+            }
+            LogLevel::Warn => {
+                tracing::warn!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}")
+            }
+            LogLevel::Info => {
+                tracing::info!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}")
+            }
+            LogLevel::Debug => {
+                tracing::debug!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}")
+            }
+            LogLevel::Trace => {
+                tracing::trace!(target: "pincer::plugin", engine_id, plugin_target = target, fields = %fields, "{message}")
+            }
         }
     }
 

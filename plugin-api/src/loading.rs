@@ -75,7 +75,9 @@ impl OpenError {
 impl std::fmt::Display for OpenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OpenError::Dlopen { message } => write!(f, "the dynamic loader refused the library: {message}"),
+            OpenError::Dlopen { message } => {
+                write!(f, "the dynamic loader refused the library: {message}")
+            }
             OpenError::NotAPlugin { message } => write!(
                 f,
                 "not a pincer plugin: the library exports no pincer root module ({message}); \
@@ -100,7 +102,10 @@ impl std::fmt::Display for OpenError {
                 crate::API_VERSION
             ),
             OpenError::RootModuleFailed { message } => {
-                write!(f, "the library's root module failed to initialise: {message}")
+                write!(
+                    f,
+                    "the library's root module failed to initialise: {message}"
+                )
             }
         }
     }
@@ -122,7 +127,9 @@ pub struct OpenedLibrary {
 
 impl std::fmt::Debug for OpenedLibrary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenedLibrary").field("path", &self.path).finish()
+        f.debug_struct("OpenedLibrary")
+            .field("path", &self.path)
+            .finish()
     }
 }
 

@@ -1,1 +1,158 @@
-//! (being written)
+//! Support for pincer's black-box tests: where the staged plugins and the `pincer` binary are,
+//! throwaway homes and plugin folders, and the shared τ-bench transcripts.
+//!
+//! The plugins are staged by `cargo xtask build-plugins` (which `cargo xtask test` runs
+//! first). A test that needs them fails with a message saying so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub use tempfile::TempDir;
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_owned()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The folder `cargo xtask build-plugins` stages normal plugins into.
+pub fn staged_plugins_dir() -> PathBuf {
+    let dir = std::env::var_os("PINCER_STAGED_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("plugins"));
+    assert!(
+        dir.join("sliding-window")
+            .join("pincer.plugin.json")
+            .is_file(),
+        "staged plugins not found in {}: run `cargo xtask build-plugins` (or `cargo xtask test`)",
+        dir.display()
+    );
+    dir
+}
+
+/// The folder of one staged normal plugin (`sliding-window`, `faulty`).
+pub fn staged_plugin(id: &str) -> PathBuf {
+    staged_plugins_dir().join(id)
+}
+
+/// The folder of one staged variant (`faulty-abort`, `future-api`).
+pub fn staged_variant(name: &str) -> PathBuf {
+    let dir = std::env::var_os("PINCER_PLUGIN_VARIANTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("plugin-variants"));
+    let path = dir.join(name);
+    assert!(
+        path.join("pincer.plugin.json").is_file(),
+        "staged variant {} not found: run `cargo xtask build-plugins`",
+        path.display()
+    );
+    path
+}
+
+/// Copies a plugin folder (manifest + library) into `dest/<name>` and returns it.
+pub fn copy_plugin(from: &Path, dest: &Path, name: &str) -> PathBuf {
+    let to = dest.join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+    to
+}
+
+/// Reads a plugin folder's manifest as JSON.
+pub fn read_manifest_json(plugin_dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(plugin_dir.join("pincer.plugin.json")).unwrap())
+        .unwrap()
+}
+
+/// Writes a plugin folder's manifest.
+pub fn write_manifest_json(plugin_dir: &Path, value: &serde_json::Value) {
+    std::fs::write(
+        plugin_dir.join("pincer.plugin.json"),
+        serde_json::to_string_pretty(value).unwrap(),
+    )
+    .unwrap();
+}
+
+/// The staged library file of a plugin folder.
+pub fn library_path(plugin_dir: &Path) -> PathBuf {
+    let manifest = read_manifest_json(plugin_dir);
+    plugin_dir.join(
+        manifest["library"]
+            .as_str()
+            .expect("staged manifests name their library"),
+    )
+}
+
+/// The `pincer` binary next to the test executable (`target/<profile>/pincer`).
+pub fn pincer_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("PINCER_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = profile_dir.join(format!("pincer{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} not found: build it with `cargo build -p pincer-host` (cargo xtask test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `pincer --home <home> <args…>` and returns its output.
+pub fn run_pincer(home: &Path, args: &[&str]) -> Output {
+    Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env_remove("PINCER_HOME")
+        .env_remove("PINCER_LOG")
+        .output()
+        .expect("pincer runs")
+}
+
+/// The bundled example conversation.
+pub fn example_conversation() -> PathBuf {
+    workspace_root()
+        .join("examples")
+        .join("airline-conversation.json")
+}
+
+/// The τ-bench airline transcripts in `../shared/data`, or `None` (with a printed notice)
+/// when they are absent outside CI. In CI (`CI` set) their absence fails the test.
+pub fn tau_bench_transcripts() -> Option<serde_json::Value> {
+    let path = workspace_root()
+        .join("..")
+        .join("shared")
+        .join("data")
+        .join("tau-bench-airline")
+        .join("gpt-4o-airline.shared.json");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(serde_json::from_str(&text).expect("the shared transcripts are JSON")),
+        Err(err) => {
+            if std::env::var_os("CI").is_some() {
+                panic!(
+                    "CI is set but the shared transcripts are missing at {}: {err}",
+                    path.display()
+                );
+            }
+            eprintln!(
+                "notice: skipping: shared transcripts not found at {} ({err})",
+                path.display()
+            );
+            None
+        }
+    }
+}

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::doctor::doctor;
+use pincer_host::exercise::exercise_engine;
 use pincer_host::quarantine::health_line;
 use pincer_host::runtime::{Runtime, RuntimeOptions};
 use pincer_host::session::Transcript;
@@ -60,6 +61,24 @@ enum Command {
         #[arg(long = "plugins-dir", value_name = "DIR")]
         plugins_dirs: Vec<PathBuf>,
     },
+    /// Calls every method of an engine once over a conversation and reports each outcome.
+    CheckEngine {
+        /// The conversation to drive the engine with.
+        #[arg(long, value_name = "FILE")]
+        conversation: PathBuf,
+        /// Use this engine instead of plugins.slots.contextEngine.
+        #[arg(long, value_name = "ID")]
+        engine: Option<String>,
+        /// The engine's config as JSON (replaces plugins.entries.<id>.config).
+        #[arg(long, value_name = "JSON")]
+        config: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Another folder to discover plugins in (repeatable).
+        #[arg(long = "plugins-dir", value_name = "DIR")]
+        plugins_dirs: Vec<PathBuf>,
+    },
 }
 
 fn init_logging(level: &str) {
@@ -90,7 +109,10 @@ fn main() -> ExitCode {
             let report = doctor(&runtime);
             runtime.shutdown();
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("report serializes")
+                );
             } else {
                 print!("{}", report.render_text());
             }
@@ -108,7 +130,10 @@ fn main() -> ExitCode {
             json,
             plugins_dirs,
         } => {
-            let overrides = match config.as_deref().map(serde_json::from_str::<serde_json::Value>) {
+            let overrides = match config
+                .as_deref()
+                .map(serde_json::from_str::<serde_json::Value>)
+            {
                 Some(Ok(value)) => Some(value),
                 Some(Err(err)) => return fail(format!("--config is not valid JSON: {err}"), 2),
                 None => None,
@@ -125,12 +150,99 @@ fn main() -> ExitCode {
             runtime.shutdown();
             code
         }
+        Command::CheckEngine {
+            conversation,
+            engine,
+            config,
+            json,
+            plugins_dirs,
+        } => {
+            let overrides = match config
+                .as_deref()
+                .map(serde_json::from_str::<serde_json::Value>)
+            {
+                Some(Ok(value)) => Some(value),
+                Some(Err(err)) => return fail(format!("--config is not valid JSON: {err}"), 2),
+                None => None,
+            };
+            let transcript = match Transcript::read(&conversation) {
+                Ok(t) => t,
+                Err(err) => return fail(err, 2),
+            };
+            let runtime = match open(home, plugins_dirs, Some((engine, overrides))) {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
+            let code = check_engine(&runtime, &transcript, json);
+            runtime.shutdown();
+            code
+        }
+    }
+}
+
+fn check_engine(runtime: &Runtime, transcript: &Transcript, json: bool) -> ExitCode {
+    let resolved = match runtime.resolve() {
+        Ok(r) => r,
+        Err(err) => return fail(err, 1),
+    };
+    let outcomes = exercise_engine(&resolved.engine, runtime.quarantine(), transcript);
+    let all_ok = resolved.resolution.resolved == resolved.resolution.selected
+        && outcomes
+            .iter()
+            .all(|o| matches!(o.outcome, "ok" | "not-implemented"));
+    if json {
+        let out = serde_json::json!({
+            "contextEngine": resolved.resolution,
+            "methods": outcomes,
+            "ok": all_ok,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serializes")
+        );
+    } else {
+        let r = &resolved.resolution;
+        println!(
+            "context engine: selected {} -> {}{}",
+            r.selected,
+            r.resolved,
+            r.reason
+                .as_deref()
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default()
+        );
+        for o in &outcomes {
+            let detail = match (&o.error, &o.answered_by) {
+                (Some(e), Some(by)) => format!("{} -> answered by {by}", e.message),
+                (Some(e), None) => e.message.clone(),
+                (None, Some(by)) => format!("answered by {by}"),
+                (None, None) => String::new(),
+            };
+            println!("  {:<22} {:<16} {}", o.method, o.outcome, detail);
+        }
+        println!(
+            "{}",
+            if all_ok {
+                "all methods answered by the engine"
+            } else {
+                "some methods failed (see above); the process kept running"
+            }
+        );
+    }
+    if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
 type Overrides = (Option<String>, Option<serde_json::Value>);
 
-fn open(home: PincerHome, plugins_dirs: Vec<PathBuf>, overrides: Option<Overrides>) -> Result<Runtime, ExitCode> {
+fn open(
+    home: PincerHome,
+    plugins_dirs: Vec<PathBuf>,
+    overrides: Option<Overrides>,
+) -> Result<Runtime, ExitCode> {
     let mut config = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config,
         Err(err) => return Err(fail(err, 2)),
@@ -141,7 +253,12 @@ fn open(home: PincerHome, plugins_dirs: Vec<PathBuf>, overrides: Option<Override
         }
         if let Some(value) = entry_config {
             let id = config.config.selected_engine().to_owned();
-            let entry = config.config.plugins.entries.entry(id).or_insert_with(EntryConfig::default);
+            let entry = config
+                .config
+                .plugins
+                .entries
+                .entry(id)
+                .or_insert_with(EntryConfig::default);
             entry.config = Some(value);
         }
     }
@@ -157,7 +274,9 @@ fn preview(message: &Message) -> String {
             ContentBlock::Text { text } => text.to_string(),
             ContentBlock::Thinking { .. } => "[thinking]".to_owned(),
             ContentBlock::ToolCall { id, name, .. } => format!("[toolCall {name} id={id}]"),
-            ContentBlock::ToolResult { tool_call_id, .. } => format!("[toolResult id={tool_call_id}]"),
+            ContentBlock::ToolResult { tool_call_id, .. } => {
+                format!("[toolResult id={tool_call_id}]")
+            }
             ContentBlock::Image { .. } => "[image]".to_owned(),
             ContentBlock::Other { kind, .. } => format!("[{kind}]"),
         });
@@ -170,7 +289,12 @@ fn preview(message: &Message) -> String {
     }
 }
 
-fn assemble(runtime: &Runtime, transcript: &Transcript, token_budget: Option<u64>, json: bool) -> ExitCode {
+fn assemble(
+    runtime: &Runtime,
+    transcript: &Transcript,
+    token_budget: Option<u64>,
+    json: bool,
+) -> ExitCode {
     let resolved = match runtime.resolve() {
         Ok(r) => r,
         Err(err) => return fail(err, 1),
@@ -199,7 +323,10 @@ fn assemble(runtime: &Runtime, transcript: &Transcript, token_budget: Option<u64
             "quarantine": quarantine,
             "health": health_line(&quarantine),
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serializes")
+        );
         return ExitCode::SUCCESS;
     }
     let r = &resolved.resolution;
@@ -207,7 +334,10 @@ fn assemble(runtime: &Runtime, transcript: &Transcript, token_budget: Option<u64
         "context engine: selected {} -> {}{}",
         r.selected,
         r.resolved,
-        r.reason.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
+        r.reason
+            .as_deref()
+            .map(|s| format!(" ({s})"))
+            .unwrap_or_default()
     );
     if let Some(failure) = &view.answer.failure {
         println!("engine \"{}\" failed: {}", r.selected, failure.message);
@@ -220,11 +350,21 @@ fn assemble(runtime: &Runtime, transcript: &Transcript, token_budget: Option<u64
         messages.len(),
         transcript.messages().len(),
         view.result.estimated_tokens,
-        if view.result.estimated_tokens == 0 { " (0: the engine leaves estimation to the caller)" } else { "" }
+        if view.result.estimated_tokens == 0 {
+            " (0: the engine leaves estimation to the caller)"
+        } else {
+            ""
+        }
     );
     for (message, origin) in messages.iter().zip(&origins) {
-        let index = origin.map(|i| format!("#{i:<3}")).unwrap_or_else(|| "new ".to_owned());
-        println!("  {index} {:<10} {}", message.role.as_str(), preview(message));
+        let index = origin
+            .map(|i| format!("#{i:<3}"))
+            .unwrap_or_else(|| "new ".to_owned());
+        println!(
+            "  {index} {:<10} {}",
+            message.role.as_str(),
+            preview(message)
+        );
     }
     if let Some(line) = health_line(&quarantine) {
         println!("{line}");

@@ -32,7 +32,7 @@ pub fn guard<T>(
         Ok(Ok(value)) => ROk(value),
         Ok(Err(err)) => RErr(err),
         Err(payload) => RErr(EngineError::Panicked(
-            format!("{method} panicked: {}", panic_message(payload.as_ref())).into(),
+            format!("panicked in {method}: {}", panic_message(payload.as_ref())).into(),
         )),
     }
 }

@@ -91,7 +91,7 @@ impl EngineError {
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EngineError::Panicked(m) => write!(f, "engine panicked: {m}"),
+            EngineError::Panicked(m) => f.write_str(m),
             EngineError::Aborted(m) => write!(f, "aborted: {m}"),
             EngineError::InvalidConfig(m) => write!(f, "invalid engine config: {m}"),
             EngineError::Failed(m) | EngineError::NotImplemented(m) => f.write_str(m),
