@@ -1,2 +1,289 @@
-//! Benchmarks (being written).
-fn main() {}
+//! What the plugin boundary costs: the `sliding-window` engine called through its loaded
+//! library versus the same engine linked statically into this benchmark, side by side in one
+//! run; plus the guard's cost and the time of one verified load.
+//!
+//! Run with `cargo xtask bench` (it stages release builds of the plugins first). Variants:
+//! - `static-direct`: the engine's Rust trait, called directly (inlinable);
+//! - `static-adapter`: the same engine wrapped by `into_engine_box` (vtable + catch_unwind),
+//!   linked statically;
+//! - `plugin`: the engine from the loaded `.so`, through `EngineInstance`;
+//! - `plugin-guarded`: the same through `GuardedEngine`: quarantine check, projection, and the
+//!   bounded call (a hand-off to a worker thread so that a hung engine cannot hold the caller).
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use pincer_host::config::FallbackPolicy;
+use pincer_host::engine::{EngineInstance, EngineOrigin};
+use pincer_host::engines::legacy::shared_legacy;
+use pincer_host::guarded::GuardedEngine;
+use pincer_host::loader::{EngineDirs, Loader};
+use pincer_host::quarantine::Quarantine;
+use pincer_host::request::{AssembleRequest, HostInputs, IngestRequest};
+use pincer_host::services::{HostServices, NoRuntimeCompaction};
+use pincer_plugin_api::abi::v1::{AbortSignal, AssembleParams, HostParams, IngestParams};
+use pincer_plugin_api::abi::{ROption, RSlice, RStr};
+use pincer_plugin_api::{
+    into_engine_box, optional_fns, ContentBlock, Engine, Host, Message, Role, ToolResultPart,
+};
+use sliding_window::{Config, SlidingWindow};
+
+fn staged_dir() -> PathBuf {
+    std::env::var_os("PINCER_STAGED_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"))
+        .join("sliding-window")
+}
+
+/// An airline-support-like conversation of `n` messages: user, assistant with a tool call,
+/// tool result, assistant answer, repeated.
+fn conversation(n: usize) -> Vec<Message> {
+    let mut out = vec![Message::text(
+        Role::System,
+        "You are an airline agent. ".repeat(40),
+    )];
+    let mut i = 0;
+    while out.len() < n {
+        let id = format!("call_{}", i % 97);
+        out.push(Message::text(
+            Role::User,
+            format!(
+                "Please check reservation R{i} and the flights on May {}.",
+                i % 28 + 1
+            ),
+        ));
+        out.push(Message::with_blocks(
+            Role::Assistant,
+            vec![ContentBlock::ToolCall {
+                id: id.clone().into(),
+                name: "get_reservation_details".into(),
+                arguments_json: format!("{{\"reservation_id\":\"R{i}\"}}").into(),
+            }],
+        ));
+        out.push(Message::with_blocks(
+            Role::ToolResult,
+            vec![ContentBlock::ToolResult {
+                tool_call_id: id.into(),
+                content: vec![ToolResultPart::Text {
+                    text: format!("{{\"reservation_id\":\"R{i}\",\"flights\":[\"HAT{i:03}\"],\"cabin\":\"economy\"}}").into(),
+                }]
+                .into(),
+                is_error: false,
+            }],
+        ));
+        out.push(Message::text(
+            Role::Assistant,
+            format!("Reservation R{i} is on HAT{i:03} in economy. Anything else?"),
+        ));
+        i += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+fn services() -> HostServices {
+    HostServices::new("sliding-window", Arc::new(NoRuntimeCompaction), None)
+}
+
+fn config(budget: u64) -> serde_json::Value {
+    serde_json::json!({ "tokenBudget": budget })
+}
+
+struct Engines {
+    direct: SlidingWindow,
+    adapter: EngineInstance,
+    plugin: Arc<EngineInstance>,
+    guarded: GuardedEngine,
+    _cache: tempfile::TempDir,
+}
+
+fn engines(budget: u64) -> Engines {
+    let cfg = Config {
+        token_budget: Some(budget),
+        min_messages: 1,
+        keep_system: true,
+    };
+    let direct = SlidingWindow::new(cfg.clone(), Host::new(services().into_abi())).unwrap();
+    let adapter = EngineInstance::new(
+        into_engine_box(
+            SlidingWindow::new(cfg, Host::new(services().into_abi())).unwrap(),
+            optional_fns!(SlidingWindow),
+        ),
+        EngineOrigin::Builtin,
+        None,
+    )
+    .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let library = Loader::new(cache.path().to_owned())
+        .load(&staged_dir())
+        .expect("staged sliding-window loads: run `cargo xtask bench`");
+    let plugin = Arc::new(
+        library
+            .create_engine(
+                "sliding-window",
+                &config(budget),
+                &EngineDirs::default(),
+                services().into_abi(),
+            )
+            .unwrap(),
+    );
+    let guarded = GuardedEngine::new(
+        "sliding-window",
+        Some("plugin:sliding-window"),
+        Arc::clone(&plugin),
+        shared_legacy(services()).unwrap(),
+        Arc::new(Quarantine::new(None)),
+        FallbackPolicy::Legacy,
+    );
+    Engines {
+        direct,
+        adapter,
+        plugin,
+        guarded,
+        _cache: cache,
+    }
+}
+
+fn host_params(abort: &AbortSignal) -> HostParams<'_> {
+    HostParams {
+        session_key: ROption::RSome(RStr::from_str("bench")),
+        abort_signal: ROption::RSome(abort),
+        ..HostParams::default()
+    }
+}
+
+fn bench_ingest(c: &mut Criterion) {
+    let e = engines(10_000);
+    let message = Message::text(Role::User, "Please change my flight to May 21.");
+    let abort = AbortSignal::new();
+    let params = IngestParams {
+        session_id: RStr::from_str("bench"),
+        message: &message,
+        is_heartbeat: false,
+        host: host_params(&abort),
+    };
+    let mut group = c.benchmark_group("ingest/one-message");
+    group.bench_function("static-direct", |b| {
+        b.iter(|| black_box(e.direct.ingest(black_box(&params)).unwrap()))
+    });
+    group.bench_function("static-adapter", |b| {
+        b.iter(|| black_box(e.adapter.ingest(black_box(&params)).unwrap()))
+    });
+    group.bench_function("plugin", |b| {
+        b.iter(|| black_box(e.plugin.ingest(black_box(&params)).unwrap()))
+    });
+    let request = Arc::new(IngestRequest {
+        session_id: Arc::from("bench"),
+        messages: Arc::from(vec![message.clone()]),
+        index: 0,
+        is_heartbeat: false,
+        host: HostInputs::default(),
+    });
+    group.bench_function("plugin-guarded", |b| {
+        b.iter(|| {
+            black_box(
+                e.guarded
+                    .ingest(Arc::clone(&request), Arc::new(AbortSignal::new()))
+                    .unwrap()
+                    .value,
+            )
+        })
+    });
+    group.finish();
+}
+
+fn bench_assemble(c: &mut Criterion) {
+    let mut group = c.benchmark_group("assemble");
+    for n in [1_000usize, 10_000, 100_000] {
+        let messages = conversation(n);
+        let total = pincer_plugin_api::tokens::estimate_tokens(&messages);
+        let budget = (total / 3).max(1);
+        let e = engines(budget);
+        let abort = AbortSignal::new();
+        let params = AssembleParams {
+            session_id: RStr::from_str("bench"),
+            messages: RSlice::from_slice(&messages),
+            token_budget: ROption::RNone,
+            available_tools: RSlice::from_slice(&[]),
+            citations_mode: ROption::RNone,
+            model: ROption::RNone,
+            host: host_params(&abort),
+        };
+        if n == 100_000 {
+            group.sample_size(20);
+        }
+        group.bench_with_input(BenchmarkId::new("static-direct", n), &n, |b, _| {
+            b.iter(|| black_box(e.direct.assemble(black_box(&params)).unwrap()))
+        });
+        group.bench_with_input(BenchmarkId::new("static-adapter", n), &n, |b, _| {
+            b.iter(|| black_box(e.adapter.assemble(black_box(&params)).unwrap()))
+        });
+        group.bench_with_input(BenchmarkId::new("plugin", n), &n, |b, _| {
+            b.iter(|| black_box(e.plugin.assemble(black_box(&params)).unwrap()))
+        });
+        let request = Arc::new(AssembleRequest {
+            session_id: Arc::from("bench"),
+            messages: Arc::from(messages.clone()),
+            token_budget: None,
+            host: HostInputs::default(),
+        });
+        group.bench_with_input(BenchmarkId::new("plugin-guarded", n), &n, |b, _| {
+            b.iter(|| {
+                black_box(
+                    e.guarded
+                        .assemble(Arc::clone(&request), Arc::new(AbortSignal::new()))
+                        .unwrap()
+                        .value,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+fn bench_load(c: &mut Criterion) {
+    let size = std::fs::metadata(pincer_tests_library(&staged_dir()))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let mut group = c.benchmark_group("load");
+    group.sample_size(20);
+    // Every iteration is a fresh load: a new cache folder, so a real copy and a new dlopen
+    // handle (each kept copy stays mapped: about 0.4 MiB per iteration).
+    group.bench_function(
+        format!("verified-load+factory ({} KiB library)", size / 1024),
+        |b| {
+            b.iter_batched(
+                || tempfile::tempdir().unwrap(),
+                |cache| {
+                    let library = Loader::new(cache.path().to_owned())
+                        .load(&staged_dir())
+                        .unwrap();
+                    let engine = library
+                        .create_engine(
+                            "sliding-window",
+                            &config(1000),
+                            &EngineDirs::default(),
+                            services().into_abi(),
+                        )
+                        .unwrap();
+                    black_box(engine);
+                    cache
+                },
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    group.finish();
+}
+
+fn pincer_tests_library(dir: &std::path::Path) -> PathBuf {
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pincer.plugin.json")).unwrap())
+            .unwrap();
+    dir.join(manifest["library"].as_str().unwrap())
+}
+
+criterion_group!(benches, bench_ingest, bench_assemble, bench_load);
+criterion_main!(benches);

@@ -116,14 +116,36 @@ pub struct CallTimeouts(pub BTreeMap<String, u64>);
 /// The default deadline of an engine call other than `compact` and `dispose`.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The default cleanup deadline of `dispose` (OpenClaw's agent cleanup timeout).
+pub const DEFAULT_DISPOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl CallTimeouts {
-    /// The deadline for `method`.
+    /// The deadline for `method`: its own entry, else `default`, else 60 s (10 s for
+    /// `dispose`, which `PINCER_CLEANUP_TIMEOUT_MS` may also set).
     pub fn for_method(&self, method: &str) -> Duration {
+        if let Some(ms) = self.0.get(method) {
+            return Duration::from_millis(*ms);
+        }
+        if method == "dispose" {
+            return std::env::var("PINCER_CLEANUP_TIMEOUT_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_millis)
+                .unwrap_or(DEFAULT_DISPOSE_TIMEOUT);
+        }
         self.0
-            .get(method)
-            .or_else(|| self.0.get("default"))
+            .get("default")
             .map(|ms| Duration::from_millis(*ms))
             .unwrap_or(DEFAULT_CALL_TIMEOUT)
+    }
+}
+
+impl CompactionConfig {
+    /// The compaction safety timeout: `timeoutSeconds` floored, when positive.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout_seconds
+            .filter(|s| s.is_finite() && *s >= 1.0)
+            .map(|s| Duration::from_secs(s.floor() as u64))
     }
 }
 

@@ -6,13 +6,17 @@
 //! Between methods the engine's quarantine is cleared, so each method is tried against the
 //! engine itself rather than its fallback.
 
+use std::sync::Arc;
+
 use pincer_plugin_api::abi::v1::{
-    AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
-    HostParams, IngestBatchParams, IngestParams, MaintainParams, SubagentContextMode,
-    SubagentEndReason, SubagentEndedParams, SubagentSpawnParams,
+    AbortSignal, CompactionTarget, SubagentContextMode, SubagentEndReason,
 };
-use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use serde::Serialize;
+
+use crate::request::{
+    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
+    IngestBatchRequest, IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
+};
 
 use crate::engine::EngineCallError;
 use crate::guarded::{Answer, GuardError, Guarded, GuardedEngine};
@@ -84,15 +88,14 @@ pub fn exercise_engine(
     quarantine: &Quarantine,
     transcript: &Transcript,
 ) -> Vec<MethodOutcome> {
-    let messages = transcript.messages();
-    let abort = AbortSignal::new();
-    let session = RStr::from_str("check-engine");
-    let file = RStr::from_str("check-engine.jsonl");
-    let host = HostParams {
-        session_key: ROption::RSome(session),
-        abort_signal: ROption::RSome(&abort),
-        ..HostParams::default()
+    let messages = transcript.shared_messages();
+    let session: Arc<str> = Arc::from("check-engine");
+    let file: Arc<str> = Arc::from("check-engine.jsonl");
+    let host = HostInputs {
+        session_key: Some(Arc::clone(&session)),
+        ..HostInputs::default()
     };
+    let abort = || Arc::new(AbortSignal::new());
     let id = engine.id().to_owned();
     let mut out = Vec::new();
     let mut push = |outcome: MethodOutcome| {
@@ -101,24 +104,31 @@ pub fn exercise_engine(
     };
     push(outcome_of(
         "bootstrap",
-        engine.bootstrap(&BootstrapParams {
-            session_id: session,
-            session_file: file,
-            host,
-        }),
+        engine.bootstrap(
+            Arc::new(BootstrapRequest {
+                session_id: Arc::clone(&session),
+                session_file: Arc::clone(&file),
+                host: host.clone(),
+            }),
+            abort(),
+        ),
         quarantine,
         &id,
     ));
-    if let Some(first) = messages.first() {
+    if !messages.is_empty() {
         push(outcome_of(
             "ingest",
             engine
-                .ingest(&IngestParams {
-                    session_id: session,
-                    message: first,
-                    is_heartbeat: false,
-                    host,
-                })
+                .ingest(
+                    Arc::new(IngestRequest {
+                        session_id: Arc::clone(&session),
+                        messages: Arc::clone(&messages),
+                        index: 0,
+                        is_heartbeat: false,
+                        host: host.clone(),
+                    }),
+                    abort(),
+                )
                 .map(Some),
             quarantine,
             &id,
@@ -126,87 +136,100 @@ pub fn exercise_engine(
     }
     push(outcome_of(
         "ingestBatch",
-        engine.ingest_batch(&IngestBatchParams {
-            session_id: session,
-            messages: RSlice::from_slice(messages),
-            is_heartbeat: false,
-            host,
-        }),
+        engine.ingest_batch(
+            Arc::new(IngestBatchRequest {
+                session_id: Arc::clone(&session),
+                messages: Arc::clone(&messages),
+                range: 0..messages.len(),
+                is_heartbeat: false,
+                host: host.clone(),
+            }),
+            abort(),
+        ),
         quarantine,
         &id,
     ));
     push(outcome_of(
         "assemble",
         engine
-            .assemble(&AssembleParams {
-                session_id: session,
-                messages: RSlice::from_slice(messages),
-                token_budget: ROption::RNone,
-                available_tools: RSlice::from_slice(&[]),
-                citations_mode: ROption::RNone,
-                model: ROption::RNone,
-                host,
-            })
+            .assemble(
+                Arc::new(AssembleRequest {
+                    session_id: Arc::clone(&session),
+                    messages: Arc::clone(&messages),
+                    token_budget: None,
+                    host: host.clone(),
+                }),
+                abort(),
+            )
             .map(Some),
         quarantine,
         &id,
     ));
     push(outcome_of(
         "afterTurn",
-        engine.after_turn(&AfterTurnParams {
-            session_id: session,
-            session_file: file,
-            messages: RSlice::from_slice(messages),
-            pre_prompt_message_count: messages.len().saturating_sub(1) as u64,
-            auto_compaction_summary: ROption::RNone,
-            is_heartbeat: false,
-            token_budget: ROption::RNone,
-            host,
-        }),
+        engine.after_turn(
+            Arc::new(AfterTurnRequest {
+                session_id: Arc::clone(&session),
+                session_file: Arc::clone(&file),
+                messages: Arc::clone(&messages),
+                pre_prompt_message_count: messages.len().saturating_sub(1) as u64,
+                auto_compaction_summary: None,
+                is_heartbeat: false,
+                token_budget: None,
+                host: host.clone(),
+            }),
+            abort(),
+        ),
         quarantine,
         &id,
     ));
     push(outcome_of(
         "maintain",
-        engine.maintain(&MaintainParams {
-            session_id: session,
-            session_file: file,
-            reason: RStr::from_str("turn"),
-            host,
-        }),
+        engine.maintain(
+            Arc::new(MaintainRequest {
+                session_id: Arc::clone(&session),
+                session_file: Arc::clone(&file),
+                reason: Arc::from("turn"),
+                host: host.clone(),
+            }),
+            abort(),
+        ),
         quarantine,
         &id,
     ));
     push(outcome_of(
         "compact",
         engine
-            .compact(&CompactParams {
-                session_id: session,
-                session_file: file,
-                agent_id: ROption::RNone,
-                messages: RSlice::from_slice(messages),
-                token_budget: ROption::RNone,
-                force: true,
-                force_reason: ROption::RSome(RStr::from_str("manual")),
-                current_token_count: ROption::RNone,
-                compaction_target: CompactionTarget::Budget,
-                custom_instructions: ROption::RNone,
-                host,
-            })
+            .compact(
+                Arc::new(CompactRequest {
+                    session_id: Arc::clone(&session),
+                    session_file: Arc::clone(&file),
+                    agent_id: None,
+                    messages: Arc::clone(&messages),
+                    token_budget: None,
+                    force: true,
+                    force_reason: Some(Arc::from("manual")),
+                    current_token_count: None,
+                    compaction_target: CompactionTarget::Budget,
+                    custom_instructions: None,
+                    host: host.clone(),
+                }),
+                abort(),
+            )
             .map(Some),
         quarantine,
         &id,
     ));
-    let spawn = engine.prepare_subagent_spawn(&SubagentSpawnParams {
-        parent_session_key: session,
-        child_session_key: RStr::from_str("check-engine:child"),
-        context_mode: ROption::RSome(SubagentContextMode::Isolated),
-        parent_session_id: ROption::RSome(session),
-        parent_session_file: ROption::RNone,
-        child_session_id: ROption::RNone,
-        child_session_file: ROption::RNone,
-        ttl_ms: ROption::RNone,
-    });
+    let spawn = engine.prepare_subagent_spawn(Arc::new(SubagentSpawnRequest {
+        parent_session_key: Arc::clone(&session),
+        child_session_key: Arc::from("check-engine:child"),
+        context_mode: Some(SubagentContextMode::Isolated),
+        parent_session_id: Some(Arc::clone(&session)),
+        parent_session_file: None,
+        child_session_id: None,
+        child_session_file: None,
+        ttl_ms: None,
+    }));
     // Exercise the rollback handle too: the spawn "fails" right after preparing.
     let rollback_outcome = match &spawn {
         Ok(Some(Guarded {
@@ -236,10 +259,10 @@ pub fn exercise_engine(
     }
     push(outcome_of(
         "onSubagentEnded",
-        engine.on_subagent_ended(&SubagentEndedParams {
-            child_session_key: RStr::from_str("check-engine:child"),
+        engine.on_subagent_ended(Arc::new(SubagentEndedRequest {
+            child_session_key: Arc::from("check-engine:child"),
             reason: SubagentEndReason::Completed,
-        }),
+        })),
         quarantine,
         &id,
     ));

@@ -11,22 +11,63 @@
 //!   vanish;
 //! - with `plugins.contextEngineFallback: "strict"`, the error is returned instead of falling back.
 //!
-//! The default engine (`legacy`) is never guarded: it is its own fallback.
+//! Every call is bounded (see [`crate::bounded`]): `compact` by the compaction safety timeout
+//! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
+//! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
+//! the engine, even when the engine ignores its abort signal and never returns.
+//!
+//! Every call is bounded (see [`crate::bounded`]): `compact` by the compaction safety timeout
+//! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
+//! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
+//! the engine, even when the engine ignores its abort signal and never returns.
+//!
+//! The default engine (`legacy`) is never quarantined: it is its own fallback.
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use pincer_plugin_api::abi::v1::{
-    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CompactParams, CompactResult, HostParams, IngestBatchParams, IngestBatchResult, IngestParams,
-    IngestResult, MaintainParams, MaintainResult, OptionalMethods, SpawnRollbackBox,
-    SubagentEndedParams, SubagentSpawnParams,
+    AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams, IngestBatchResult,
+    IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
-use crate::config::FallbackPolicy;
+use crate::bounded::{self, Deadline};
+use crate::config::{CallTimeouts, FallbackPolicy};
 use crate::engine::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
 use crate::quarantine::Quarantine;
+use crate::request::{
+    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
+    IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
+};
+
+/// The default compaction safety timeout (reference §9.1).
+pub const DEFAULT_COMPACTION_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The message of a compaction that ran past its deadline.
+pub const COMPACTION_TIMED_OUT: &str = "Compaction timed out";
+
+/// How long each kind of call may take.
+#[derive(Debug, Clone, Default)]
+pub struct Timeouts {
+    /// Per-method deadlines of everything but `compact`.
+    pub calls: CallTimeouts,
+    /// The compaction safety timeout; `None`: 180 s.
+    pub compact: Option<Duration>,
+}
+
+impl Timeouts {
+    /// The deadline window of `method`.
+    pub fn for_method(&self, method: &str) -> Duration {
+        if method == "compact" {
+            self.compact.unwrap_or(DEFAULT_COMPACTION_TIMEOUT)
+        } else {
+            self.calls.for_method(method)
+        }
+    }
+}
 
 /// The reason text of the canned results.
 pub const DOWNGRADED_REASON: &str = "context engine downgraded to legacy";
@@ -73,6 +114,7 @@ pub struct GuardedEngine {
     fallback: Arc<EngineInstance>,
     quarantine: Arc<Quarantine>,
     policy: FallbackPolicy,
+    timeouts: Timeouts,
 }
 
 impl std::fmt::Debug for GuardedEngine {
@@ -85,18 +127,16 @@ impl std::fmt::Debug for GuardedEngine {
 
 /// Whether `err` is an abort: an `Aborted` error, or any error while the signal had fired whose
 /// message says abort/cancel (§4.4a).
-fn is_abort(err: &EngineCallError, signal: Option<&AbortSignal>) -> bool {
+fn is_abort(err: &EngineCallError, signal: &AbortSignal) -> bool {
     if err.is_abort() {
         return true;
     }
-    let fired = signal.is_some_and(|s| s.is_aborted());
     let text = err.message.to_ascii_lowercase();
-    fired && (text.contains("abort") || text.contains("cancelled") || text.contains("canceled"))
+    signal.is_aborted()
+        && (text.contains("abort") || text.contains("cancelled") || text.contains("canceled"))
 }
 
-fn signal<'a>(host: &HostParams<'a>) -> Option<&'a AbortSignal> {
-    host.abort_signal.into_option()
-}
+type Call<T> = Box<dyn FnOnce(&EngineInstance, &AbortSignal) -> Result<T, EngineCallError> + Send>;
 
 impl GuardedEngine {
     /// Guards `primary` (registered as `id` by `owner`) with `fallback`.
@@ -115,7 +155,14 @@ impl GuardedEngine {
             fallback,
             quarantine,
             policy,
+            timeouts: Timeouts::default(),
         }
+    }
+
+    /// Sets the call deadlines.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
     }
 
     /// The id the engine was selected as.
@@ -146,42 +193,70 @@ impl GuardedEngine {
         &self.primary
     }
 
-    /// Host-parameter projection (§6.1): keep a host param when the engine declared none,
-    /// listed it, or — for `compact` — it is the abort signal.
-    pub fn project<'a>(&self, method: &str, host: &HostParams<'a>) -> HostParams<'a> {
-        project(self.primary.descriptor(), method, host)
+    /// Runs one call of `instance` under its deadline.
+    fn bounded<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        instance: &Arc<EngineInstance>,
+        abort: &Arc<AbortSignal>,
+        call: Call<T>,
+    ) -> Result<T, EngineCallError> {
+        let window = self.timeouts.for_method(operation);
+        let engine = Arc::clone(instance);
+        let signal = Arc::clone(abort);
+        match bounded::run(Deadline::new(window), Arc::clone(abort), move || {
+            call(&engine, &signal)
+        }) {
+            Ok(result) => result,
+            Err(timed_out) => Err(EngineCallError::new(
+                CallErrorKind::TimedOut,
+                if operation == "compact" {
+                    COMPACTION_TIMED_OUT.to_owned()
+                } else {
+                    format!(
+                        "{operation} timed out after {} ms",
+                        timed_out.waited.as_millis()
+                    )
+                },
+            )),
+        }
     }
 
     /// The core of every guarded call.
-    fn run<T>(
+    fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
-        abort: Option<&AbortSignal>,
+        abort: Arc<AbortSignal>,
         fail_closed: bool,
-        primary: impl FnOnce(&EngineInstance) -> Result<T, EngineCallError>,
-        fallback: impl FnOnce(&EngineInstance) -> Result<T, EngineCallError>,
+        primary: Call<T>,
+        fallback: Call<T>,
     ) -> Result<Guarded<T>, GuardError> {
         let fail = |error: EngineCallError| GuardError {
             engine_id: self.id.clone(),
             operation,
             error,
         };
-        if abort.is_some_and(|s| s.is_aborted()) {
+        let answer = |answered_by: &str, failure, was_quarantined| Answer {
+            answered_by: answered_by.to_owned(),
+            failure,
+            was_quarantined,
+        };
+        if abort.is_aborted() {
             return Err(fail(EngineCallError::new(
                 CallErrorKind::Aborted,
                 "Context engine operation aborted.",
             )));
         }
         if self.is_default() {
-            return primary(&self.primary).map_err(fail).map(|value| Guarded {
-                value,
-                answer: Answer {
-                    answered_by: self.id.clone(),
-                    failure: None,
-                    was_quarantined: false,
-                },
-            });
+            return self
+                .bounded(operation, &self.primary, &abort, primary)
+                .map_err(fail)
+                .map(|value| Guarded {
+                    value,
+                    answer: answer(&self.id, None, false),
+                });
         }
+        let fallback_id = self.fallback.descriptor().id.clone();
         if self.quarantine.is_quarantined(&self.id) {
             if self.policy == FallbackPolicy::Strict {
                 let reason = self
@@ -194,39 +269,38 @@ impl GuardedEngine {
                     format!("engine is quarantined ({reason}) and plugins.contextEngineFallback is \"strict\""),
                 )));
             }
-            return fallback(&self.fallback).map_err(fail).map(|value| Guarded {
-                value,
-                answer: Answer {
-                    answered_by: self.fallback.descriptor().id.clone(),
-                    failure: None,
-                    was_quarantined: true,
-                },
-            });
+            return self
+                .bounded(operation, &self.fallback, &abort, fallback)
+                .map_err(fail)
+                .map(|value| Guarded {
+                    value,
+                    answer: answer(&fallback_id, None, true),
+                });
         }
-        match primary(&self.primary) {
+        match self.bounded(operation, &self.primary, &abort, primary) {
             Ok(value) => Ok(Guarded {
                 value,
-                answer: Answer {
-                    answered_by: self.id.clone(),
-                    failure: None,
-                    was_quarantined: false,
-                },
+                answer: answer(&self.id, None, false),
             }),
-            Err(error) if is_abort(&error, abort) => Err(fail(error)),
+            Err(error) if error.kind != CallErrorKind::TimedOut && is_abort(&error, &abort) => {
+                Err(fail(error))
+            }
             Err(error) => {
                 self.quarantine
                     .record(&self.id, self.owner.as_deref(), operation, &error.message);
                 if fail_closed || self.policy == FallbackPolicy::Strict {
                     return Err(fail(error));
                 }
-                match fallback(&self.fallback) {
+                // The fallback gets a fresh signal: the primary's may have fired on timeout.
+                match self.bounded(
+                    operation,
+                    &self.fallback,
+                    &Arc::new(AbortSignal::new()),
+                    fallback,
+                ) {
                     Ok(value) => Ok(Guarded {
                         value,
-                        answer: Answer {
-                            answered_by: self.fallback.descriptor().id.clone(),
-                            failure: Some(error),
-                            was_quarantined: false,
-                        },
+                        answer: answer(&fallback_id, Some(error), false),
                     }),
                     // If the fallback fails too, the original error is what the caller sees.
                     Err(_) => Err(fail(error)),
@@ -235,24 +309,33 @@ impl GuardedEngine {
         }
     }
 
+    fn projector(
+        &self,
+        method: &'static str,
+    ) -> impl Fn(HostParams<'_>) -> HostParams<'_> + Send + Clone + 'static {
+        let accepted = self.primary.descriptor().accepted_host_params.clone();
+        move |host| project_with(accepted.as_deref(), method, &host)
+    }
+
     /// `assemble`, falling back to legacy's pass-through.
     ///
     /// # Errors
-    /// An abort, strict policy, or both engines failing.
+    /// An abort, strict policy, a timeout with strict policy, or both engines failing.
     pub fn assemble(
         &self,
-        params: &AssembleParams<'_>,
+        request: Arc<AssembleRequest>,
+        abort: Arc<AbortSignal>,
     ) -> Result<Guarded<AssembleResult>, GuardError> {
-        let projected = AssembleParams {
-            host: self.project("assemble", &params.host),
-            ..*params
-        };
+        let project = self.projector("assemble");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "assemble",
-            signal(&params.host),
+            abort,
             false,
-            |e| e.assemble(&projected),
-            |legacy| legacy.assemble(params),
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.assemble(p))),
+            Box::new(move |legacy, abort| {
+                fallback_request.with_abi(abort, |h| h, |p| legacy.assemble(p))
+            }),
         )
     }
 
@@ -260,38 +343,43 @@ impl GuardedEngine {
     ///
     /// # Errors
     /// As [`GuardedEngine::assemble`].
-    pub fn ingest(&self, params: &IngestParams<'_>) -> Result<Guarded<IngestResult>, GuardError> {
-        let projected = IngestParams {
-            host: self.project("ingest", &params.host),
-            ..*params
-        };
+    pub fn ingest(
+        &self,
+        request: Arc<IngestRequest>,
+        abort: Arc<AbortSignal>,
+    ) -> Result<Guarded<IngestResult>, GuardError> {
+        let project = self.projector("ingest");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "ingest",
-            signal(&params.host),
+            abort,
             false,
-            |e| e.ingest(&projected),
-            |legacy| legacy.ingest(params),
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest(p))),
+            Box::new(move |legacy, abort| {
+                fallback_request.with_abi(abort, |h| h, |p| legacy.ingest(p))
+            }),
         )
     }
 
-    /// `compact`: fails closed.
+    /// `compact`: bounded by the compaction safety timeout, fails closed.
     ///
     /// # Errors
-    /// The engine's original error (it is also quarantined), or an abort.
+    /// The engine's original error (it is also quarantined), `Compaction timed out`, or an abort.
     pub fn compact(
         &self,
-        params: &CompactParams<'_>,
+        request: Arc<CompactRequest>,
+        abort: Arc<AbortSignal>,
     ) -> Result<Guarded<CompactResult>, GuardError> {
-        let projected = CompactParams {
-            host: self.project("compact", &params.host),
-            ..*params
-        };
+        let project = self.projector("compact");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "compact",
-            signal(&params.host),
+            abort,
             true,
-            |e| e.compact(&projected),
-            |legacy| legacy.compact(params),
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.compact(p))),
+            Box::new(move |legacy, abort| {
+                fallback_request.with_abi(abort, |h| h, |p| legacy.compact(p))
+            }),
         )
     }
 
@@ -301,23 +389,22 @@ impl GuardedEngine {
     /// As [`GuardedEngine::assemble`].
     pub fn bootstrap(
         &self,
-        params: &BootstrapParams<'_>,
+        request: Arc<BootstrapRequest>,
+        abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<BootstrapResult>>, GuardError> {
         if !self.info().has(OptionalMethods::BOOTSTRAP) {
             return Ok(None);
         }
-        let projected = BootstrapParams {
-            host: self.project("bootstrap", &params.host),
-            ..*params
-        };
+        let project = self.projector("bootstrap");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "bootstrap",
-            signal(&params.host),
+            abort,
             false,
-            |e| e.bootstrap(&projected),
-            |legacy| {
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.bootstrap(p))),
+            Box::new(move |legacy, abort| {
                 if legacy.descriptor().has(OptionalMethods::BOOTSTRAP) {
-                    legacy.bootstrap(params)
+                    fallback_request.with_abi(abort, |h| h, |p| legacy.bootstrap(p))
                 } else {
                     Ok(BootstrapResult {
                         bootstrapped: false,
@@ -325,7 +412,7 @@ impl GuardedEngine {
                         reason: ROption::RSome(DOWNGRADED_REASON.into()),
                     })
                 }
-            },
+            }),
         )
         .map(Some)
     }
@@ -336,27 +423,26 @@ impl GuardedEngine {
     /// As [`GuardedEngine::assemble`].
     pub fn ingest_batch(
         &self,
-        params: &IngestBatchParams<'_>,
+        request: Arc<IngestBatchRequest>,
+        abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<IngestBatchResult>>, GuardError> {
         if !self.info().has(OptionalMethods::INGEST_BATCH) {
             return Ok(None);
         }
-        let projected = IngestBatchParams {
-            host: self.project("ingestBatch", &params.host),
-            ..*params
-        };
+        let project = self.projector("ingestBatch");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "ingestBatch",
-            signal(&params.host),
+            abort,
             false,
-            |e| e.ingest_batch(&projected),
-            |legacy| {
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest_batch(p))),
+            Box::new(move |legacy, abort| {
                 if legacy.descriptor().has(OptionalMethods::INGEST_BATCH) {
-                    legacy.ingest_batch(params)
+                    fallback_request.with_abi(abort, |h| h, |p| legacy.ingest_batch(p))
                 } else {
                     Ok(IngestBatchResult { ingested_count: 0 })
                 }
-            },
+            }),
         )
         .map(Some)
     }
@@ -367,27 +453,26 @@ impl GuardedEngine {
     /// As [`GuardedEngine::assemble`].
     pub fn after_turn(
         &self,
-        params: &AfterTurnParams<'_>,
+        request: Arc<AfterTurnRequest>,
+        abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
         if !self.info().has(OptionalMethods::AFTER_TURN) {
             return Ok(None);
         }
-        let projected = AfterTurnParams {
-            host: self.project("afterTurn", &params.host),
-            ..*params
-        };
+        let project = self.projector("afterTurn");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "afterTurn",
-            signal(&params.host),
+            abort,
             false,
-            |e| e.after_turn(&projected),
-            |legacy| {
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.after_turn(p))),
+            Box::new(move |legacy, abort| {
                 if legacy.descriptor().has(OptionalMethods::AFTER_TURN) {
-                    legacy.after_turn(params)
+                    fallback_request.with_abi(abort, |h| h, |p| legacy.after_turn(p))
                 } else {
                     Ok(())
                 }
-            },
+            }),
         )
         .map(Some)
     }
@@ -398,23 +483,22 @@ impl GuardedEngine {
     /// As [`GuardedEngine::assemble`].
     pub fn maintain(
         &self,
-        params: &MaintainParams<'_>,
+        request: Arc<MaintainRequest>,
+        abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<MaintainResult>>, GuardError> {
         if !self.info().has(OptionalMethods::MAINTAIN) {
             return Ok(None);
         }
-        let projected = MaintainParams {
-            host: self.project("maintain", &params.host),
-            ..*params
-        };
+        let project = self.projector("maintain");
+        let fallback_request = Arc::clone(&request);
         self.run(
             "maintain",
-            signal(&params.host),
+            abort,
             false,
-            |e| e.maintain(&projected),
-            |legacy| {
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.maintain(p))),
+            Box::new(move |legacy, abort| {
                 if legacy.descriptor().has(OptionalMethods::MAINTAIN) {
-                    legacy.maintain(params)
+                    fallback_request.with_abi(abort, |h| h, |p| legacy.maintain(p))
                 } else {
                     Ok(MaintainResult {
                         changed: false,
@@ -423,7 +507,7 @@ impl GuardedEngine {
                         reason: ROption::RSome(DOWNGRADED_REASON.into()),
                     })
                 }
-            },
+            }),
         )
         .map(Some)
     }
@@ -434,17 +518,17 @@ impl GuardedEngine {
     /// The engine's original error (it is also quarantined).
     pub fn prepare_subagent_spawn(
         &self,
-        params: &SubagentSpawnParams<'_>,
+        request: Arc<SubagentSpawnRequest>,
     ) -> Result<Option<Guarded<Option<SpawnRollbackBox>>>, GuardError> {
         if !self.info().has(OptionalMethods::PREPARE_SUBAGENT_SPAWN) {
             return Ok(None);
         }
         self.run(
             "prepareSubagentSpawn",
-            None,
+            Arc::new(AbortSignal::new()),
             true,
-            |e| e.prepare_subagent_spawn(params),
-            |_| Ok(None),
+            Box::new(move |e, _| request.with_abi(|p| e.prepare_subagent_spawn(p))),
+            Box::new(|_, _| Ok(None)),
         )
         .map(Some)
     }
@@ -455,25 +539,34 @@ impl GuardedEngine {
     /// As [`GuardedEngine::assemble`].
     pub fn on_subagent_ended(
         &self,
-        params: &SubagentEndedParams<'_>,
+        request: Arc<SubagentEndedRequest>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
         if !self.info().has(OptionalMethods::ON_SUBAGENT_ENDED) {
             return Ok(None);
         }
         self.run(
             "onSubagentEnded",
-            None,
+            Arc::new(AbortSignal::new()),
             false,
-            |e| e.on_subagent_ended(params),
-            |_| Ok(()),
+            Box::new(move |e, _| request.with_abi(|p| e.on_subagent_ended(p))),
+            Box::new(|_, _| Ok(())),
         )
         .map(Some)
     }
 }
 
-/// Host-parameter projection (§6.1) for an engine's `info`.
+/// Host-parameter projection (§6.1) for an engine's `info`: keep a host param when the engine
+/// declared none, listed it, or — for `compact` — it is the abort signal.
 pub fn project<'a>(info: &EngineDescriptor, method: &str, host: &HostParams<'a>) -> HostParams<'a> {
-    let Some(accepted) = &info.accepted_host_params else {
+    project_with(info.accepted_host_params.as_deref(), method, host)
+}
+
+fn project_with<'a>(
+    accepted: Option<&[String]>,
+    method: &str,
+    host: &HostParams<'a>,
+) -> HostParams<'a> {
+    let Some(accepted) = accepted else {
         return *host;
     };
     let keep = |name: &str| accepted.iter().any(|p| p == name);

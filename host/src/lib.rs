@@ -34,6 +34,7 @@
 //! - [`guarded::GuardedEngine`]: quarantine, fallback and host-parameter projection around it.
 //! - [`quarantine::Quarantine`]: the process's failed engines, mirrored to disk for `health`.
 
+pub mod bounded;
 pub mod config;
 pub mod doctor;
 pub mod engine;
@@ -44,6 +45,7 @@ pub mod loader;
 pub mod manifest;
 pub mod quarantine;
 pub mod registry;
+pub mod request;
 pub mod runtime;
 pub mod services;
 pub mod session;

@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::bounded::{self, Deadline};
 use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome, DEFAULT_ENGINE_ID};
 use crate::engine::{EngineCallError, EngineInstance};
 use crate::engines::legacy::{create_legacy, LEGACY_ENGINE_ID};
-use crate::guarded::GuardedEngine;
+use crate::guarded::{GuardedEngine, Timeouts};
 use crate::loader::{discover_plugin_dirs, EngineDirs, LoadedLibrary, Loader};
 use crate::quarantine::Quarantine;
 use crate::registry::{
@@ -24,6 +25,7 @@ use crate::registry::{
     Registry, CORE_OWNER,
 };
 use crate::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use pincer_plugin_api::abi::v1::AbortSignal;
 
 /// How a runtime is opened.
 pub struct RuntimeOptions {
@@ -344,6 +346,15 @@ impl Runtime {
         HostServices::new(engine_id, Arc::clone(&self.compactor), None)
     }
 
+    /// The call deadlines from the config.
+    pub fn timeouts(&self) -> Timeouts {
+        let config = &self.config.config;
+        Timeouts {
+            calls: config.plugins.call_timeouts_ms.clone(),
+            compact: config.agents.defaults.compaction.timeout(),
+        }
+    }
+
     fn legacy_guarded(&self) -> GuardedEngine {
         GuardedEngine::new(
             LEGACY_ENGINE_ID,
@@ -353,6 +364,7 @@ impl Runtime {
             Arc::clone(&self.quarantine),
             FallbackPolicy::Legacy,
         )
+        .with_timeouts(self.timeouts())
     }
 
     /// Resolves the configured engine for one operation (§3.4).
@@ -464,7 +476,8 @@ impl Runtime {
                 Arc::clone(&self.legacy),
                 Arc::clone(&self.quarantine),
                 policy,
-            ),
+            )
+            .with_timeouts(self.timeouts()),
             resolution: Resolution {
                 selected: selected.to_owned(),
                 resolved: selected.to_owned(),
@@ -514,19 +527,29 @@ impl Runtime {
         Ok(instance)
     }
 
-    /// Disposes every engine instance once (legacy included) and forgets them.
+    /// Disposes every engine instance once (legacy included) and forgets them. Each
+    /// `dispose` runs under the cleanup deadline (10 s by default); a stall is logged and left
+    /// behind, never waited for, so a hung plugin cannot block shutdown.
     pub fn shutdown(&self) {
         let instances: Vec<Arc<EngineInstance>> = {
             let mut map = self.instances.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::take(&mut *map).into_values().collect()
         };
+        let window = self.timeouts().calls.for_method("dispose");
         for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
-            if let Err(err) = instance.dispose() {
-                tracing::warn!(
-                    engine_id = %instance.descriptor().id,
-                    error = %err,
-                    "context engine dispose failed"
-                );
+            let engine = Arc::clone(instance);
+            let id = instance.descriptor().id.clone();
+            let abort = Arc::new(AbortSignal::new());
+            match bounded::run(Deadline::new(window), abort, move || engine.dispose()) {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")
+                }
+                Err(timed_out) => tracing::warn!(
+                    engine_id = %id,
+                    waited_ms = timed_out.waited.as_millis() as u64,
+                    "context engine dispose stalled; continuing without it"
+                ),
             }
         }
     }

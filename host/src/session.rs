@@ -6,13 +6,14 @@
 //! turns a file into the `Message`s an engine sees.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use pincer_plugin_api::abi::v1::{
-    AbortSignal, AssembleParams, AssembleResult, ContentBlock, HostParams, Message, Role,
-    ToolResultPart,
+    AbortSignal, AssembleResult, ContentBlock, Message, Role, ToolResultPart,
 };
-use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use serde_json::Value;
+
+use crate::request::{AssembleRequest, HostInputs};
 
 use crate::engine::resolve_assembled;
 use crate::guarded::{Answer, GuardError, GuardedEngine};
@@ -41,22 +42,22 @@ pub enum TranscriptError {
 /// A conversation in memory.
 #[derive(Debug, Clone, Default)]
 pub struct Transcript {
-    messages: Vec<Message>,
+    messages: Arc<[Message]>,
 }
 
 /// The answer of one `assemble` over a transcript.
-pub struct AssembledView<'a> {
+pub struct AssembledView {
     /// The engine's result.
     pub result: AssembleResult,
     /// Who answered.
     pub answer: Answer,
-    input: &'a [Message],
+    input: Arc<[Message]>,
 }
 
-impl AssembledView<'_> {
+impl AssembledView {
     /// The messages the model would see, in order (references, no copies).
     pub fn messages(&self) -> Vec<&Message> {
-        resolve_assembled(&self.result, self.input)
+        resolve_assembled(&self.result, &self.input)
     }
 
     /// For each message the model would see: its index in the input, or `None` if new.
@@ -77,12 +78,19 @@ impl AssembledView<'_> {
 impl Transcript {
     /// A transcript of `messages`.
     pub fn new(messages: Vec<Message>) -> Self {
-        Transcript { messages }
+        Transcript {
+            messages: messages.into(),
+        }
     }
 
     /// The messages.
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// The messages, shared (what bounded engine calls hold on to).
+    pub fn shared_messages(&self) -> Arc<[Message]> {
+        Arc::clone(&self.messages)
     }
 
     /// Reads a conversation file.
@@ -131,38 +139,48 @@ impl Transcript {
             .map_err(|e| format!("message {index}: {e}"))?;
             messages.push(message);
         }
-        Ok(Transcript { messages })
+        Ok(Transcript::new(messages))
     }
 
     /// Runs `assemble` of `engine` over the transcript.
     ///
     /// # Errors
     /// What the guard returns (abort, strict policy, both engines failing).
-    pub fn assemble<'a>(
-        &'a self,
+    pub fn assemble(
+        &self,
         engine: &GuardedEngine,
         session_id: &str,
         token_budget: Option<u64>,
-    ) -> Result<AssembledView<'a>, GuardError> {
-        let abort = AbortSignal::new();
-        let params = AssembleParams {
-            session_id: RStr::from_str(session_id),
-            messages: RSlice::from_slice(&self.messages),
-            token_budget: token_budget.map_or(ROption::RNone, ROption::RSome),
-            available_tools: RSlice::from_slice(&[]),
-            citations_mode: ROption::RNone,
-            model: ROption::RNone,
-            host: HostParams {
-                session_key: ROption::RSome(RStr::from_str(session_id)),
-                abort_signal: ROption::RSome(&abort),
-                ..HostParams::default()
-            },
-        };
-        let guarded = engine.assemble(&params)?;
+    ) -> Result<AssembledView, GuardError> {
+        self.assemble_with(engine, session_id, token_budget, HostInputs::default())
+    }
+
+    /// Runs `assemble` with the given host parameters (`sessionKey` defaults to the session id).
+    ///
+    /// # Errors
+    /// What the guard returns.
+    pub fn assemble_with(
+        &self,
+        engine: &GuardedEngine,
+        session_id: &str,
+        token_budget: Option<u64>,
+        mut host: HostInputs,
+    ) -> Result<AssembledView, GuardError> {
+        let session_id: Arc<str> = Arc::from(session_id);
+        if host.session_key.is_none() {
+            host.session_key = Some(Arc::clone(&session_id));
+        }
+        let request = Arc::new(AssembleRequest {
+            session_id,
+            messages: Arc::clone(&self.messages),
+            token_budget,
+            host,
+        });
+        let guarded = engine.assemble(request, Arc::new(AbortSignal::new()))?;
         Ok(AssembledView {
             result: guarded.value,
             answer: guarded.answer,
-            input: &self.messages,
+            input: Arc::clone(&self.messages),
         })
     }
 }

@@ -3,8 +3,6 @@
 //! quarantined with the contract's operation and reason, `legacy` answers where the contract
 //! says so (`compact` and `prepareSubagentSpawn` fail closed), and the host goes on.
 
-use std::sync::Arc;
-
 use pincer_host::config::{LoadedConfig, PincerHome};
 use pincer_host::engine::CallErrorKind;
 use pincer_host::exercise::exercise_engine;
@@ -163,33 +161,29 @@ fn config_violating_the_schema_is_refused_before_the_factory_runs() {
 
 #[test]
 fn plugin_tracing_events_reach_the_host_subscriber() {
-    use std::sync::Mutex;
-    #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
+    // Engine calls run on worker threads, so the subscriber must be the global one.
+    static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    struct Sink;
     impl std::io::Write for Sink {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
+            LOGS.lock().unwrap().extend_from_slice(buf);
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let sink = Sink::default();
-    let writer = sink.clone();
-    let subscriber = tracing_subscriber::fmt()
+    let _ = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
+        .with_writer(|| Sink)
         .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
-        let home = TempDir::new().unwrap();
-        let runtime = runtime(&home, "faulty", json!({}));
-        let resolved = runtime.resolve().unwrap();
-        transcript().assemble(&resolved.engine, "s1", None).unwrap();
-        runtime.shutdown();
-    });
-    let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        .try_init();
+    let home = TempDir::new().unwrap();
+    let runtime = runtime(&home, "faulty", json!({}));
+    let resolved = runtime.resolve().unwrap();
+    transcript().assemble(&resolved.engine, "s1", None).unwrap();
+    runtime.shutdown();
+    let logs = String::from_utf8(LOGS.lock().unwrap().clone()).unwrap();
     assert!(
         logs.contains("faulty: called"),
         "plugin event forwarded: {logs}"

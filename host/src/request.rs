@@ -1,0 +1,403 @@
+//! Owned requests for guarded engine calls.
+//!
+//! A bounded call runs on a worker thread that may be abandoned if the engine never returns,
+//! so everything the call borrows must be owned by the call itself: messages travel as
+//! `Arc<[Message]>` (shared with the session, never copied) and strings as `Arc<str>`. The ABI
+//! parameters (`AssembleParams<'_>` …) are built from a request on the worker, borrowing from
+//! it, with the engine's host-parameter projection applied.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::v1::{
+    AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
+    HostParams, IngestBatchParams, IngestParams, MaintainParams, Message, RuntimeSettings,
+    SessionTarget, SubagentContextMode, SubagentEndReason, SubagentEndedParams,
+    SubagentSpawnParams,
+};
+use pincer_plugin_api::abi::{ROption, RSlice, RStr};
+
+fn rstr(value: &Option<Arc<str>>) -> ROption<RStr<'_>> {
+    match value {
+        Some(s) => ROption::RSome(RStr::from_str(s)),
+        None => ROption::RNone,
+    }
+}
+
+fn ropt<T: Copy>(value: Option<T>) -> ROption<T> {
+    value.map_or(ROption::RNone, ROption::RSome)
+}
+
+/// `sessionTarget`, owned.
+#[derive(Debug, Clone, Default)]
+pub struct SessionTargetInput {
+    /// The agent.
+    pub agent_id: Option<Arc<str>>,
+    /// The session id.
+    pub session_id: Option<Arc<str>>,
+    /// The session key.
+    pub session_key: Option<Arc<str>>,
+    /// The store path.
+    pub store_path: Option<Arc<str>>,
+    /// The thread id.
+    pub thread_id: Option<Arc<str>>,
+}
+
+/// The host parameters of a call (reference §6.1), owned.
+#[derive(Debug, Clone, Default)]
+pub struct HostInputs {
+    /// `sessionKey`.
+    pub session_key: Option<Arc<str>>,
+    /// `prompt`.
+    pub prompt: Option<Arc<str>>,
+    /// `runtimeSettings`.
+    pub runtime_settings: Option<Arc<RuntimeSettings>>,
+    /// `sessionTarget`.
+    pub session_target: Option<Arc<SessionTargetInput>>,
+    /// `runtimeContext`, a JSON object text.
+    pub runtime_context: Option<Arc<str>>,
+}
+
+impl HostInputs {
+    /// Builds the ABI host params, borrowing from `self`, with `abort` as the signal.
+    pub fn with_abi<R>(&self, abort: &AbortSignal, f: impl FnOnce(HostParams<'_>) -> R) -> R {
+        let target = self.session_target.as_ref().map(|t| SessionTarget {
+            agent_id: rstr(&t.agent_id),
+            session_id: rstr(&t.session_id),
+            session_key: rstr(&t.session_key),
+            store_path: rstr(&t.store_path),
+            thread_id: rstr(&t.thread_id),
+        });
+        f(HostParams {
+            session_key: rstr(&self.session_key),
+            prompt: rstr(&self.prompt),
+            runtime_settings: self
+                .runtime_settings
+                .as_deref()
+                .map_or(ROption::RNone, ROption::RSome),
+            session_target: target.as_ref().map_or(ROption::RNone, ROption::RSome),
+            runtime_context_json: rstr(&self.runtime_context),
+            abort_signal: ROption::RSome(abort),
+        })
+    }
+}
+
+/// `assemble`.
+#[derive(Debug, Clone)]
+pub struct AssembleRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The session's messages.
+    pub messages: Arc<[Message]>,
+    /// The prompt's token budget.
+    pub token_budget: Option<u64>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl AssembleRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&AssembleParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&AssembleParams {
+                session_id: RStr::from_str(&self.session_id),
+                messages: RSlice::from_slice(&self.messages),
+                token_budget: ropt(self.token_budget),
+                available_tools: RSlice::from_slice(&[]),
+                citations_mode: ROption::RNone,
+                model: ROption::RNone,
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `ingest` of `messages[index]`.
+#[derive(Debug, Clone)]
+pub struct IngestRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The messages holding the one to ingest.
+    pub messages: Arc<[Message]>,
+    /// Which one.
+    pub index: usize,
+    /// Whether the turn is a heartbeat.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl IngestRequest {
+    /// The ABI params for this request.
+    ///
+    /// # Panics
+    /// When `index` is out of range (a caller bug).
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&IngestParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&IngestParams {
+                session_id: RStr::from_str(&self.session_id),
+                message: &self.messages[self.index],
+                is_heartbeat: self.is_heartbeat,
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `ingestBatch` of `messages[range]`.
+#[derive(Debug, Clone)]
+pub struct IngestBatchRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The messages.
+    pub messages: Arc<[Message]>,
+    /// Which ones.
+    pub range: Range<usize>,
+    /// Whether the turn is a heartbeat.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl IngestBatchRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&IngestBatchParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&IngestBatchParams {
+                session_id: RStr::from_str(&self.session_id),
+                messages: RSlice::from_slice(&self.messages[self.range.clone()]),
+                is_heartbeat: self.is_heartbeat,
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `bootstrap`.
+#[derive(Debug, Clone)]
+pub struct BootstrapRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The transcript file.
+    pub session_file: Arc<str>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl BootstrapRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&BootstrapParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&BootstrapParams {
+                session_id: RStr::from_str(&self.session_id),
+                session_file: RStr::from_str(&self.session_file),
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `maintain`.
+#[derive(Debug, Clone)]
+pub struct MaintainRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The transcript file.
+    pub session_file: Arc<str>,
+    /// `bootstrap` or `turn`.
+    pub reason: Arc<str>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl MaintainRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&MaintainParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&MaintainParams {
+                session_id: RStr::from_str(&self.session_id),
+                session_file: RStr::from_str(&self.session_file),
+                reason: RStr::from_str(&self.reason),
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `afterTurn`.
+#[derive(Debug, Clone)]
+pub struct AfterTurnRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The transcript file.
+    pub session_file: Arc<str>,
+    /// The whole snapshot after the turn.
+    pub messages: Arc<[Message]>,
+    /// How many messages existed before the prompt.
+    pub pre_prompt_message_count: u64,
+    /// An auto-compaction summary produced during the turn.
+    pub auto_compaction_summary: Option<Arc<str>>,
+    /// Whether the turn is a heartbeat.
+    pub is_heartbeat: bool,
+    /// The prompt's token budget.
+    pub token_budget: Option<u64>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl AfterTurnRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&AfterTurnParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&AfterTurnParams {
+                session_id: RStr::from_str(&self.session_id),
+                session_file: RStr::from_str(&self.session_file),
+                messages: RSlice::from_slice(&self.messages),
+                pre_prompt_message_count: self.pre_prompt_message_count,
+                auto_compaction_summary: rstr(&self.auto_compaction_summary),
+                is_heartbeat: self.is_heartbeat,
+                token_budget: ropt(self.token_budget),
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `compact`.
+#[derive(Debug, Clone)]
+pub struct CompactRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The transcript file.
+    pub session_file: Arc<str>,
+    /// The agent.
+    pub agent_id: Option<Arc<str>>,
+    /// The session's current context.
+    pub messages: Arc<[Message]>,
+    /// The prompt's token budget.
+    pub token_budget: Option<u64>,
+    /// Compact even below the threshold.
+    pub force: bool,
+    /// `manual` or `preflight_required`.
+    pub force_reason: Option<Arc<str>>,
+    /// The observed token count.
+    pub current_token_count: Option<u64>,
+    /// Budget or threshold.
+    pub compaction_target: CompactionTarget,
+    /// `/compact <text>` instructions.
+    pub custom_instructions: Option<Arc<str>>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl CompactRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&CompactParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&CompactParams {
+                session_id: RStr::from_str(&self.session_id),
+                session_file: RStr::from_str(&self.session_file),
+                agent_id: rstr(&self.agent_id),
+                messages: RSlice::from_slice(&self.messages),
+                token_budget: ropt(self.token_budget),
+                force: self.force,
+                force_reason: rstr(&self.force_reason),
+                current_token_count: ropt(self.current_token_count),
+                compaction_target: self.compaction_target,
+                custom_instructions: rstr(&self.custom_instructions),
+                host: project(host),
+            })
+        })
+    }
+}
+
+/// `prepareSubagentSpawn`.
+#[derive(Debug, Clone)]
+pub struct SubagentSpawnRequest {
+    /// The parent's session key.
+    pub parent_session_key: Arc<str>,
+    /// The child's session key.
+    pub child_session_key: Arc<str>,
+    /// Isolated or fork.
+    pub context_mode: Option<SubagentContextMode>,
+    /// The parent's session id.
+    pub parent_session_id: Option<Arc<str>>,
+    /// The parent's transcript file.
+    pub parent_session_file: Option<Arc<str>>,
+    /// The child's session id.
+    pub child_session_id: Option<Arc<str>>,
+    /// The child's transcript file.
+    pub child_session_file: Option<Arc<str>>,
+    /// The child's time to live.
+    pub ttl_ms: Option<u64>,
+}
+
+impl SubagentSpawnRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(&self, f: impl FnOnce(&SubagentSpawnParams<'_>) -> R) -> R {
+        f(&SubagentSpawnParams {
+            parent_session_key: RStr::from_str(&self.parent_session_key),
+            child_session_key: RStr::from_str(&self.child_session_key),
+            context_mode: ropt(self.context_mode),
+            parent_session_id: rstr(&self.parent_session_id),
+            parent_session_file: rstr(&self.parent_session_file),
+            child_session_id: rstr(&self.child_session_id),
+            child_session_file: rstr(&self.child_session_file),
+            ttl_ms: ropt(self.ttl_ms),
+        })
+    }
+}
+
+/// `onSubagentEnded`.
+#[derive(Debug, Clone)]
+pub struct SubagentEndedRequest {
+    /// The child's session key.
+    pub child_session_key: Arc<str>,
+    /// Why it ended.
+    pub reason: SubagentEndReason,
+}
+
+impl SubagentEndedRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(&self, f: impl FnOnce(&SubagentEndedParams<'_>) -> R) -> R {
+        f(&SubagentEndedParams {
+            child_session_key: RStr::from_str(&self.child_session_key),
+            reason: self.reason,
+        })
+    }
+}
