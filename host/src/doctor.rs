@@ -1,13 +1,18 @@
 //! `pincer doctor`: one report of what the runtime found — plugins loaded or rejected and why,
-//! registered engines, the selected engine and what it resolves to, quarantines, and unknown
-//! config keys. The JSON form is an **API Boundary** (scripts read it): top-level `plugins`
+//! registered engines, the selected engine and what it resolves to, which configured hosts an
+//! engine cannot run on, quarantines (with the health line), and unknown config keys. The JSON form is an **API Boundary** (scripts read it): top-level `plugins`
 //! (each with `id`, `status`, `error`) and `contextEngine` (`selected`, `resolved`).
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use std::collections::BTreeMap;
+
+use crate::engine::Requirement;
+use crate::loader::Loader;
 use crate::quarantine::{health_line, QuarantineRecord};
+use crate::requirements::{incompatibilities, HostDescriptor, HostSupportError};
 use crate::runtime::{PluginStatus, Resolution, ResolveError, Runtime};
 
 /// The doctor report.
@@ -24,6 +29,11 @@ pub struct DoctorReport {
     pub engines: Vec<String>,
     /// The slot and its resolution.
     pub context_engine: EngineSummary,
+    /// The execution hosts this configuration runs engines on.
+    pub hosts: Vec<HostDescriptor>,
+    /// Operations engines cannot run on configured hosts: from each plugin manifest's
+    /// `hostRequirements` (known without loading) and from the selected engine's `info`.
+    pub host_incompatibilities: Vec<HostSupportError>,
     /// Quarantined engines (this process, then others from the mirror).
     pub quarantine: Vec<QuarantineRecord>,
     /// The health line, when something is quarantined.
@@ -62,7 +72,37 @@ pub struct EngineSummary {
 /// operation would; the caller disposes engines with [`Runtime::shutdown`].
 pub fn doctor(runtime: &Runtime) -> DoctorReport {
     let config = runtime.config();
-    let context_engine = match runtime.resolve() {
+    let hosts = HostDescriptor::configured(&config.config);
+    let mut host_incompatibilities = Vec::new();
+    let loader = Loader::new(runtime.home().cache_dir());
+    for plugin in runtime.plugins() {
+        if let Ok(manifest) = loader.read_checked_manifest(&plugin.dir) {
+            let requirements: BTreeMap<String, Requirement> = manifest
+                .host_requirements
+                .iter()
+                .map(|(op, r)| {
+                    (
+                        op.clone(),
+                        Requirement {
+                            required_capabilities: r.required_capabilities.clone(),
+                            unsupported_message: r.unsupported_message.clone(),
+                        },
+                    )
+                })
+                .collect();
+            host_incompatibilities.extend(incompatibilities(&manifest.id, &requirements, &hosts));
+        }
+    }
+    let resolved_engine = runtime.resolve();
+    if let Ok(resolved) = &resolved_engine {
+        let info = resolved.engine.info();
+        for err in incompatibilities(&info.id, &info.host_requirements, &hosts) {
+            if !host_incompatibilities.contains(&err) {
+                host_incompatibilities.push(err);
+            }
+        }
+    }
+    let context_engine = match resolved_engine {
         Ok(resolved) => {
             let Resolution {
                 selected,
@@ -95,6 +135,8 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
         },
         plugins: runtime.plugins().to_vec(),
         engines: runtime.registry().ids(),
+        hosts,
+        host_incompatibilities,
         health: health_line(&quarantine),
         quarantine,
         context_engine,
@@ -153,6 +195,12 @@ impl DoctorReport {
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default()
         );
+        if !self.host_incompatibilities.is_empty() {
+            let _ = writeln!(out, "host incompatibilities:");
+            for err in &self.host_incompatibilities {
+                let _ = writeln!(out, "  {}", err.message);
+            }
+        }
         if let Some(line) = &self.health {
             let _ = writeln!(out, "{line}");
             for record in &self.quarantine {

@@ -188,6 +188,21 @@ impl GuardedEngine {
         }
     }
 
+    /// Checks, before an operation starts, that `host` offers what the engine requires for
+    /// `operation` (reference §5). Reads `info` as the guard does: a quarantined engine is
+    /// legacy, which requires nothing.
+    ///
+    /// # Errors
+    /// The contract's refusal message.
+    pub fn check_host(
+        &self,
+        operation: &str,
+        host: &crate::requirements::HostDescriptor,
+    ) -> Result<(), crate::requirements::HostSupportError> {
+        let info = self.info();
+        crate::requirements::check_host_support(&info.id, &info.host_requirements, operation, host)
+    }
+
     /// The configured engine instance (for dispose and diagnostics).
     pub fn primary(&self) -> &Arc<EngineInstance> {
         &self.primary

@@ -46,6 +46,8 @@ pub mod manifest;
 pub mod quarantine;
 pub mod registry;
 pub mod request;
+pub mod requirements;
 pub mod runtime;
+pub mod runtime_settings;
 pub mod services;
 pub mod session;

@@ -24,8 +24,11 @@ use crate::registry::{
     owner_plugin_id, validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
     Registry, CORE_OWNER,
 };
+use crate::requirements::HostDescriptor;
+use crate::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
 use crate::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
 use pincer_plugin_api::abi::v1::AbortSignal;
+use pincer_plugin_api::abi::v1::{RuntimeSettings, SelectionSource};
 
 /// How a runtime is opened.
 pub struct RuntimeOptions {
@@ -344,6 +347,32 @@ impl Runtime {
 
     fn services_for(&self, engine_id: &str) -> HostServices {
         HostServices::new(engine_id, Arc::clone(&self.compactor), None)
+    }
+
+    /// The `runtimeSettings` of an operation resolved as `resolution` on `host`.
+    pub fn runtime_settings(
+        &self,
+        resolution: &Resolution,
+        host: &HostDescriptor,
+        prompt_token_budget: Option<u64>,
+    ) -> Arc<RuntimeSettings> {
+        let configured = self.config.config.engine_is_configured();
+        Arc::new(build_runtime_settings(&RuntimeSettingsInput {
+            selected_engine: Some(&resolution.selected),
+            selection_source: Some(if configured {
+                SelectionSource::Configured
+            } else {
+                SelectionSource::Default
+            }),
+            execution_host: Some(host),
+            prompt_token_budget: prompt_token_budget.map(|b| b as f64),
+            degraded_reason: resolution
+                .reason
+                .as_deref()
+                .filter(|_| resolution.resolved != resolution.selected)
+                .map(|_| "runtime_unavailable"),
+            ..Default::default()
+        }))
     }
 
     /// The call deadlines from the config.

@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::doctor::doctor;
 use pincer_host::exercise::exercise_engine;
-use pincer_host::quarantine::health_line;
+use pincer_host::quarantine::{health_line, Quarantine};
+use pincer_host::request::HostInputs;
+use pincer_host::requirements::HostDescriptor;
 use pincer_host::runtime::{Runtime, RuntimeOptions};
 use pincer_host::session::Transcript;
 use pincer_plugin_api::{ContentBlock, Message};
@@ -54,12 +56,22 @@ enum Command {
         /// The prompt's token budget.
         #[arg(long, value_name = "TOKENS")]
         token_budget: Option<u64>,
+        /// The execution host to check the engine's requirements against
+        /// (`pincer-embedded`, or a CLI backend or harness id from pincer.json).
+        #[arg(long, value_name = "HOST", default_value = "pincer-embedded")]
+        host: String,
         /// Print JSON.
         #[arg(long)]
         json: bool,
         /// Another folder to discover plugins in (repeatable).
         #[arg(long = "plugins-dir", value_name = "DIR")]
         plugins_dirs: Vec<PathBuf>,
+    },
+    /// Shows quarantined engines (of this and other processes) and the health line.
+    Health {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Calls every method of an engine once over a conversation and reports each outcome.
     CheckEngine {
@@ -122,11 +134,13 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Command::Health { json } => health(&home, json),
         Command::Assemble {
             conversation,
             engine,
             config,
             token_budget,
+            host,
             json,
             plugins_dirs,
         } => {
@@ -146,7 +160,7 @@ fn main() -> ExitCode {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
             };
-            let code = assemble(&runtime, &transcript, token_budget, json);
+            let code = assemble(&runtime, &transcript, token_budget, &host, json);
             runtime.shutdown();
             code
         }
@@ -289,17 +303,68 @@ fn preview(message: &Message) -> String {
     }
 }
 
+fn health(home: &PincerHome, json: bool) -> ExitCode {
+    let quarantine = Quarantine::new(Some(&home.state_dir()));
+    let records = quarantine.list();
+    let line = health_line(&records).unwrap_or_else(|| "Context engine: ok".to_owned());
+    if json {
+        let mut out = serde_json::json!({
+            "status": if records.is_empty() { "ok" } else { "warning" },
+            "line": line,
+        });
+        if !records.is_empty() {
+            out["contextEngines"] = serde_json::json!({ "quarantined": records });
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serializes")
+        );
+    } else {
+        println!("{line}");
+        for r in &records {
+            println!(
+                "  {} owner={} operation={} failedAt={} pid={}: {}",
+                r.engine_id,
+                r.owner.as_deref().unwrap_or("-"),
+                r.operation,
+                r.failed_at,
+                r.pid,
+                r.reason
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn assemble(
     runtime: &Runtime,
     transcript: &Transcript,
     token_budget: Option<u64>,
+    host: &str,
     json: bool,
 ) -> ExitCode {
     let resolved = match runtime.resolve() {
         Ok(r) => r,
         Err(err) => return fail(err, 1),
     };
-    let view = match transcript.assemble(&resolved.engine, "cli-session", token_budget) {
+    let Some(host) = HostDescriptor::find(&runtime.config().config, host) else {
+        return fail(
+            format!(
+                "unknown host \"{host}\": use pincer-embedded or a CLI backend or harness declared under hosts in pincer.json"
+            ),
+            2,
+        );
+    };
+    // Host requirements are checked before the run starts, and fail closed.
+    if let Err(err) = resolved.engine.check_host("agent-run", &host) {
+        return fail(err, 1);
+    }
+    let inputs = HostInputs {
+        runtime_settings: Some(runtime.runtime_settings(&resolved.resolution, &host, token_budget)),
+        ..HostInputs::default()
+    };
+    let view = match transcript.assemble_with(&resolved.engine, "cli-session", token_budget, inputs)
+    {
         Ok(v) => v,
         Err(err) => return fail(err, 1),
     };

@@ -32,11 +32,28 @@ pub enum Behaviour {
     HangUntilAbort,
 }
 
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase")]
+struct Requirement {
+    required_capabilities: Vec<String>,
+    #[serde(default)]
+    unsupported_message: Option<String>,
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Config {
     #[serde(default)]
     hang_ms: Option<u64>,
+    /// Declared in `info.acceptedHostParams` when set.
+    #[serde(default)]
+    accepted_host_params: Option<Vec<String>>,
+    /// Declared in `info.hostRequirements`.
+    #[serde(default)]
+    host_requirements: BTreeMap<String, Requirement>,
+    /// Declared in `info.ownsCompaction`.
+    #[serde(default)]
+    owns_compaction: bool,
     #[serde(flatten)]
     methods: BTreeMap<String, Behaviour>,
 }
@@ -44,6 +61,9 @@ struct Config {
 /// The faulty engine.
 pub struct Faulty {
     methods: BTreeMap<String, Behaviour>,
+    accepted_host_params: Option<Vec<String>>,
+    host_requirements: BTreeMap<String, Requirement>,
+    owns_compaction: bool,
     hang: Duration,
     host: Host,
     calls: AtomicU64,
@@ -88,6 +108,30 @@ impl Faulty {
     }
 }
 
+/// The names of the host parameters present in `host`.
+fn received_host_params(host: &HostParams<'_>) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if host.session_key.is_some() {
+        names.push("sessionKey");
+    }
+    if host.prompt.is_some() {
+        names.push("prompt");
+    }
+    if host.runtime_settings.is_some() {
+        names.push("runtimeSettings");
+    }
+    if host.session_target.is_some() {
+        names.push("sessionTarget");
+    }
+    if host.runtime_context_json.is_some() {
+        names.push("runtimeContext");
+    }
+    if host.abort_signal.is_some() {
+        names.push("abortSignal");
+    }
+    names
+}
+
 impl Engine for Faulty {
     const ID: &'static str = "faulty";
 
@@ -98,6 +142,9 @@ impl Engine for Faulty {
         act(factory, "factory", hang, None)?;
         Ok(Faulty {
             methods: config.methods,
+            accepted_host_params: config.accepted_host_params,
+            host_requirements: config.host_requirements,
+            owns_compaction: config.owns_compaction,
             hang,
             host,
             calls: AtomicU64::new(0),
@@ -109,11 +156,28 @@ impl Engine for Faulty {
             // `info` cannot return an error in the authoring API; a failure is a panic.
             panic!("{err}");
         }
-        EngineInfo::new(Self::ID, "Faulty (test only)", env!("CARGO_PKG_VERSION")).with_tool(
-            "faulty_echo",
-            "Echoes its arguments (test only).",
-            r#"{"type":"object"}"#,
-        )
+        let mut info = EngineInfo::new(Self::ID, "Faulty (test only)", env!("CARGO_PKG_VERSION"))
+            .with_owns_compaction(self.owns_compaction)
+            .with_tool(
+                "faulty_echo",
+                "Echoes its arguments (test only).",
+                r#"{"type":"object"}"#,
+            );
+        if let Some(params) = &self.accepted_host_params {
+            let params: Vec<&str> = params.iter().map(String::as_str).collect();
+            info = info.with_accepted_host_params(&params);
+        }
+        for (operation, req) in &self.host_requirements {
+            if let Some(op) = HostOperation::parse(operation) {
+                let caps: Vec<&str> = req
+                    .required_capabilities
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
+                info = info.with_host_requirement(op, &caps, req.unsupported_message.as_deref());
+            }
+        }
+        info
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
@@ -125,7 +189,11 @@ impl Engine for Faulty {
         self.on("assemble", Some(&params.host))?;
         let mut context = ContextBuilder::new();
         context.keep_range(0..params.messages.len());
-        context.system_prompt_addition("faulty engine was here");
+        // Report which host parameters arrived, so tests can see the host's projection.
+        context.system_prompt_addition(format!(
+            "faulty engine was here; host params: {}",
+            received_host_params(&params.host).join(",")
+        ));
         Ok(context.finish(self.host.estimate_tokens(&params.messages)))
     }
 
