@@ -147,6 +147,11 @@ impl HostServicesAbi for HostServices {
         &self,
         params: &CompactParams<'_>,
     ) -> RResult<CompactResult, EngineError> {
+        // The runtime's own compaction may re-arm the safety window as it makes progress
+        // (never past ten windows); plugin engines get a single window (reference §9.1).
+        if let Some(deadline) = crate::bounded::current_deadline() {
+            deadline.refresh();
+        }
         self.compactor.compact(params).into()
     }
 

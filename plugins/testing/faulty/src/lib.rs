@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pincer_plugin_api::prelude::*;
@@ -54,6 +55,9 @@ struct Config {
     /// Declared in `info.ownsCompaction`.
     #[serde(default)]
     owns_compaction: bool,
+    /// The message of configured errors (default: "faulty: configured to fail in <method>").
+    #[serde(default)]
+    error_message: Option<String>,
     #[serde(flatten)]
     methods: BTreeMap<String, Behaviour>,
 }
@@ -64,9 +68,11 @@ pub struct Faulty {
     accepted_host_params: Option<Vec<String>>,
     host_requirements: BTreeMap<String, Requirement>,
     owns_compaction: bool,
+    error_message: Option<String>,
     hang: Duration,
     host: Host,
     calls: AtomicU64,
+    per_method: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 fn act(
@@ -74,12 +80,15 @@ fn act(
     method: &str,
     hang: Duration,
     host: Option<&HostParams<'_>>,
+    error_message: Option<&str>,
 ) -> Result<(), EngineError> {
     match behaviour {
         Behaviour::Ok => Ok(()),
-        Behaviour::Error => Err(EngineError::failed(format!(
-            "faulty: configured to fail in {method}"
-        ))),
+        Behaviour::Error => Err(EngineError::failed(
+            error_message
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("faulty: configured to fail in {method}")),
+        )),
         Behaviour::Panic => panic!("faulty: configured to panic in {method}"),
         Behaviour::Hang => {
             tracing::warn!(method, hang_ms = hang.as_millis() as u64, "faulty: hanging");
@@ -100,11 +109,20 @@ fn act(
 }
 
 impl Faulty {
-    fn on(&self, method: &str, host: Option<&HostParams<'_>>) -> Result<(), EngineError> {
+    fn on(&self, method: &'static str, host: Option<&HostParams<'_>>) -> Result<(), EngineError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut counts) = self.per_method.lock() {
+            *counts.entry(method).or_default() += 1;
+        }
         let behaviour = self.methods.get(method).copied().unwrap_or_default();
         tracing::info!(method, behaviour = ?behaviour, "faulty: called");
-        act(behaviour, method, self.hang, host)
+        act(
+            behaviour,
+            method,
+            self.hang,
+            host,
+            self.error_message.as_deref(),
+        )
     }
 }
 
@@ -139,15 +157,23 @@ impl Engine for Faulty {
         let config: Config = ctx.config()?;
         let hang = Duration::from_millis(config.hang_ms.unwrap_or(3_600_000));
         let factory = config.methods.get("factory").copied().unwrap_or_default();
-        act(factory, "factory", hang, None)?;
+        act(
+            factory,
+            "factory",
+            hang,
+            None,
+            config.error_message.as_deref(),
+        )?;
         Ok(Faulty {
             methods: config.methods,
             accepted_host_params: config.accepted_host_params,
             host_requirements: config.host_requirements,
             owns_compaction: config.owns_compaction,
+            error_message: config.error_message,
             hang,
             host,
             calls: AtomicU64::new(0),
+            per_method: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -161,6 +187,11 @@ impl Engine for Faulty {
             .with_tool(
                 "faulty_echo",
                 "Echoes its arguments (test only).",
+                r#"{"type":"object"}"#,
+            )
+            .with_tool(
+                "faulty_calls",
+                "How often each method was called (test only).",
                 r#"{"type":"object"}"#,
             );
         if let Some(params) = &self.accepted_host_params {
@@ -199,7 +230,11 @@ impl Engine for Faulty {
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
         self.on("compact", Some(&params.host))?;
-        self.host.delegate_compaction_to_runtime(params)
+        // Report what arrived instead of compacting: tests read the projection from here.
+        Ok(CompactResult::nothing_to_do(&format!(
+            "faulty does not compact; host params: {}",
+            received_host_params(&params.host).join(",")
+        )))
     }
 }
 
@@ -248,7 +283,7 @@ impl SubagentSpawn for Faulty {
         let hang = self.hang;
         Ok(Some(SpawnRollback::new(move || {
             tracing::info!("faulty: rollback");
-            act(rollback, "rollback", hang, None)
+            act(rollback, "rollback", hang, None, None)
         })))
     }
 }
@@ -261,6 +296,18 @@ impl SubagentEnded for Faulty {
 
 impl Tools for Faulty {
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineError> {
+        if params.tool_name.as_str() == "faulty_calls" {
+            // How often each method was called, as JSON (not counted itself).
+            let counts = self
+                .per_method
+                .lock()
+                .map(|c| c.clone())
+                .unwrap_or_default();
+            return Ok(ToolCallResult {
+                content: serde_json::to_string(&counts).unwrap_or_default().into(),
+                is_error: false,
+            });
+        }
         self.on("callTool", Some(&params.host))?;
         Ok(ToolCallResult {
             content: params.arguments_json.as_str().into(),

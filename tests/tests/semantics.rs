@@ -1,0 +1,855 @@
+//! OpenClaw's context-engine slot semantics (reference §3–§7, §9.1), ported as tests against
+//! the real loaded libraries: registry rules, resolution, runtime quarantine, host-parameter
+//! projection, host requirements and bounded calls.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pincer_host::config::{PincerHome, DEFAULT_ENGINE_ID};
+use pincer_host::engine::CallErrorKind;
+use pincer_host::engines::legacy::create_legacy;
+use pincer_host::quarantine::Quarantine;
+use pincer_host::registry::{
+    EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry, CORE_OWNER,
+    PUBLIC_SDK_OWNER,
+};
+use pincer_host::request::{
+    AssembleRequest, BootstrapRequest, CompactRequest, HostInputs, IngestBatchRequest,
+    MaintainRequest,
+};
+use pincer_host::requirements::HostDescriptor;
+use pincer_host::runtime::{ResolveError, Runtime, RuntimeOptions};
+use pincer_host::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::session::Transcript;
+use pincer_plugin_api::abi::v1::{AbortSignal, CompactionTarget, ToolCallParams};
+use pincer_plugin_api::abi::RStr;
+use pincer_tests::*;
+use serde_json::{json, Value};
+
+fn runtime_with(home: &TempDir, config: Value) -> Runtime {
+    std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().to_owned()));
+    options.extra_plugin_dirs = vec![staged_plugins_dir()];
+    Runtime::open(options).unwrap()
+}
+
+fn faulty(home: &TempDir, engine_config: Value, extra: Value) -> Runtime {
+    let mut config = json!({
+        "plugins": {
+            "slots": { "contextEngine": "faulty" },
+            "entries": { "faulty": { "config": engine_config } }
+        }
+    });
+    merge(&mut config, extra);
+    runtime_with(home, config)
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn transcript() -> Transcript {
+    Transcript::read(&example_conversation()).unwrap()
+}
+
+fn native_legacy_factory() -> EngineFactory {
+    EngineFactory::Native(Arc::new(|input| create_legacy(input.services.clone())))
+}
+
+/// How often each method of the engine behind `resolved` was called (faulty's own count).
+fn faulty_calls(resolved: &pincer_host::runtime::ResolvedEngine) -> Value {
+    let result = resolved
+        .engine
+        .primary()
+        .call_tool(&ToolCallParams {
+            session_id: RStr::from_str("s"),
+            tool_name: RStr::from_str("faulty_calls"),
+            arguments_json: RStr::from_str("{}"),
+            host: Default::default(),
+        })
+        .unwrap();
+    serde_json::from_str(&result.content).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry (§3.1–3.3)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
+    let registry = Registry::new(Arc::new(Quarantine::new(None)));
+    registry
+        .register_for_owner(
+            DEFAULT_ENGINE_ID,
+            native_legacy_factory(),
+            CORE_OWNER,
+            RegisterOptions::default(),
+        )
+        .unwrap();
+    // The legacy steal attempt, from an embedder and from a plugin.
+    let err = registry
+        .register_for_owner(
+            DEFAULT_ENGINE_ID,
+            native_legacy_factory(),
+            PUBLIC_SDK_OWNER,
+            RegisterOptions::default(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegisterError::Refused {
+            id: "legacy".into(),
+            existing_owner: "core".into()
+        }
+    );
+    assert_eq!(
+        registry
+            .register_plugin_engine("thief", "legacy", native_legacy_factory())
+            .unwrap_err(),
+        "context engine id reserved by core: legacy"
+    );
+    assert_eq!(
+        registry
+            .register_plugin_engine("p", "  ", native_legacy_factory())
+            .unwrap_err(),
+        "context engine registration missing id"
+    );
+    // Another owner's id.
+    registry
+        .register_for_owner(
+            "mine",
+            native_legacy_factory(),
+            PUBLIC_SDK_OWNER,
+            RegisterOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        registry
+            .register_plugin_engine("p", "mine", native_legacy_factory())
+            .unwrap_err(),
+        "context engine already registered: mine (public-sdk)"
+    );
+    // Same owner without refresh: refused; a blank owner: refused with the contract text.
+    assert!(registry
+        .register_for_owner(
+            "mine",
+            native_legacy_factory(),
+            PUBLIC_SDK_OWNER,
+            RegisterOptions::default()
+        )
+        .is_err());
+    assert_eq!(
+        registry
+            .register_for_owner(
+                "x",
+                native_legacy_factory(),
+                " ",
+                RegisterOptions::default()
+            )
+            .unwrap_err()
+            .to_string(),
+        "registerContextEngineForOwner: owner must be a non-empty string, got \" \""
+    );
+    // A read-only-discovery registration does not replace a runtime one.
+    let ro = RegisterOptions {
+        allow_same_owner_refresh: true,
+        lifecycle: Lifecycle::ReadOnlyDiscovery,
+    };
+    registry
+        .register_for_owner("mine", native_legacy_factory(), PUBLIC_SDK_OWNER, ro)
+        .unwrap();
+    assert_eq!(registry.get("mine").unwrap().lifecycle, Lifecycle::Runtime);
+}
+
+#[test]
+fn re_registration_and_clear_for_owner_clear_the_quarantine() {
+    let quarantine = Arc::new(Quarantine::new(None));
+    let registry = Registry::new(Arc::clone(&quarantine));
+    registry
+        .register_plugin_engine("p", "e", native_legacy_factory())
+        .unwrap();
+    quarantine.record("e", Some("plugin:p"), "assemble", "boom");
+    registry
+        .register_plugin_engine("p", "e", native_legacy_factory())
+        .unwrap();
+    assert!(
+        !quarantine.is_quarantined("e"),
+        "runtime re-registration clears"
+    );
+    quarantine.record("e", Some("plugin:p"), "assemble", "boom");
+    registry.clear_for_owner("plugin:p");
+    assert!(!quarantine.is_quarantined("e"));
+    assert!(registry.get("e").is_none());
+    quarantine.record("a", None, "ingest", "x");
+    quarantine.record("b", None, "ingest", "y");
+    quarantine.clear(Some("a"));
+    assert!(!quarantine.is_quarantined("a") && quarantine.is_quarantined("b"));
+    quarantine.clear(None);
+    assert!(quarantine.list().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolution (§3.4, §11)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn disabled_denied_or_globally_off_plugins_give_legacy_silently_with_the_slot_kept() {
+    let cases = [
+        json!({ "plugins": { "entries": { "faulty": { "enabled": false } } } }),
+        json!({ "plugins": { "enabled": false } }),
+        json!({ "plugins": { "deny": ["faulty"] } }),
+        json!({ "plugins": { "allow": ["sliding-window"] } }),
+    ];
+    for extra in cases {
+        let home = TempDir::new().unwrap();
+        // A factory that would panic proves it is never called.
+        let runtime = faulty(&home, json!({ "factory": "panic" }), extra.clone());
+        let resolved = runtime.resolve().unwrap();
+        assert_eq!(
+            resolved.resolution.selected, "faulty",
+            "{extra}: the slot is kept"
+        );
+        assert_eq!(resolved.resolution.resolved, "legacy", "{extra}");
+        assert!(
+            runtime.quarantine().list().is_empty(),
+            "{extra}: no quarantine"
+        );
+        let plugin = runtime.plugins().iter().find(|p| p.id == "faulty").unwrap();
+        assert_eq!(plugin.status, "disabled", "{extra}: not even loaded");
+    }
+}
+
+#[test]
+fn an_unregistered_engine_is_quarantined_as_resolve_and_legacy_answers() {
+    let home = TempDir::new().unwrap();
+    let runtime = runtime_with(
+        &home,
+        json!({ "plugins": { "slots": { "contextEngine": "lossless-claw" } } }),
+    );
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(resolved.resolution.resolved, "legacy");
+    let record = runtime.quarantine().get("lossless-claw").unwrap();
+    assert_eq!(record.operation, "resolve");
+    assert!(record.reason.starts_with("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, sliding-window"));
+}
+
+#[test]
+fn slot_values_that_mean_legacy() {
+    for slot in [json!(null), json!(""), json!("  "), json!("legacy")] {
+        let home = TempDir::new().unwrap();
+        let runtime = runtime_with(
+            &home,
+            json!({ "plugins": { "slots": { "contextEngine": slot } } }),
+        );
+        let resolved = runtime.resolve().unwrap();
+        assert_eq!(resolved.resolution.resolved, "legacy", "{slot}");
+        assert!(resolved.resolution.reason.is_none());
+    }
+}
+
+#[test]
+fn strict_policy_fails_the_operation_instead_of_falling_back() {
+    let home = TempDir::new().unwrap();
+    let runtime = runtime_with(
+        &home,
+        json!({ "plugins": { "slots": { "contextEngine": "nope" }, "contextEngineFallback": "strict" } }),
+    );
+    let err = runtime.resolve().err().expect("strict refuses");
+    assert!(matches!(err, ResolveError::Strict { .. }));
+    assert!(err.to_string().contains("is not registered"), "{err}");
+
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "assemble": "panic" }),
+        json!({ "plugins": { "contextEngineFallback": "strict" } }),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let err = transcript()
+        .assemble(&resolved.engine, "s", None)
+        .err()
+        .expect("strict: the error, not legacy");
+    assert_eq!(err.error.kind, CallErrorKind::Panicked);
+    assert!(
+        runtime.quarantine().is_quarantined("faulty"),
+        "still recorded"
+    );
+    let err = transcript()
+        .assemble(&resolved.engine, "s", None)
+        .err()
+        .unwrap();
+    assert!(
+        err.error.message.contains("strict"),
+        "{}",
+        err.error.message
+    );
+}
+
+#[test]
+fn one_instance_per_engine_the_factory_runs_once_across_operations() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({}), json!({}));
+    let a = runtime.resolve().unwrap();
+    let b = runtime.resolve().unwrap();
+    assert!(Arc::ptr_eq(a.engine.primary(), b.engine.primary()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runtime quarantine (§4)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn aborts_never_quarantine() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "assemble": "hang-until-abort", "hangMs": 30000 }),
+        json!({}),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let t = transcript();
+    let abort = Arc::new(AbortSignal::new());
+    let trigger = Arc::clone(&abort);
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        trigger.abort();
+    });
+    let request = Arc::new(AssembleRequest {
+        session_id: Arc::from("s"),
+        messages: t.shared_messages(),
+        token_budget: None,
+        host: HostInputs::default(),
+    });
+    let err = resolved
+        .engine
+        .assemble(Arc::clone(&request), abort)
+        .err()
+        .expect("aborted");
+    assert_eq!(err.error.kind, CallErrorKind::Aborted);
+    assert!(!runtime.quarantine().is_quarantined("faulty"));
+    // A signal that fired before the call: the abort error, without calling the engine.
+    let fired = Arc::new(AbortSignal::new());
+    fired.abort();
+    let err = resolved.engine.assemble(request, fired).err().unwrap();
+    assert_eq!(err.error.message, "Context engine operation aborted.");
+    assert!(!runtime.quarantine().is_quarantined("faulty"));
+}
+
+#[test]
+fn canned_results_answer_methods_legacy_lacks() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "bootstrap": "error", "maintain": "error", "ingestBatch": "error" }),
+        json!({}),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let t = transcript();
+    let id: Arc<str> = Arc::from("s");
+    let file: Arc<str> = Arc::from("s.jsonl");
+    let boot = resolved
+        .engine
+        .bootstrap(
+            Arc::new(BootstrapRequest {
+                session_id: id.clone(),
+                session_file: file.clone(),
+                host: HostInputs::default(),
+            }),
+            Arc::new(AbortSignal::new()),
+        )
+        .unwrap()
+        .unwrap();
+    assert!(!boot.value.bootstrapped);
+    assert_eq!(
+        boot.value.reason.as_ref().map(|r| r.as_str()).into_option(),
+        Some("context engine downgraded to legacy")
+    );
+    runtime.quarantine().clear(None);
+    let maintain = resolved
+        .engine
+        .maintain(
+            Arc::new(MaintainRequest {
+                session_id: id.clone(),
+                session_file: file,
+                reason: Arc::from("turn"),
+                host: HostInputs::default(),
+            }),
+            Arc::new(AbortSignal::new()),
+        )
+        .unwrap()
+        .unwrap();
+    assert!(
+        !maintain.value.changed
+            && maintain.value.bytes_freed == 0
+            && maintain.value.rewritten_entries == 0
+    );
+    runtime.quarantine().clear(None);
+    let batch = resolved
+        .engine
+        .ingest_batch(
+            Arc::new(IngestBatchRequest {
+                session_id: id,
+                messages: t.shared_messages(),
+                range: 0..3,
+                is_heartbeat: false,
+                host: HostInputs::default(),
+            }),
+            Arc::new(AbortSignal::new()),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(batch.value.ingested_count, 0);
+    assert_eq!(batch.answer.answered_by, "legacy");
+}
+
+#[test]
+fn a_validator_shaped_failure_is_not_retried_and_quarantines_assemble() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "assemble": "error", "errorMessage": "Unrecognized key(s) in object: 'runtimeSettings'" }),
+        json!({}),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let view = transcript().assemble(&resolved.engine, "s", None).unwrap();
+    assert_eq!(view.answer.answered_by, "legacy");
+    assert_eq!(
+        runtime.quarantine().get("faulty").unwrap().operation,
+        "assemble"
+    );
+    assert_eq!(
+        faulty_calls(&resolved)["assemble"],
+        1,
+        "called once: no retry without the key"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host-parameter projection (§6.1)
+// ---------------------------------------------------------------------------------------------
+
+fn every_host_param(
+    runtime: &Runtime,
+    resolved: &pincer_host::runtime::ResolvedEngine,
+) -> HostInputs {
+    HostInputs {
+        session_key: Some(Arc::from("key-1")),
+        prompt: Some(Arc::from("book a flight")),
+        runtime_settings: Some(runtime.runtime_settings(
+            &resolved.resolution,
+            &HostDescriptor::embedded(),
+            Some(4000),
+        )),
+        session_target: Some(Arc::new(pincer_host::request::SessionTargetInput {
+            agent_id: Some(Arc::from("main")),
+            ..Default::default()
+        })),
+        runtime_context: Some(Arc::from("{\"cwd\":\"/tmp\"}")),
+    }
+}
+
+#[test]
+fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
+    let t = transcript();
+    // Undeclared: everything passes.
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({}), json!({}));
+    let resolved = runtime.resolve().unwrap();
+    let view = t
+        .assemble_with(
+            &resolved.engine,
+            "s",
+            None,
+            every_host_param(&runtime, &resolved),
+        )
+        .unwrap();
+    assert_eq!(
+        view.result.system_prompt_addition.as_ref().map(|s| s.to_string()).into_option().unwrap(),
+        "faulty engine was here; host params: sessionKey,prompt,runtimeSettings,sessionTarget,runtimeContext,abortSignal"
+    );
+    // Declared: only the listed ones (abortSignal stripped too).
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "acceptedHostParams": ["sessionKey", "runtimeSettings"] }),
+        json!({}),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let view = t
+        .assemble_with(
+            &resolved.engine,
+            "s",
+            None,
+            every_host_param(&runtime, &resolved),
+        )
+        .unwrap();
+    assert_eq!(
+        view.result
+            .system_prompt_addition
+            .as_ref()
+            .map(|s| s.to_string())
+            .into_option()
+            .unwrap(),
+        "faulty engine was here; host params: sessionKey,runtimeSettings"
+    );
+    // `[]` strips every host param — except compact's abort signal, which is always passed.
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({ "acceptedHostParams": [] }), json!({}));
+    let resolved = runtime.resolve().unwrap();
+    let view = t
+        .assemble_with(
+            &resolved.engine,
+            "s",
+            None,
+            every_host_param(&runtime, &resolved),
+        )
+        .unwrap();
+    assert!(view
+        .result
+        .system_prompt_addition
+        .as_ref()
+        .map(|s| s.to_string())
+        .into_option()
+        .unwrap()
+        .ends_with("host params: "));
+    let compact = resolved
+        .engine
+        .compact(
+            Arc::new(CompactRequest {
+                session_id: Arc::from("s"),
+                session_file: Arc::from("s.jsonl"),
+                agent_id: None,
+                messages: t.shared_messages(),
+                token_budget: None,
+                force: true,
+                force_reason: None,
+                current_token_count: None,
+                compaction_target: CompactionTarget::Budget,
+                custom_instructions: None,
+                host: every_host_param(&runtime, &resolved),
+            }),
+            Arc::new(AbortSignal::new()),
+        )
+        .unwrap();
+    assert_eq!(
+        compact
+            .value
+            .reason
+            .as_ref()
+            .map(|s| s.to_string())
+            .into_option()
+            .unwrap(),
+        "faulty does not compact; host params: abortSignal"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host requirements (§5)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn host_requirements_fail_closed_with_the_contract_message() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "hostRequirements": { "agent-run": { "requiredCapabilities": ["bootstrap", "assemble-before-prompt"], "unsupportedMessage": "Switch to the embedded runner." } } }),
+        json!({ "hosts": { "cliBackends": { "claude-cli": {} }, "harnesses": { "codex": { "capabilities": ["bootstrap", "assemble-before-prompt"] } } } }),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let config = &runtime.config().config;
+    let cli = HostDescriptor::find(config, "claude-cli").unwrap();
+    let err = resolved.engine.check_host("agent-run", &cli).unwrap_err();
+    assert_eq!(
+        err.message,
+        "Context engine \"faulty\" cannot run operation \"agent-run\" on CLI backend \"claude-cli\". Missing host capabilities: assemble-before-prompt. Required capabilities: bootstrap, assemble-before-prompt. Host capabilities: bootstrap, after-turn, maintain. Switch to the embedded runner."
+    );
+    assert!(resolved
+        .engine
+        .check_host("agent-run", &HostDescriptor::embedded())
+        .is_ok());
+    assert!(resolved
+        .engine
+        .check_host("agent-run", &HostDescriptor::find(config, "codex").unwrap())
+        .is_ok());
+    assert!(
+        resolved.engine.check_host("manual-compact", &cli).is_ok(),
+        "no requirement: allowed"
+    );
+    // Quarantined, the engine reads as legacy: its requirements vanish.
+    runtime.quarantine().record("faulty", None, "assemble", "x");
+    assert!(resolved.engine.check_host("agent-run", &cli).is_ok());
+}
+
+#[test]
+fn cli_refuses_to_run_on_a_host_that_lacks_a_capability_and_doctor_says_so_without_loading() {
+    let home = TempDir::new().unwrap();
+    let plugins = TempDir::new().unwrap();
+    let dir = copy_plugin(&staged_plugin("faulty"), plugins.path(), "faulty");
+    let mut manifest = read_manifest_json(&dir);
+    manifest["hostRequirements"] =
+        json!({ "agent-run": { "requiredCapabilities": ["assemble-before-prompt"] } });
+    write_manifest_json(&dir, &manifest);
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({
+            "plugins": { "slots": { "contextEngine": "faulty" }, "entries": { "faulty": { "config": {
+                "hostRequirements": { "agent-run": { "requiredCapabilities": ["assemble-before-prompt"] } } } } } },
+            "hosts": { "cliBackends": { "claude-cli": {} } }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let dir_arg = plugins.path().display().to_string();
+    let conversation = example_conversation().display().to_string();
+    let out = run_pincer(
+        home.path(),
+        &[
+            "assemble",
+            "--plugins-dir",
+            &dir_arg,
+            "--host",
+            "claude-cli",
+            "--conversation",
+            &conversation,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot run operation \"agent-run\" on CLI backend \"claude-cli\""),
+        "{err}"
+    );
+    let out = run_pincer(
+        home.path(),
+        &[
+            "assemble",
+            "--plugins-dir",
+            &dir_arg,
+            "--conversation",
+            &conversation,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the embedded runner has every capability"
+    );
+    let out = run_pincer(
+        home.path(),
+        &["doctor", "--json", "--plugins-dir", &dir_arg],
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let incompat = report["hostIncompatibilities"].as_array().unwrap();
+    assert_eq!(incompat.len(), 1, "{incompat:?}");
+    assert_eq!(incompat[0]["hostId"], "cli:claude-cli");
+    assert_eq!(incompat[0]["missing"], json!(["assemble-before-prompt"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded calls (§9.1 and per-call timeouts)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
+    let home = TempDir::new().unwrap();
+    let runtime = Arc::new(faulty(
+        &home,
+        json!({ "compact": "hang", "hangMs": 3_600_000 }),
+        json!({ "agents": { "defaults": { "compaction": { "timeoutSeconds": 1 } } } }),
+    ));
+    let resolved = Arc::new(runtime.resolve().unwrap());
+    let t = Arc::new(transcript());
+    // Session B assembles over and over while session A's compaction hangs.
+    let (b_engine, b_t) = (Arc::clone(&resolved), Arc::clone(&t));
+    let session_b = std::thread::spawn(move || {
+        let mut ok = 0;
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            if b_t.assemble(&b_engine.engine, "session-b", None).is_ok() {
+                ok += 1;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ok
+    });
+    let started = Instant::now();
+    let err = resolved
+        .engine
+        .compact(
+            Arc::new(CompactRequest {
+                session_id: Arc::from("session-a"),
+                session_file: Arc::from("a.jsonl"),
+                agent_id: None,
+                messages: t.shared_messages(),
+                token_budget: None,
+                force: true,
+                force_reason: Some(Arc::from("manual")),
+                current_token_count: None,
+                compaction_target: CompactionTarget::Budget,
+                custom_instructions: None,
+                host: HostInputs::default(),
+            }),
+            Arc::new(AbortSignal::new()),
+        )
+        .err()
+        .expect("times out");
+    let waited = started.elapsed();
+    assert_eq!(err.error.message, "Compaction timed out");
+    assert_eq!(err.error.kind, CallErrorKind::TimedOut);
+    assert!(
+        waited < Duration::from_secs(30),
+        "returned at its deadline, not when the engine did ({waited:?})"
+    );
+    let record = runtime.quarantine().get("faulty").unwrap();
+    assert_eq!(record.operation, "compact");
+    let ok = session_b.join().unwrap();
+    assert!(
+        ok >= 5,
+        "session B kept being answered: {ok} successful calls"
+    );
+}
+
+#[test]
+fn every_other_method_is_bounded_by_its_per_call_timeout() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "assemble": "hang", "hangMs": 3_600_000 }),
+        json!({ "plugins": { "callTimeoutsMs": { "assemble": 300 } } }),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let view = transcript()
+        .assemble(&resolved.engine, "s", None)
+        .expect("legacy answers after the timeout");
+    assert_eq!(view.answer.answered_by, "legacy");
+    let failure = view.answer.failure.unwrap();
+    assert_eq!(failure.kind, CallErrorKind::TimedOut);
+    assert!(
+        failure.message.starts_with("assemble timed out after"),
+        "{}",
+        failure.message
+    );
+    assert_eq!(
+        runtime.quarantine().get("faulty").unwrap().operation,
+        "assemble"
+    );
+}
+
+#[test]
+fn a_dispose_that_never_returns_does_not_block_shutdown_of_the_real_binary() {
+    let home = TempDir::new().unwrap();
+    let conversation = example_conversation().display().to_string();
+    let plugins = staged_plugins_dir().display().to_string();
+    let mut child = std::process::Command::new(pincer_bin())
+        .args([
+            "--home",
+            &home.path().display().to_string(),
+            "--log",
+            "warn",
+        ])
+        .args([
+            "assemble",
+            "--plugins-dir",
+            &plugins,
+            "--engine",
+            "faulty",
+            "--config",
+            r#"{"dispose":"hang","hangMs":3600000}"#,
+            "--conversation",
+            &conversation,
+        ])
+        .env("PINCER_CLEANUP_TIMEOUT_MS", "300")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("pincer did not exit: a hung dispose blocked shutdown");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("dispose stalled"),
+        "the stall is logged: {stderr}"
+    );
+}
+
+#[test]
+fn health_lists_quarantines_from_another_process() {
+    let home = TempDir::new().unwrap();
+    let conversation = example_conversation().display().to_string();
+    let plugins = staged_plugins_dir().display().to_string();
+    let out = run_pincer(
+        home.path(),
+        &[
+            "assemble",
+            "--plugins-dir",
+            &plugins,
+            "--engine",
+            "faulty",
+            "--config",
+            r#"{"assemble":"error"}"#,
+            "--conversation",
+            &conversation,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = run_pincer(home.path(), &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "warning");
+    assert_eq!(
+        health["line"],
+        "Context engine: warning (1 quarantined; downgraded to legacy: faulty)"
+    );
+    let record = &health["contextEngines"]["quarantined"][0];
+    assert_eq!(record["engineId"], "faulty");
+    assert_eq!(record["owner"], "plugin:faulty");
+    assert_eq!(record["operation"], "assemble");
+    assert_eq!(record["reason"], "faulty: configured to fail in assemble");
+    assert!(record["failedAt"].as_u64().unwrap() > 0);
+    let empty = TempDir::new().unwrap();
+    let out = run_pincer(empty.path(), &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert!(
+        health.get("contextEngines").is_none(),
+        "present only when non-empty"
+    );
+    assert!(
+        !empty.path().join("state").exists(),
+        "reading health creates no state"
+    );
+}
+
+#[test]
+fn the_services_of_legacy_delegate_compaction_to_the_runtime() {
+    let services = HostServices::new("legacy", Arc::new(NoRuntimeCompaction), None);
+    let legacy = create_legacy(services).unwrap();
+    assert_eq!(legacy.descriptor().name, "Legacy Context Engine");
+    assert_eq!(
+        legacy
+            .descriptor()
+            .accepted_host_params
+            .as_ref()
+            .unwrap()
+            .len(),
+        6
+    );
+    assert!(!legacy.descriptor().owns_compaction);
+}
