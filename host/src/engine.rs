@@ -399,7 +399,7 @@ pub fn resolve_assembled<'a>(result: &'a AssembleResult, input: &'a [Message]) -
                     out.extend(input[start..end].iter());
                 }
             }
-            AssembledItem::New(message) => out.push(message),
+            AssembledItem::New(message) => out.push(&**message),
         }
     }
     out

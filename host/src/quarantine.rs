@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -66,6 +67,8 @@ pub fn sanitize_for_log(value: &str) -> String {
 #[derive(Debug)]
 pub struct Quarantine {
     records: Mutex<BTreeMap<String, QuarantineRecord>>,
+    /// How many records `records` holds: lets the hot path skip the lock when none.
+    count: AtomicUsize,
     mirror: Option<PathBuf>,
     default_engine_id: String,
 }
@@ -75,6 +78,7 @@ impl Quarantine {
     pub fn new(state_dir: Option<&Path>) -> Self {
         Quarantine {
             records: Mutex::new(BTreeMap::new()),
+            count: AtomicUsize::new(0),
             mirror: state_dir.map(|d| d.join(MIRROR_FILE_NAME)),
             default_engine_id: crate::config::DEFAULT_ENGINE_ID.to_owned(),
         }
@@ -103,6 +107,7 @@ impl Quarantine {
                 return false;
             }
             records.insert(engine_id.to_owned(), record.clone());
+            self.count.store(records.len(), Ordering::Release);
         }
         let owner_part = owner
             .map(|o| format!(" owner={}", sanitize_for_log(o)))
@@ -140,8 +145,11 @@ impl Quarantine {
             .cloned()
     }
 
-    /// Whether `engine_id` is quarantined in this process.
+    /// Whether `engine_id` is quarantined in this process. One atomic load when nothing is.
     pub fn is_quarantined(&self, engine_id: &str) -> bool {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         self.records
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -158,6 +166,7 @@ impl Quarantine {
                 }
                 None => records.clear(),
             }
+            self.count.store(records.len(), Ordering::Release);
         }
         let pid = std::process::id();
         self.write_mirror(|rows| {

@@ -30,11 +30,15 @@ pub fn owner_plugin_id(owner: &str) -> Option<&str> {
     owner.strip_prefix("plugin:")
 }
 
+/// A factory linked into the host or an embedder.
+pub type NativeFactory =
+    Arc<dyn Fn(&FactoryInput<'_>) -> Result<EngineInstance, EngineCallError> + Send + Sync>;
+
 /// How a registered engine is created.
 #[derive(Clone)]
 pub enum EngineFactory {
     /// A function linked into the host or embedder.
-    Native(Arc<dyn Fn(&FactoryInput<'_>) -> Result<EngineInstance, EngineCallError> + Send + Sync>),
+    Native(NativeFactory),
     /// An engine exported by a loaded plugin library.
     Plugin {
         /// The library.

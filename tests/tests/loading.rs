@@ -151,7 +151,8 @@ fn panic_abort_build_is_refused_before_any_call() {
 
 #[test]
 fn manifest_problems() {
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>, &str)> = vec![
+    type Breaker = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Breaker, &str)> = vec![
         (
             "missing",
             Box::new(|d: &Path| std::fs::remove_file(d.join("pincer.plugin.json")).unwrap()),

@@ -330,8 +330,7 @@ fn aborts_never_quarantine() {
     let err = resolved
         .engine
         .assemble(Arc::clone(&request), abort)
-        .err()
-        .expect("aborted");
+        .expect_err("aborted");
     assert_eq!(err.error.kind, CallErrorKind::Aborted);
     assert!(!runtime.quarantine().is_quarantined("faulty"));
     // A signal that fired before the call: the abort error, without calling the engine.
@@ -698,8 +697,7 @@ fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
             }),
             Arc::new(AbortSignal::new()),
         )
-        .err()
-        .expect("times out");
+        .expect_err("times out");
     let waited = started.elapsed();
     assert_eq!(err.error.message, "Compaction timed out");
     assert_eq!(err.error.kind, CallErrorKind::TimedOut);

@@ -24,57 +24,71 @@ struct Step {
     /// `{home}`, `{plugins}`, `{variants}` and `{repo}` stand for the demo home, the staged plugins,
     /// the staged variants and the repository root.
     args: &'static [&'static str],
+    /// Whether the step shows a refusal: then exit status 1 is the expected outcome.
+    expect_refusal: bool,
 }
+
+/// The demo home's `pincer.json`: a CLI backend to refuse engines on, and a short compaction
+/// safety timeout so a hung compaction is visibly cut off.
+const DEMO_CONFIG: &str = r#"{
+  // written by `cargo xtask demo`
+  hosts: { cliBackends: { "claude-cli": {} } },
+  agents: { defaults: { compaction: { timeoutSeconds: 2 } } },
+}
+"#;
+
+const CONVERSATION: &str = "{repo}/examples/airline-conversation.json";
 
 const STEPS: &[Step] = &[
     Step {
         title: "doctor: which plugins load",
         args: &["--home", "{home}", "doctor", "--plugins-dir", "{plugins}"],
+        expect_refusal: false,
     },
     Step {
         title: "assemble with sliding-window under a 400-token budget",
         args: &[
-            "--home",
-            "{home}",
-            "assemble",
-            "--plugins-dir",
-            "{plugins}",
-            "--engine",
-            "sliding-window",
-            "--config",
-            r#"{"tokenBudget":400}"#,
-            "--conversation",
-            "{repo}/examples/airline-conversation.json",
+            "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine",
+            "sliding-window", "--config", r#"{"tokenBudget":400}"#, "--conversation", CONVERSATION,
         ],
+        expect_refusal: false,
     },
     Step {
         title: "a panicking engine: the panic is caught, the engine quarantined, legacy answers",
         args: &[
-            "--home",
-            "{home}",
-            "assemble",
-            "--plugins-dir",
-            "{plugins}",
-            "--engine",
-            "faulty",
-            "--config",
-            r#"{"assemble":"panic"}"#,
-            "--conversation",
-            "{repo}/examples/airline-conversation.json",
+            "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine", "faulty",
+            "--config", r#"{"assemble":"panic"}"#, "--conversation", CONVERSATION,
         ],
+        expect_refusal: false,
     },
     Step {
-        title: "doctor --json: the variants are rejected, with reasons",
+        title: "health, from another process: the quarantine mirror and the health line",
+        args: &["--home", "{home}", "health"],
+        expect_refusal: false,
+    },
+    Step {
+        title: "host requirements: an engine that needs assemble-before-prompt is refused on a CLI backend",
         args: &[
-            "--home",
-            "{home}",
-            "doctor",
-            "--json",
-            "--plugins-dir",
-            "{plugins}",
-            "--plugins-dir",
-            "{variants}",
+            "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine", "faulty",
+            "--config",
+            r#"{"hostRequirements":{"agent-run":{"requiredCapabilities":["assemble-before-prompt"],"unsupportedMessage":"Run it on the embedded runner."}}}"#,
+            "--host", "claude-cli", "--conversation", CONVERSATION,
         ],
+        expect_refusal: true,
+    },
+    Step {
+        title: "check-engine: every method once; compact hangs and is cut off at its 2 s safety timeout",
+        args: &[
+            "--home", "{home}", "check-engine", "--plugins-dir", "{plugins}", "--engine", "faulty",
+            "--config", r#"{"compact":"hang","ingest":"error","hangMs":3600000}"#,
+            "--conversation", CONVERSATION,
+        ],
+        expect_refusal: true,
+    },
+    Step {
+        title: "doctor: libraries that must never run are refused before any call",
+        args: &["--home", "{home}", "doctor", "--plugins-dir", "{variants}"],
+        expect_refusal: false,
     },
 ];
 
@@ -103,6 +117,8 @@ pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
         fs::remove_dir_all(&home).with_context(|| format!("cannot remove {}", home.display()))?;
     }
     fs::create_dir_all(&home).with_context(|| format!("cannot create {}", home.display()))?;
+    fs::write(home.join("pincer.json"), DEMO_CONFIG)
+        .with_context(|| format!("cannot write {}", home.join("pincer.json").display()))?;
 
     let placeholders = [
         ("{home}", home.to_string_lossy().into_owned()),
@@ -133,7 +149,7 @@ pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
             .current_dir(&ws.root)
             .status()
             .with_context(|| format!("cannot run {}", pincer.display()))?;
-        let outcome = if status.success() {
+        let outcome = if status.success() || (step.expect_refusal && status.code() == Some(1)) {
             None
         } else {
             let failure = describe_status(status);

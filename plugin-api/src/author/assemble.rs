@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use crate::abi::v1::{AssembleResult, AssembledItem, Message, PromptAuthority};
-use crate::abi::{ROption, RString, RVec};
+use crate::abi::{RBox, ROption, RString, RVec};
 
 /// Builds the answer of `assemble`.
 ///
@@ -55,7 +55,7 @@ impl ContextBuilder {
 
     /// Appends a message the engine made.
     pub fn push(&mut self, message: Message) -> &mut Self {
-        self.items.push(AssembledItem::New(message));
+        self.items.push(AssembledItem::New(RBox::new(message)));
         self
     }
 

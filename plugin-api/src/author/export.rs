@@ -8,6 +8,10 @@
 //! specialisation on the concrete engine type (the `Probe` traits below): implementing
 //! `AfterTurn` is all an author does to get `afterTurn` called.
 
+// The optional-method tables spell out their higher-ranked fn types on purpose: they are the
+// contract between the probes and the adapter.
+#![allow(clippy::type_complexity)]
+
 use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;

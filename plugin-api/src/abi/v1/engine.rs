@@ -716,8 +716,9 @@ pub enum AssembledItem {
         /// One past the last index.
         end: u64,
     },
-    /// A message the engine made (a summary, a note).
-    New(Message),
+    /// A message the engine made (a summary, a note). Boxed so that the far more common
+    /// `Input` items stay small.
+    New(RBox<Message>),
 }
 
 /// Whether the host may trust the assembled prompt's size.
