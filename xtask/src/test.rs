@@ -1,4 +1,5 @@
-//! `cargo xtask test`: stage the plugins (dev build), then run `cargo test --workspace` against them.
+//! `cargo xtask test`: stage the plugins (dev build), build the `pincer` binary the black-box
+//! tests run, then run `cargo test --workspace` against them.
 //!
 //! The tests that load real libraries find them through two variables:
 //! `PINCER_STAGED_PLUGINS` (the normal plugins) and `PINCER_PLUGIN_VARIANTS` (the test-only variants).
@@ -14,6 +15,20 @@ use crate::workspace::{exit_code_of, shell_line, Workspace};
 
 pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
     let staged = build_plugins::run(ws, build_plugins::Config { release: false })?;
+
+    // `cargo test` does not rebuild a binary that only other packages' tests run.
+    let build_args: Vec<OsString> = ["build", "-p", "pincer-host", "--bin", "pincer"]
+        .map(OsString::from)
+        .to_vec();
+    eprintln!("$ {}", shell_line("cargo", &build_args));
+    let status = ws
+        .cargo()
+        .args(&build_args)
+        .status()
+        .context("cannot run `cargo build`")?;
+    if !status.success() {
+        return Ok(exit_code_of(status));
+    }
 
     let mut args: Vec<OsString> = vec!["test".into(), "--workspace".into()];
     args.extend(cargo_args.iter().cloned());
