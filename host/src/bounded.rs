@@ -8,14 +8,15 @@
 //! A deadline is a window that can be re-armed while work makes progress (the runtime's own
 //! compaction does), never past a ceiling of ten windows from the start (reference §9.1).
 //!
-//! Cost: a call pays one hand-off to a parked worker and back (a few microseconds; see
-//! `docs/BENCHMARKS.md`), negligible beside a model turn, and nothing else.
+//! Cost: a call pays a hand-off to a worker and back. Workers and callers spin briefly
+//! (50 µs) before parking, so a burst of calls costs two cache-line hand-offs each (well under
+//! a microsecond) and an isolated call two thread wake-ups (tens of microseconds on a small VM,
+//! negligible beside a model turn). Figures: `docs/BENCHMARKS.md`.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::v1::AbortSignal;
@@ -82,76 +83,149 @@ pub struct TimedOut {
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-struct Pool {
-    queue: Mutex<VecDeque<Job>>,
-    ready: Condvar,
-    idle: AtomicUsize,
-    spawned: AtomicUsize,
-}
+/// How long an idle worker spins for the next call before it parks, and how long a caller
+/// spins for its result before it parks. A hot loop of calls then costs two cache-line
+/// hand-offs instead of two futex sleeps; an isolated call pays at most this much CPU.
+const SPIN: Duration = Duration::from_micros(50);
 
-fn pool() -> &'static Arc<Pool> {
-    static POOL: OnceLock<Arc<Pool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        Arc::new(Pool {
-            queue: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            idle: AtomicUsize::new(0),
-            spawned: AtomicUsize::new(0),
-        })
-    })
-}
-
-/// Workers that stay parked waiting for calls; more are spawned on demand.
+/// How long a parked worker waits for work before its thread exits.
 const IDLE_KEEP: Duration = Duration::from_secs(30);
 
-fn worker(pool: Arc<Pool>) {
+const IDLE_SPINNING: u8 = 0;
+const IDLE_PARKED: u8 = 1;
+const BUSY: u8 = 2;
+const EXITED: u8 = 3;
+
+/// One worker thread and its hand-off slot.
+struct Worker {
+    state: AtomicU8,
+    job: Mutex<Option<Job>>,
+    thread: OnceLock<Thread>,
+}
+
+fn workers() -> &'static Mutex<Vec<Arc<Worker>>> {
+    static WORKERS: Mutex<Vec<Arc<Worker>>> = Mutex::new(Vec::new());
+    &WORKERS
+}
+
+/// Spins until `ready()` or `SPIN` passes; true if ready.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
     loop {
-        let job = {
-            let mut queue = pool.queue.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                if let Some(job) = queue.pop_front() {
-                    break Some(job);
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return ready();
+        }
+    }
+}
+
+fn worker_loop(me: Arc<Worker>) {
+    loop {
+        let job = me.job.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(job) = job {
+            job();
+            me.state.store(IDLE_SPINNING, Ordering::Release);
+            // Stay hot for a moment: the next call of a burst is picked up without a wake-up.
+            spin_until(|| me.state.load(Ordering::Acquire) == BUSY);
+        }
+        if me.state.load(Ordering::Acquire) == BUSY {
+            // A submitter claimed us; its job is in the slot (or about to be).
+            spin_until(|| me.job.lock().map(|j| j.is_some()).unwrap_or(true));
+            continue;
+        }
+        if me
+            .state
+            .compare_exchange(
+                IDLE_SPINNING,
+                IDLE_PARKED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            continue; // claimed while we were about to park
+        }
+        let parked_at = Instant::now();
+        while me.state.load(Ordering::Acquire) == IDLE_PARKED {
+            if parked_at.elapsed() >= IDLE_KEEP {
+                if me
+                    .state
+                    .compare_exchange(IDLE_PARKED, EXITED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    workers()
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|w| !Arc::ptr_eq(w, &me));
+                    return;
                 }
-                pool.idle.fetch_add(1, Ordering::AcqRel);
-                let (q, timeout) = pool
-                    .ready
-                    .wait_timeout(queue, IDLE_KEEP)
-                    .unwrap_or_else(|e| e.into_inner());
-                queue = q;
-                pool.idle.fetch_sub(1, Ordering::AcqRel);
-                if timeout.timed_out() && queue.is_empty() {
-                    break None;
+                break;
+            }
+            std::thread::park_timeout(IDLE_KEEP);
+        }
+    }
+}
+
+/// Hands `job` to an idle worker (a spinning one first, then a parked one), or to a new one.
+fn submit(job: Job) {
+    let mut job = Some(job);
+    {
+        let pool = workers().lock().unwrap_or_else(|e| e.into_inner());
+        for wanted in [IDLE_SPINNING, IDLE_PARKED] {
+            for worker in pool.iter() {
+                if worker
+                    .state
+                    .compare_exchange(wanted, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    *worker.job.lock().unwrap_or_else(|e| e.into_inner()) = job.take();
+                    if wanted == IDLE_PARKED {
+                        if let Some(thread) = worker.thread.get() {
+                            thread.unpark();
+                        }
+                    }
+                    return;
                 }
             }
-        };
-        match job {
-            Some(job) => job(),
-            None => {
-                pool.spawned.fetch_sub(1, Ordering::AcqRel);
-                return;
+        }
+    }
+    let worker = Arc::new(Worker {
+        state: AtomicU8::new(BUSY),
+        job: Mutex::new(job.take()),
+        thread: OnceLock::new(),
+    });
+    let runner = Arc::clone(&worker);
+    match std::thread::Builder::new()
+        .name("pincer-engine-call".to_owned())
+        .spawn(move || worker_loop(runner))
+    {
+        Ok(handle) => {
+            let _ = worker.thread.set(handle.thread().clone());
+            workers()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(worker);
+        }
+        Err(err) => {
+            // No thread: run the job on this one rather than lose it (unbounded, logged).
+            tracing::error!(error = %err, "cannot spawn an engine-call worker; calling inline");
+            if let Some(job) = worker.job.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                job();
             }
         }
     }
 }
 
-fn submit(job: Job) {
-    let pool = pool();
-    let needs_worker = {
-        let mut queue = pool.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.push_back(job);
-        pool.idle.load(Ordering::Acquire) < queue.len()
-    };
-    if needs_worker {
-        pool.spawned.fetch_add(1, Ordering::AcqRel);
-        let p = Arc::clone(pool);
-        let spawned = std::thread::Builder::new()
-            .name("pincer-engine-call".to_owned())
-            .spawn(move || worker(p));
-        if spawned.is_err() {
-            pool.spawned.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    pool.ready.notify_one();
+/// Where a worker leaves a call's result for its caller.
+struct Slot<T> {
+    done: AtomicBool,
+    value: Mutex<Option<T>>,
+    caller: Thread,
 }
 
 /// Runs `call` on a worker and waits for it until `deadline`; on timeout fires `abort` and
@@ -164,18 +238,37 @@ pub fn run<T: Send + 'static>(
     abort: Arc<AbortSignal>,
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, TimedOut> {
-    let (tx, rx) = mpsc::sync_channel::<T>(1);
+    let slot = Arc::new(Slot {
+        done: AtomicBool::new(false),
+        value: Mutex::new(None),
+        caller: std::thread::current(),
+    });
+    let job_slot = Arc::clone(&slot);
     let job_deadline = Arc::clone(&deadline);
     submit(Box::new(move || {
         CURRENT_DEADLINE.with(|d| *d.borrow_mut() = Some(job_deadline));
         let result = call();
         CURRENT_DEADLINE.with(|d| *d.borrow_mut() = None);
-        // The caller may have given up; then the result is dropped here, on the worker.
-        let _ = tx.send(result);
+        // The caller may have given up; then the result is dropped with the slot.
+        *job_slot.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+        job_slot.done.store(true, Ordering::Release);
+        job_slot.caller.unpark();
     }));
     let started = Instant::now();
+    let take = || slot.value.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if spin_until(|| slot.done.load(Ordering::Acquire)) {
+        if let Some(value) = take() {
+            return Ok(value);
+        }
+    }
     loop {
+        if slot.done.load(Ordering::Acquire) {
+            if let Some(value) = take() {
+                return Ok(value);
+            }
+        }
         let now = Instant::now();
+        // Read the deadline each time: the window may have been re-armed meanwhile.
         let until = deadline.until();
         if now >= until {
             abort.abort();
@@ -183,19 +276,7 @@ pub fn run<T: Send + 'static>(
                 waited: started.elapsed(),
             });
         }
-        match rx.recv_timeout(until - now) {
-            Ok(value) => return Ok(value),
-            // The window may have been re-armed meanwhile: look again.
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // The worker died without sending: only possible if `call` unwound on the host
-                // side, which the adapter prevents. Treat as a timeout-equivalent failure.
-                abort.abort();
-                return Err(TimedOut {
-                    waited: started.elapsed(),
-                });
-            }
-        }
+        std::thread::park_timeout(until - now);
     }
 }
 

@@ -301,3 +301,11 @@ fn a_library_replaced_on_disk_after_loading_does_not_affect_the_loaded_engine() 
         "still callable: the host mapped its own copy"
     );
 }
+
+#[test]
+fn a_nonexistent_plugin_folder() {
+    let cache = TempDir::new().unwrap();
+    let err =
+        load(Path::new("/nonexistent/pincer-plugin"), cache.path()).expect_err("nothing there");
+    assert_eq!(err.code(), "manifest_missing", "{err}");
+}

@@ -851,3 +851,77 @@ fn the_services_of_legacy_delegate_compaction_to_the_runtime() {
     );
     assert!(!legacy.descriptor().owns_compaction);
 }
+
+/// An engine an embedder links in, whose `info` has no name: a contract failure.
+struct Nameless;
+
+impl pincer_plugin_api::Engine for Nameless {
+    const ID: &'static str = "nameless";
+
+    fn create(
+        _ctx: pincer_plugin_api::FactoryContext<'_>,
+        _host: pincer_plugin_api::Host,
+    ) -> Result<Self, pincer_plugin_api::EngineError> {
+        Ok(Nameless)
+    }
+
+    fn info(&self) -> pincer_plugin_api::EngineInfo {
+        pincer_plugin_api::EngineInfo::new("nameless", " ", "0.1.0")
+    }
+
+    fn ingest(
+        &self,
+        _: &pincer_plugin_api::IngestParams<'_>,
+    ) -> Result<pincer_plugin_api::IngestResult, pincer_plugin_api::EngineError> {
+        Ok(Default::default())
+    }
+
+    fn assemble(
+        &self,
+        p: &pincer_plugin_api::AssembleParams<'_>,
+    ) -> Result<pincer_plugin_api::AssembleResult, pincer_plugin_api::EngineError> {
+        Ok(pincer_plugin_api::AssembleResult::pass_through(
+            p.messages.len(),
+        ))
+    }
+
+    fn compact(
+        &self,
+        _: &pincer_plugin_api::CompactParams<'_>,
+    ) -> Result<pincer_plugin_api::CompactResult, pincer_plugin_api::EngineError> {
+        Ok(pincer_plugin_api::CompactResult::nothing_to_do("-"))
+    }
+}
+
+#[test]
+fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_validation() {
+    let home = TempDir::new().unwrap();
+    let runtime = runtime_with(&home, json!({}));
+    runtime
+        .registry()
+        .register_for_owner(
+            "nameless",
+            EngineFactory::Native(Arc::new(|_| {
+                pincer_host::engine::EngineInstance::new(
+                    pincer_plugin_api::into_engine_box(
+                        Nameless,
+                        pincer_plugin_api::optional_fns!(Nameless),
+                    ),
+                    pincer_host::engine::EngineOrigin::Builtin,
+                    None,
+                )
+            })),
+            PUBLIC_SDK_OWNER,
+            RegisterOptions::default(),
+        )
+        .unwrap();
+    let resolved = runtime.resolve_id("nameless").unwrap();
+    assert_eq!(resolved.resolution.resolved, "legacy");
+    let record = runtime.quarantine().get("nameless").unwrap();
+    assert_eq!(record.operation, "contract-validation");
+    assert_eq!(record.owner.as_deref(), Some("public-sdk"));
+    assert_eq!(
+        record.reason,
+        "Context engine \"nameless\" factory returned an invalid ContextEngine: missing info.name."
+    );
+}

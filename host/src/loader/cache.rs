@@ -2,11 +2,11 @@
 //! `dlopen`s.
 //!
 //! A copy lives at `<cache_dir>/<first 16 hex of sha256>/<file_name>`. It is written once
-//! (temp file in the same folder, fsync, read-only, then published with a hard link that can
+//! (temp file in the same folder, read-only, then published with a hard link that can
 //! never replace an existing file) and never overwritten afterwards: overwriting a mapped
 //! library in place crashes the process that mapped it. An existing copy is re-hashed before
-//! reuse; a copy whose content is wrong is left alone and a fresh one is written beside it as
-//! `<file_name>.<8 hex>`.
+//! reuse (so a copy torn by a crash is caught without paying for fsync); a copy whose content
+//! is wrong is left alone and a fresh one is written beside it as `<file_name>.<8 hex>`.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -106,12 +106,14 @@ pub fn cache_copy(
     file_name: &str,
 ) -> Result<PathBuf, CacheError> {
     let bytes = &lib.bytes;
-    let sha = sha256_hex(bytes);
-    if !sha.eq_ignore_ascii_case(&lib.sha256_hex) {
+    // `verify_library` hashed exactly these bytes; hashing them again would double the cost
+    // of a load for nothing.
+    let sha = lib.sha256_hex.to_ascii_lowercase();
+    if sha.len() != 64 || bytes.len() as u64 != lib.size {
         return Err(CacheError::Inconsistent {
             source_path: lib.source_path.clone(),
-            expected: lib.sha256_hex.clone(),
-            found: sha,
+            expected: format!("{} bytes, a 64-hex sha256", lib.size),
+            found: format!("{} bytes, sha256 {:?}", bytes.len(), lib.sha256_hex),
         });
     }
     let name = sanitize_file_name(file_name, &lib.source_path);
@@ -238,7 +240,7 @@ fn find_alternate(
     Ok(None)
 }
 
-/// Writes `bytes` to a temp file in `dir`, syncs it, makes it read-only and publishes it at
+/// Writes `bytes` to a temp file in `dir`, makes it read-only and publishes it at
 /// `target` without ever replacing an existing file. Returns `false` if `target` already
 /// existed (the temp file is removed).
 fn publish(dir: &Path, name: &str, target: &Path, bytes: &[u8]) -> Result<bool, CacheError> {
@@ -249,7 +251,6 @@ fn publish(dir: &Path, name: &str, target: &Path, bytes: &[u8]) -> Result<bool, 
     let published = result?;
     if published {
         finish_read_only(target);
-        sync_dir(dir);
     }
     Ok(published)
 }
@@ -267,8 +268,9 @@ fn write_temp(temp: &Path, bytes: &[u8]) -> Result<(), CacheError> {
         options.mode(0o600);
     }
     let mut file = options.open(temp).map_err(write_err)?;
+    // No fsync: a copy torn by a crash is caught when the cache is next used (an existing
+    // copy is reused only after its content hashes right), so durability costs nothing here.
     file.write_all(bytes).map_err(write_err)?;
-    file.sync_all().map_err(write_err)?;
     // On Unix the mode does not stop unlinking the temp name, so the copy is read-only before
     // it is published. Elsewhere a read-only file cannot be deleted, so `publish` marks the
     // final file read-only afterwards.
@@ -336,16 +338,6 @@ fn create_private_dir(dir: &Path) -> Result<(), CacheError> {
         path: dir.to_path_buf(),
         io,
     })
-}
-
-/// Best-effort fsync of a directory so a published name survives a crash.
-fn sync_dir(dir: &Path) {
-    #[cfg(unix)]
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
 }
 
 /// pid, nanoseconds and a process-wide counter: unique among concurrent writers.
