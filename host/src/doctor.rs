@@ -25,6 +25,8 @@ pub struct DoctorReport {
     pub config: ConfigSummary,
     /// Every discovered plugin.
     pub plugins: Vec<PluginStatus>,
+    /// Plugin folders that were named (config or command line) but do not exist.
+    pub missing_plugin_dirs: Vec<String>,
     /// Registered engine ids, sorted.
     pub engines: Vec<String>,
     /// The slot and its resolution.
@@ -134,6 +136,11 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
             unknown_keys: config.unknown_keys.clone(),
         },
         plugins: runtime.plugins().to_vec(),
+        missing_plugin_dirs: runtime
+            .missing_plugin_dirs()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
         engines: runtime.registry().ids(),
         hosts,
         host_incompatibilities,
@@ -161,6 +168,9 @@ impl DoctorReport {
         );
         for key in &self.config.unknown_keys {
             let _ = writeln!(out, "  warning: unknown config key `{key}` (typo?)");
+        }
+        for dir in &self.missing_plugin_dirs {
+            let _ = writeln!(out, "  warning: plugin folder {dir} does not exist (check --plugins-dir or plugins.load.paths)");
         }
         let _ = writeln!(out, "plugins ({}):", self.plugins.len());
         if self.plugins.is_empty() {

@@ -34,6 +34,8 @@
 //! - [`guarded::GuardedEngine`]: quarantine, fallback and host-parameter projection around it.
 //! - [`quarantine::Quarantine`]: the process's failed engines, mirrored to disk for `health`.
 
+#![warn(missing_docs)]
+
 pub mod bounded;
 pub mod config;
 pub mod doctor;

@@ -134,6 +134,7 @@ pub struct Runtime {
     dirs: EngineDirs,
     legacy: Arc<EngineInstance>,
     instances: Mutex<BTreeMap<String, Arc<EngineInstance>>>,
+    missing_plugin_dirs: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -188,6 +189,7 @@ impl Runtime {
             dirs: options.dirs,
             legacy,
             instances: Mutex::new(BTreeMap::new()),
+            missing_plugin_dirs: Vec::new(),
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
         runtime
@@ -229,6 +231,13 @@ impl Runtime {
     fn load_plugins(&mut self, extra: &[PathBuf]) {
         let loader = Loader::new(self.home.cache_dir());
         let roots = self.plugin_roots(extra);
+        // The home's own plugins folder may well not exist; a folder someone named should.
+        self.missing_plugin_dirs = roots
+            .iter()
+            .skip(1)
+            .filter(|root| !root.is_dir())
+            .cloned()
+            .collect();
         for dir in discover_plugin_dirs(&roots) {
             let status = self.load_one(&loader, &dir);
             self.plugins.push(status);
@@ -328,6 +337,11 @@ impl Runtime {
     /// What became of each discovered plugin, in discovery order.
     pub fn plugins(&self) -> &[PluginStatus] {
         &self.plugins
+    }
+
+    /// Plugin folders named in `plugins.load.paths` or `--plugins-dir` that do not exist.
+    pub fn missing_plugin_dirs(&self) -> &[PathBuf] {
+        &self.missing_plugin_dirs
     }
 
     /// The registry.

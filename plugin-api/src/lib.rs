@@ -96,6 +96,7 @@
 //!   (`apiVersion` in `pincer.plugin.json`).
 
 #![allow(non_local_definitions)] // emitted by abi_stable's derives on current rustc
+#![warn(missing_docs)]
 
 pub mod abi;
 mod author;

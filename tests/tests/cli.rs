@@ -253,3 +253,23 @@ fn check_engine_survives_a_panic_in_every_method_at_once() {
         assert_eq!(m["outcome"], expected, "{m}");
     }
 }
+
+#[test]
+fn doctor_warns_about_a_plugins_dir_that_does_not_exist() {
+    let home = TempDir::new().unwrap();
+    let out = run_pincer(
+        home.path(),
+        &[
+            "doctor",
+            "--json",
+            "--plugins-dir",
+            "/nonexistent/pincer-plugins",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let report = stdout_json(&out);
+    assert_eq!(
+        report["missingPluginDirs"],
+        json!(["/nonexistent/pincer-plugins"])
+    );
+}

@@ -95,22 +95,7 @@ const STEPS: &[Step] = &[
 pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
     let staged = build_plugins::run(ws, build_plugins::Config { release: false })?;
 
-    let build_args: Vec<OsString> = ["build", "-p", "pincer-host", "--bin", "pincer"]
-        .map(OsString::from)
-        .to_vec();
-    eprintln!("$ {}", shell_line("cargo", &build_args));
-    let status = ws
-        .cargo()
-        .args(&build_args)
-        .status()
-        .context("cannot run `cargo build`")?;
-    if !status.success() {
-        bail!("`cargo build -p pincer-host` {}", describe_status(status));
-    }
-    let pincer = ws
-        .target_dir
-        .join("debug")
-        .join(format!("pincer{}", std::env::consts::EXE_SUFFIX));
+    let pincer = ws.build_pincer()?;
 
     let home = ws.target_dir.join("demo-home");
     if home.exists() {

@@ -17,18 +17,7 @@ pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
     let staged = build_plugins::run(ws, build_plugins::Config { release: false })?;
 
     // `cargo test` does not rebuild a binary that only other packages' tests run.
-    let build_args: Vec<OsString> = ["build", "-p", "pincer-host", "--bin", "pincer"]
-        .map(OsString::from)
-        .to_vec();
-    eprintln!("$ {}", shell_line("cargo", &build_args));
-    let status = ws
-        .cargo()
-        .args(&build_args)
-        .status()
-        .context("cannot run `cargo build`")?;
-    if !status.success() {
-        return Ok(exit_code_of(status));
-    }
+    ws.build_pincer()?;
 
     let mut args: Vec<OsString> = vec!["test".into(), "--workspace".into()];
     args.extend(cargo_args.iter().cloned());

@@ -110,6 +110,26 @@ impl Workspace {
     }
 
     /// A cargo command that runs in the workspace root.
+    /// Builds the `pincer` binary (debug) and returns its path.
+    pub(crate) fn build_pincer(&self) -> Result<PathBuf> {
+        let build_args: Vec<std::ffi::OsString> = ["build", "-p", "pincer-host", "--bin", "pincer"]
+            .map(std::ffi::OsString::from)
+            .to_vec();
+        eprintln!("$ {}", shell_line("cargo", &build_args));
+        let status = self
+            .cargo()
+            .args(&build_args)
+            .status()
+            .context("cannot run `cargo build`")?;
+        if !status.success() {
+            bail!("`cargo build -p pincer-host` {}", describe_status(status));
+        }
+        Ok(self
+            .target_dir
+            .join("debug")
+            .join(format!("pincer{}", std::env::consts::EXE_SUFFIX)))
+    }
+
     pub(crate) fn cargo(&self) -> Command {
         cargo(&self.root)
     }

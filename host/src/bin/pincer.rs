@@ -3,6 +3,8 @@
 //! Exit codes: 0 success; 1 the operation failed (e.g. the selected engine does not resolve);
 //! 2 bad usage or unreadable input.
 
+#![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -144,55 +146,51 @@ fn main() -> ExitCode {
             host,
             json,
             plugins_dirs,
-        } => {
-            let overrides = match config
-                .as_deref()
-                .map(serde_json::from_str::<serde_json::Value>)
-            {
-                Some(Ok(value)) => Some(value),
-                Some(Err(err)) => return fail(format!("--config is not valid JSON: {err}"), 2),
-                None => None,
-            };
-            let transcript = match Transcript::read(&conversation) {
-                Ok(t) => t,
-                Err(err) => return fail(err, 2),
-            };
-            let runtime = match open(home, plugins_dirs, Some((engine, overrides))) {
-                Ok(runtime) => runtime,
-                Err(code) => return code,
-            };
-            let code = assemble(&runtime, &transcript, token_budget, &host, json);
-            runtime.shutdown();
-            code
-        }
+        } => match prepare(home, &conversation, engine, config, plugins_dirs) {
+            Ok((runtime, transcript)) => {
+                let code = assemble(&runtime, &transcript, token_budget, &host, json);
+                runtime.shutdown();
+                code
+            }
+            Err(code) => code,
+        },
         Command::CheckEngine {
             conversation,
             engine,
             config,
             json,
             plugins_dirs,
-        } => {
-            let overrides = match config
-                .as_deref()
-                .map(serde_json::from_str::<serde_json::Value>)
-            {
-                Some(Ok(value)) => Some(value),
-                Some(Err(err)) => return fail(format!("--config is not valid JSON: {err}"), 2),
-                None => None,
-            };
-            let transcript = match Transcript::read(&conversation) {
-                Ok(t) => t,
-                Err(err) => return fail(err, 2),
-            };
-            let runtime = match open(home, plugins_dirs, Some((engine, overrides))) {
-                Ok(runtime) => runtime,
-                Err(code) => return code,
-            };
-            let code = check_engine(&runtime, &transcript, json);
-            runtime.shutdown();
-            code
-        }
+        } => match prepare(home, &conversation, engine, config, plugins_dirs) {
+            Ok((runtime, transcript)) => {
+                let code = check_engine(&runtime, &transcript, json);
+                runtime.shutdown();
+                code
+            }
+            Err(code) => code,
+        },
     }
+}
+
+/// What the commands that run an engine over a conversation share: the `--config` JSON, the
+/// conversation file, and a runtime with the `--engine` and `--config` overrides applied.
+fn prepare(
+    home: PincerHome,
+    conversation: &std::path::Path,
+    engine: Option<String>,
+    config: Option<String>,
+    plugins_dirs: Vec<PathBuf>,
+) -> Result<(Runtime, Transcript), ExitCode> {
+    let overrides = match config
+        .as_deref()
+        .map(serde_json::from_str::<serde_json::Value>)
+    {
+        Some(Ok(value)) => Some(value),
+        Some(Err(err)) => return Err(fail(format!("--config is not valid JSON: {err}"), 2)),
+        None => None,
+    };
+    let transcript = Transcript::read(conversation).map_err(|err| fail(err, 2))?;
+    let runtime = open(home, plugins_dirs, Some((engine, overrides)))?;
+    Ok((runtime, transcript))
 }
 
 fn check_engine(runtime: &Runtime, transcript: &Transcript, json: bool) -> ExitCode {
