@@ -1,6 +1,6 @@
 //! Bounded engine calls: every call runs on a worker thread and the caller waits at most until
 //! the call's deadline. When it passes, the call's abort signal fires and the caller gets
-//! [`TimedOut`] at once — even if the engine ignores the signal and never returns. The stuck
+//! [`Overrun::TimedOut`] at once — even if the engine ignores the signal and never returns. The stuck
 //! worker is abandoned (it owns everything the call borrows, so nothing it touches can be
 //! freed under it) and a new worker takes its place, so other sessions keep being served and a
 //! hung plugin thread never blocks shutdown (workers are detached).
@@ -24,6 +24,10 @@ use pincer_plugin_api::abi::v1::AbortSignal;
 /// The most windows a deadline can be stretched to.
 pub const MAX_WINDOWS: u32 = 10;
 
+/// The longest window a deadline accepts; longer ones are cut to it (a week is no bound a
+/// person would wait for, and it keeps `Instant` arithmetic far from overflowing).
+pub const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// A call's deadline: a window from the start, re-armable up to [`MAX_WINDOWS`] windows.
 #[derive(Debug)]
 pub struct Deadline {
@@ -35,6 +39,7 @@ pub struct Deadline {
 impl Deadline {
     /// A deadline `window` from now.
     pub fn new(window: Duration) -> Arc<Self> {
+        let window = window.min(MAX_WINDOW);
         let start = Instant::now();
         Arc::new(Deadline {
             start,
@@ -74,11 +79,16 @@ pub fn current_deadline() -> Option<Arc<Deadline>> {
     CURRENT_DEADLINE.with(|d| d.borrow().clone())
 }
 
-/// A call ran past its deadline.
+/// Why a bounded call produced no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimedOut {
-    /// How long the caller waited.
-    pub waited: Duration,
+pub enum Overrun {
+    /// The deadline passed first; the call's abort signal was fired.
+    TimedOut {
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The caller's abort signal fired while it waited.
+    Aborted,
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -221,23 +231,32 @@ fn submit(job: Job) {
     }
 }
 
-/// Where a worker leaves a call's result for its caller.
+type Outcome<T> = std::thread::Result<T>;
+
+/// Where a worker leaves a call's result (or the host-side panic it raised) for its caller.
 struct Slot<T> {
     done: AtomicBool,
-    value: Mutex<Option<T>>,
+    value: Mutex<Option<Outcome<T>>>,
     caller: Thread,
 }
 
-/// Runs `call` on a worker and waits for it until `deadline`; on timeout fires `abort` and
-/// returns [`TimedOut`] without waiting for the worker.
+/// How often a waiting caller looks at its abort signal.
+const ABORT_POLL: Duration = Duration::from_millis(10);
+
+/// Runs `call` on a worker and waits for it until `deadline`. On timeout it fires `abort`
+/// and returns at once, without waiting for the worker; if `abort` fires while it waits (the
+/// caller gave up), it returns [`Overrun::Aborted`].
+///
+/// A panic raised by `call` itself (host code: the engine's own panics are caught inside the
+/// plugin) is resumed on the caller's thread, and the worker stays usable.
 ///
 /// # Errors
-/// [`TimedOut`] when the deadline passes first.
+/// [`Overrun`] when the call did not finish in time or was aborted.
 pub fn run<T: Send + 'static>(
     deadline: Arc<Deadline>,
     abort: Arc<AbortSignal>,
     call: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, TimedOut> {
+) -> Result<T, Overrun> {
     let slot = Arc::new(Slot {
         done: AtomicBool::new(false),
         value: Mutex::new(None),
@@ -247,7 +266,7 @@ pub fn run<T: Send + 'static>(
     let job_deadline = Arc::clone(&deadline);
     submit(Box::new(move || {
         CURRENT_DEADLINE.with(|d| *d.borrow_mut() = Some(job_deadline));
-        let result = call();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
         CURRENT_DEADLINE.with(|d| *d.borrow_mut() = None);
         // The caller may have given up; then the result is dropped with the slot.
         *job_slot.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
@@ -256,27 +275,34 @@ pub fn run<T: Send + 'static>(
     }));
     let started = Instant::now();
     let take = || slot.value.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let finish = |outcome: Outcome<T>| match outcome {
+        Ok(value) => Ok(value),
+        Err(payload) => std::panic::resume_unwind(payload),
+    };
     if spin_until(|| slot.done.load(Ordering::Acquire)) {
-        if let Some(value) = take() {
-            return Ok(value);
+        if let Some(outcome) = take() {
+            return finish(outcome);
         }
     }
     loop {
         if slot.done.load(Ordering::Acquire) {
-            if let Some(value) = take() {
-                return Ok(value);
+            if let Some(outcome) = take() {
+                return finish(outcome);
             }
+        }
+        if abort.is_aborted() {
+            return Err(Overrun::Aborted);
         }
         let now = Instant::now();
         // Read the deadline each time: the window may have been re-armed meanwhile.
         let until = deadline.until();
         if now >= until {
             abort.abort();
-            return Err(TimedOut {
+            return Err(Overrun::TimedOut {
                 waited: started.elapsed(),
             });
         }
-        std::thread::park_timeout(until - now);
+        std::thread::park_timeout((until - now).min(ABORT_POLL));
     }
 }
 
@@ -305,6 +331,45 @@ mod tests {
             || 42,
         );
         assert_eq!(ok, Ok(42));
+    }
+
+    #[test]
+    fn a_caller_abort_ends_the_wait_and_a_host_panic_reaches_the_caller() {
+        let abort = Arc::new(AbortSignal::new());
+        let trigger = Arc::clone(&abort);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            trigger.abort();
+        });
+        let result = run(Deadline::new(Duration::from_secs(60)), abort, || {
+            std::thread::sleep(Duration::from_secs(3600));
+        });
+        assert_eq!(result, Err(Overrun::Aborted));
+        let panicked = std::panic::catch_unwind(|| {
+            run(
+                Deadline::new(Duration::from_secs(60)),
+                Arc::new(AbortSignal::new()),
+                || {
+                    let v: Vec<u8> = Vec::new();
+                    v[3]
+                },
+            )
+        });
+        assert!(panicked.is_err(), "the host bug surfaces where it belongs");
+        // The worker that caught it keeps working.
+        let ok = run(
+            Deadline::new(Duration::from_secs(5)),
+            Arc::new(AbortSignal::new()),
+            || 7,
+        );
+        assert_eq!(ok, Ok(7));
+    }
+
+    #[test]
+    fn absurd_windows_are_capped_instead_of_overflowing() {
+        let d = Deadline::new(Duration::from_secs(u64::MAX));
+        d.refresh();
+        assert_eq!(d.window(), MAX_WINDOW);
     }
 
     #[test]

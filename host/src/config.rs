@@ -304,6 +304,16 @@ pub struct LoadedConfig {
 /// Why the configuration could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A value is well-formed but unusable.
+    #[error("{}: `{key}` {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The dotted key.
+        key: String,
+        /// What is wrong with its value.
+        message: String,
+    },
     /// The file could not be read.
     #[error("cannot read {}: {source} (check the file's permissions)", path.display())]
     Unreadable {
@@ -364,6 +374,27 @@ impl LoadedConfig {
 
 type ParseFailure = (Option<(usize, usize)>, String);
 
+/// Checks the values serde cannot: deadlines must be usable.
+fn validate(config: &Config) -> Result<(), (String, String)> {
+    for (method, ms) in &config.plugins.call_timeouts_ms.0 {
+        if *ms == 0 {
+            return Err((
+                format!("plugins.callTimeoutsMs.{method}"),
+                "must be at least 1 (milliseconds); a zero deadline would time out and quarantine every engine".to_owned(),
+            ));
+        }
+    }
+    if let Some(seconds) = config.agents.defaults.compaction.timeout_seconds {
+        if !seconds.is_finite() || seconds < 1.0 {
+            return Err((
+                "agents.defaults.compaction.timeoutSeconds".to_owned(),
+                format!("must be a number of seconds, at least 1 (found {seconds})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses JSON5 text, collecting unknown keys.
 fn parse(text: &str) -> Result<(Config, Vec<String>), ParseFailure> {
     let to_failure = |err: json5::Error| match err {
@@ -413,6 +444,27 @@ mod tests {
     fn malformed_reports_line_and_column() {
         let (location, message) = parse("{\n  plugins: {\n    slots: [,\n}").unwrap_err();
         assert_eq!(location.map(|l| l.0), Some(3), "{message}");
+    }
+
+    #[test]
+    fn unusable_deadlines_are_refused_by_key() {
+        let (config, _) = parse("{ plugins: { callTimeoutsMs: { assemble: 0 } } }").unwrap();
+        assert_eq!(
+            validate(&config).unwrap_err().0,
+            "plugins.callTimeoutsMs.assemble"
+        );
+        let (config, _) =
+            parse("{ agents: { defaults: { compaction: { timeoutSeconds: 0.5 } } } }").unwrap();
+        assert_eq!(
+            validate(&config).unwrap_err().0,
+            "agents.defaults.compaction.timeoutSeconds"
+        );
+        let (config, _) =
+            parse("{ agents: { defaults: { compaction: { timeoutSeconds: 1e300 } } } }").unwrap();
+        assert!(
+            validate(&config).is_ok(),
+            "huge is capped by the deadline, not refused"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::v1::{
-    AbortSignal, CompactionTarget, SubagentContextMode, SubagentEndReason,
+    AbortSignal, CompactionTarget, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 
@@ -231,11 +231,21 @@ pub fn exercise_engine(
         ttl_ms: None,
     }));
     // Exercise the rollback handle too: the spawn "fails" right after preparing.
-    let rollback_outcome = match &spawn {
+    let (spawn, rollback) = match spawn {
         Ok(Some(Guarded {
             value: Some(rollback),
-            ..
-        })) => Some(match rollback.rollback().into_result() {
+            answer,
+        })) => (
+            Ok(Some(Guarded {
+                value: None::<SpawnRollbackBox>,
+                answer,
+            })),
+            Some(rollback),
+        ),
+        other => (other, None),
+    };
+    let rollback_outcome = match rollback {
+        Some(rollback) => Some(match engine.rollback(rollback) {
             Ok(()) => MethodOutcome {
                 method: "rollback",
                 outcome: "ok",
@@ -247,11 +257,11 @@ pub fn exercise_engine(
                 method: "rollback",
                 outcome: "failed",
                 answered_by: None,
-                error: Some(err.into()),
+                error: Some(err),
                 quarantined: false,
             },
         }),
-        _ => None,
+        None => None,
     };
     push(outcome_of("prepareSubagentSpawn", spawn, quarantine, &id));
     if let Some(outcome) = rollback_outcome {
@@ -266,7 +276,7 @@ pub fn exercise_engine(
         quarantine,
         &id,
     ));
-    let dispose = engine.primary().dispose();
+    let dispose = engine.dispose();
     push(MethodOutcome {
         method: "dispose",
         outcome: if dispose.is_ok() { "ok" } else { "failed" },

@@ -34,7 +34,7 @@ use pincer_plugin_api::abi::v1::{
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
-use crate::bounded::{self, Deadline};
+use crate::bounded::{self, Deadline, Overrun};
 use crate::config::{CallTimeouts, FallbackPolicy};
 use crate::engine::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
 use crate::quarantine::Quarantine;
@@ -128,12 +128,15 @@ impl std::fmt::Debug for GuardedEngine {
 /// Whether `err` is an abort: an `Aborted` error, or any error while the signal had fired whose
 /// message says abort/cancel (§4.4a).
 fn is_abort(err: &EngineCallError, signal: &AbortSignal) -> bool {
-    if err.is_abort() {
-        return true;
+    if !signal.is_aborted() {
+        // An engine cannot opt out of quarantine by calling its failures aborts.
+        return false;
     }
     let text = err.message.to_ascii_lowercase();
-    signal.is_aborted()
-        && (text.contains("abort") || text.contains("cancelled") || text.contains("canceled"))
+    err.is_abort()
+        || text.contains("abort")
+        || text.contains("cancelled")
+        || text.contains("canceled")
 }
 
 type Call<T> = Box<dyn FnOnce(&EngineInstance, &AbortSignal) -> Result<T, EngineCallError> + Send>;
@@ -216,25 +219,59 @@ impl GuardedEngine {
         abort: &Arc<AbortSignal>,
         call: Call<T>,
     ) -> Result<T, EngineCallError> {
-        let window = self.timeouts.for_method(operation);
         let engine = Arc::clone(instance);
         let signal = Arc::clone(abort);
-        match bounded::run(Deadline::new(window), Arc::clone(abort), move || {
-            call(&engine, &signal)
-        }) {
+        self.within_deadline(operation, abort, move || call(&engine, &signal))
+    }
+
+    /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
+    fn within_deadline<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        abort: &Arc<AbortSignal>,
+        call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
+    ) -> Result<T, EngineCallError> {
+        let window = self.timeouts.for_method(operation);
+        match bounded::run(Deadline::new(window), Arc::clone(abort), call) {
             Ok(result) => result,
-            Err(timed_out) => Err(EngineCallError::new(
+            Err(Overrun::Aborted) => Err(EngineCallError::new(
+                CallErrorKind::Aborted,
+                "Context engine operation aborted.",
+            )),
+            Err(Overrun::TimedOut { waited }) => Err(EngineCallError::new(
                 CallErrorKind::TimedOut,
                 if operation == "compact" {
                     COMPACTION_TIMED_OUT.to_owned()
                 } else {
-                    format!(
-                        "{operation} timed out after {} ms",
-                        timed_out.waited.as_millis()
-                    )
+                    format!("{operation} timed out after {} ms", waited.as_millis())
                 },
             )),
         }
+    }
+
+    /// Runs a rollback handle from `prepareSubagentSpawn`, bounded like any call.
+    ///
+    /// # Errors
+    /// The rollback's error, or its timeout.
+    pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
+        self.within_deadline("rollback", &Arc::new(AbortSignal::new()), move || {
+            handle
+                .rollback()
+                .into_result()
+                .map_err(EngineCallError::from)
+        })
+    }
+
+    /// Disposes the configured engine instance, bounded by the cleanup deadline (once per
+    /// instance; later calls do nothing).
+    ///
+    /// # Errors
+    /// The engine's error, or its timeout.
+    pub fn dispose(&self) -> Result<(), EngineCallError> {
+        let engine = Arc::clone(&self.primary);
+        self.within_deadline("dispose", &Arc::new(AbortSignal::new()), move || {
+            engine.dispose()
+        })
     }
 
     /// The core of every guarded call.
@@ -407,7 +444,7 @@ impl GuardedEngine {
         request: Arc<BootstrapRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<BootstrapResult>>, GuardError> {
-        if !self.info().has(OptionalMethods::BOOTSTRAP) {
+        if !self.primary.descriptor().has(OptionalMethods::BOOTSTRAP) {
             return Ok(None);
         }
         let project = self.projector("bootstrap");
@@ -441,7 +478,7 @@ impl GuardedEngine {
         request: Arc<IngestBatchRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<IngestBatchResult>>, GuardError> {
-        if !self.info().has(OptionalMethods::INGEST_BATCH) {
+        if !self.primary.descriptor().has(OptionalMethods::INGEST_BATCH) {
             return Ok(None);
         }
         let project = self.projector("ingestBatch");
@@ -471,7 +508,7 @@ impl GuardedEngine {
         request: Arc<AfterTurnRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
-        if !self.info().has(OptionalMethods::AFTER_TURN) {
+        if !self.primary.descriptor().has(OptionalMethods::AFTER_TURN) {
             return Ok(None);
         }
         let project = self.projector("afterTurn");
@@ -501,7 +538,7 @@ impl GuardedEngine {
         request: Arc<MaintainRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Option<Guarded<MaintainResult>>, GuardError> {
-        if !self.info().has(OptionalMethods::MAINTAIN) {
+        if !self.primary.descriptor().has(OptionalMethods::MAINTAIN) {
             return Ok(None);
         }
         let project = self.projector("maintain");
@@ -535,7 +572,11 @@ impl GuardedEngine {
         &self,
         request: Arc<SubagentSpawnRequest>,
     ) -> Result<Option<Guarded<Option<SpawnRollbackBox>>>, GuardError> {
-        if !self.info().has(OptionalMethods::PREPARE_SUBAGENT_SPAWN) {
+        if !self
+            .primary
+            .descriptor()
+            .has(OptionalMethods::PREPARE_SUBAGENT_SPAWN)
+        {
             return Ok(None);
         }
         self.run(
@@ -556,7 +597,11 @@ impl GuardedEngine {
         &self,
         request: Arc<SubagentEndedRequest>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
-        if !self.info().has(OptionalMethods::ON_SUBAGENT_ENDED) {
+        if !self
+            .primary
+            .descriptor()
+            .has(OptionalMethods::ON_SUBAGENT_ENDED)
+        {
             return Ok(None);
         }
         self.run(

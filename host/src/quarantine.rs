@@ -70,6 +70,8 @@ pub struct Quarantine {
     /// How many records `records` holds: lets the hot path skip the lock when none.
     count: AtomicUsize,
     mirror: Option<PathBuf>,
+    /// Serialises this process's read-modify-write of the mirror.
+    mirror_lock: Mutex<()>,
     default_engine_id: String,
 }
 
@@ -80,6 +82,7 @@ impl Quarantine {
             records: Mutex::new(BTreeMap::new()),
             count: AtomicUsize::new(0),
             mirror: state_dir.map(|d| d.join(MIRROR_FILE_NAME)),
+            mirror_lock: Mutex::new(()),
             default_engine_id: crate::config::DEFAULT_ENGINE_ID.to_owned(),
         }
     }
@@ -207,6 +210,7 @@ impl Quarantine {
 
     fn write_mirror(&self, update: impl FnOnce(&mut Vec<QuarantineRecord>)) {
         let Some(path) = &self.mirror else { return };
+        let _guard = self.mirror_lock.lock().unwrap_or_else(|e| e.into_inner());
         let existed = path.exists();
         let mut rows = self.read_mirror();
         let before = rows.clone();
@@ -215,12 +219,19 @@ impl Quarantine {
             return;
         }
         rows.sort_by_key(|r| r.failed_at);
-        rows.truncate(MIRROR_CAPACITY);
+        // Keep the newest: a fresh failure must never be the one that falls off.
+        let excess = rows.len().saturating_sub(MIRROR_CAPACITY);
+        rows.drain(..excess);
         let result = (|| -> std::io::Result<()> {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+            static WRITES: AtomicUsize = AtomicUsize::new(0);
+            let tmp = path.with_extension(format!(
+                "json.{}.{}.tmp",
+                std::process::id(),
+                WRITES.fetch_add(1, Ordering::Relaxed)
+            ));
             std::fs::write(
                 &tmp,
                 serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
@@ -230,6 +241,15 @@ impl Quarantine {
         if let Err(err) = result {
             tracing::debug!(path = %path.display(), error = %err, "quarantine mirror not written");
         }
+    }
+}
+
+/// Whether process `pid` is still running, when this platform can tell (Linux: `/proc`).
+pub fn process_alive(pid: u32) -> Option<bool> {
+    if cfg!(target_os = "linux") {
+        Some(Path::new("/proc").join(pid.to_string()).exists())
+    } else {
+        None
     }
 }
 
@@ -266,6 +286,38 @@ mod tests {
         assert_eq!(
             health_line(&q.list()).unwrap(),
             "Context engine: warning (1 quarantined; downgraded to legacy: a)"
+        );
+    }
+
+    #[test]
+    fn the_mirror_keeps_the_newest_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let old: Vec<QuarantineRecord> = (0..MIRROR_CAPACITY as u64)
+            .map(|i| QuarantineRecord {
+                engine_id: format!("old-{i}"),
+                owner: None,
+                operation: "assemble".into(),
+                reason: "x".into(),
+                failed_at: i + 1,
+                pid: 1,
+            })
+            .collect();
+        std::fs::write(
+            dir.path().join(MIRROR_FILE_NAME),
+            serde_json::to_string(&MirrorFile { records: old }).unwrap(),
+        )
+        .unwrap();
+        let q = Quarantine::new(Some(dir.path()));
+        q.record("fresh", None, "compact", "boom");
+        let listed = Quarantine::new(Some(dir.path())).list();
+        assert_eq!(listed.len(), MIRROR_CAPACITY);
+        assert!(
+            listed.iter().any(|r| r.engine_id == "fresh"),
+            "the newest record is kept"
+        );
+        assert!(
+            !listed.iter().any(|r| r.engine_id == "old-0"),
+            "the oldest one went"
         );
     }
 

@@ -119,7 +119,12 @@ pub struct Registration {
     pub owner: String,
     /// Its lifecycle.
     pub lifecycle: Lifecycle,
+    /// A number unique to this registration: a re-registration gets a new one, so instances
+    /// created from the old factory are recognised as stale.
+    pub generation: u64,
 }
+
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The registry.
 #[derive(Debug)]
@@ -186,6 +191,7 @@ impl Registry {
                 factory,
                 owner: owner.to_owned(),
                 lifecycle: options.lifecycle,
+                generation: GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             },
         );
         drop(entries);

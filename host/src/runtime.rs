@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::bounded::{self, Deadline};
+use crate::bounded::{self, Deadline, Overrun};
 use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome, DEFAULT_ENGINE_ID};
 use crate::engine::{EngineCallError, EngineInstance};
 use crate::engines::legacy::{create_legacy, LEGACY_ENGINE_ID};
@@ -22,7 +22,7 @@ use crate::loader::{discover_plugin_dirs, EngineDirs, LoadedLibrary, Loader};
 use crate::quarantine::Quarantine;
 use crate::registry::{
     owner_plugin_id, validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
-    Registry, CORE_OWNER,
+    Registration, Registry, CORE_OWNER,
 };
 use crate::requirements::HostDescriptor;
 use crate::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
@@ -133,7 +133,8 @@ pub struct Runtime {
     compactor: Arc<dyn RuntimeCompactor>,
     dirs: EngineDirs,
     legacy: Arc<EngineInstance>,
-    instances: Mutex<BTreeMap<String, Arc<EngineInstance>>>,
+    /// Live instances by engine id, with the registration generation they were created from.
+    instances: Mutex<BTreeMap<String, (u64, Arc<EngineInstance>)>>,
     missing_plugin_dirs: Vec<PathBuf>,
 }
 
@@ -370,7 +371,9 @@ impl Runtime {
         host: &HostDescriptor,
         prompt_token_budget: Option<u64>,
     ) -> Arc<RuntimeSettings> {
-        let configured = self.config.config.engine_is_configured();
+        // §7.4: an explicit "legacy" is the default engine, not a configured choice.
+        let configured = self.config.config.engine_is_configured()
+            && resolution.selected != crate::config::DEFAULT_ENGINE_ID;
         Arc::new(build_runtime_settings(&RuntimeSettingsInput {
             selected_engine: Some(&resolution.selected),
             selection_source: Some(if configured {
@@ -507,7 +510,7 @@ impl Runtime {
                 "registered for read-only discovery only".into(),
             )));
         }
-        let instance = match self.instance(selected, &registration.factory) {
+        let instance = match self.instance(selected, &registration) {
             Ok(instance) => instance,
             Err((operation, reason)) => return fail(operation, Some(&owner), reason),
         };
@@ -534,40 +537,117 @@ impl Runtime {
     fn instance(
         &self,
         id: &str,
-        factory: &EngineFactory,
+        registration: &Registration,
     ) -> Result<Arc<EngineInstance>, (&'static str, String)> {
-        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(instance) = instances.get(id) {
-            return Ok(Arc::clone(instance));
-        }
-        let created: Result<EngineInstance, EngineCallError> = match factory {
-            EngineFactory::Native(make) => {
-                let config = self.config.config.entry_config(id);
-                make(&FactoryInput {
-                    config: &config,
-                    dirs: &self.dirs,
-                    services: self.services_for(id),
-                })
-            }
-            EngineFactory::Plugin { library, engine_id } => {
-                let plugin_id = library.manifest().id.clone();
-                let config = self.config.config.entry_config(&plugin_id);
-                if let Err(err) = library.manifest().validate_config(&config) {
-                    return Err(("factory", err.to_string()));
+        let stale = {
+            let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+            match instances.get(id) {
+                Some((generation, instance)) if *generation == registration.generation => {
+                    return Ok(Arc::clone(instance));
                 }
-                library.create_engine(
-                    engine_id,
-                    &config,
-                    &self.dirs,
-                    self.services_for(id).into_abi(),
-                )
+                Some((_, instance)) => Some(Arc::clone(instance)),
+                None => None,
             }
         };
-        let instance = created.map_err(|err| ("factory", err.message))?;
+        if let Some(old) = stale {
+            // Re-registered since: the old instance is done with.
+            self.dispose_bounded(&old);
+        }
+        // The factory (and the `info` it answers) is plugin code: bounded like any call, and
+        // run without holding the instance lock so other operations are not held up.
+        let services = self.services_for(id);
+        let dirs = self.dirs.clone();
+        let created: Box<dyn FnOnce() -> Result<EngineInstance, EngineCallError> + Send> =
+            match &registration.factory {
+                EngineFactory::Native(make) => {
+                    let make = Arc::clone(make);
+                    let config = self.config.config.entry_config(id);
+                    Box::new(move || {
+                        make(&FactoryInput {
+                            config: &config,
+                            dirs: &dirs,
+                            services,
+                        })
+                    })
+                }
+                EngineFactory::Plugin { library, engine_id } => {
+                    let plugin_id = library.manifest().id.clone();
+                    let entries = &self.config.config.plugins.entries;
+                    // Keyed by plugin id; an engine's own id is accepted for engines of
+                    // multi-engine libraries.
+                    let config = if entries.contains_key(&plugin_id) || !entries.contains_key(id) {
+                        self.config.config.entry_config(&plugin_id)
+                    } else {
+                        self.config.config.entry_config(id)
+                    };
+                    if let Err(err) = library.manifest().validate_config(&config) {
+                        return Err(("factory", err.to_string()));
+                    }
+                    let library = Arc::clone(library);
+                    let engine_id = engine_id.clone();
+                    Box::new(move || {
+                        library.create_engine(&engine_id, &config, &dirs, services.into_abi())
+                    })
+                }
+            };
+        let window = self.timeouts().calls.for_method("factory");
+        let instance =
+            match bounded::run(Deadline::new(window), Arc::new(AbortSignal::new()), created) {
+                Ok(created) => created.map_err(|err| ("factory", err.message))?,
+                Err(Overrun::TimedOut { waited }) => {
+                    return Err((
+                        "factory",
+                        format!(
+                            "the engine factory timed out after {} ms",
+                            waited.as_millis()
+                        ),
+                    ))
+                }
+                Err(Overrun::Aborted) => {
+                    return Err(("factory", "the engine factory was aborted".into()))
+                }
+            };
         validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
         let instance = Arc::new(instance);
-        instances.insert(id.to_owned(), Arc::clone(&instance));
-        Ok(instance)
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        match instances.get(id) {
+            // Another operation created it meanwhile: keep one instance per registration.
+            Some((generation, existing)) if *generation == registration.generation => {
+                let existing = Arc::clone(existing);
+                drop(instances);
+                self.dispose_bounded(&instance);
+                Ok(existing)
+            }
+            _ => {
+                instances.insert(
+                    id.to_owned(),
+                    (registration.generation, Arc::clone(&instance)),
+                );
+                Ok(instance)
+            }
+        }
+    }
+
+    /// `dispose` of one instance under the cleanup deadline; a stall or failure is logged.
+    fn dispose_bounded(&self, instance: &Arc<EngineInstance>) {
+        let window = self.timeouts().calls.for_method("dispose");
+        let engine = Arc::clone(instance);
+        let id = instance.descriptor().id.clone();
+        match bounded::run(
+            Deadline::new(window),
+            Arc::new(AbortSignal::new()),
+            move || engine.dispose(),
+        ) {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")
+            }
+            Err(overrun) => tracing::warn!(
+                engine_id = %id,
+                outcome = ?overrun,
+                "context engine dispose stalled; continuing without it"
+            ),
+        }
     }
 
     /// Disposes every engine instance once (legacy included) and forgets them. Each
@@ -576,24 +656,13 @@ impl Runtime {
     pub fn shutdown(&self) {
         let instances: Vec<Arc<EngineInstance>> = {
             let mut map = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut *map).into_values().collect()
+            std::mem::take(&mut *map)
+                .into_values()
+                .map(|(_, i)| i)
+                .collect()
         };
-        let window = self.timeouts().calls.for_method("dispose");
         for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
-            let engine = Arc::clone(instance);
-            let id = instance.descriptor().id.clone();
-            let abort = Arc::new(AbortSignal::new());
-            match bounded::run(Deadline::new(window), abort, move || engine.dispose()) {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
-                    tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")
-                }
-                Err(timed_out) => tracing::warn!(
-                    engine_id = %id,
-                    waited_ms = timed_out.waited.as_millis() as u64,
-                    "context engine dispose stalled; continuing without it"
-                ),
-            }
+            self.dispose_bounded(instance);
         }
     }
 }

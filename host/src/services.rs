@@ -79,6 +79,24 @@ impl HostServices {
     }
 }
 
+/// Runs host code called from a plugin, turning a panic into an error: an unwind reaching
+/// abi_stable's FFI shim would end the whole process.
+fn catch_host_panic<T>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, EngineError>,
+) -> Result<T, EngineError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_owned());
+        Err(EngineError::failed(format!(
+            "the host's {what} panicked: {message}"
+        )))
+    })
+}
+
 fn format_fields(record: &LogRecord<'_>) -> String {
     let mut out = String::new();
     for pair in record.fields.iter() {
@@ -94,6 +112,45 @@ fn format_fields(record: &LogRecord<'_>) -> String {
 
 impl HostServicesAbi for HostServices {
     fn log(&self, record: &LogRecord<'_>) {
+        // A subscriber that panics must not take the process down through the FFI shim.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.emit(record)));
+    }
+
+    fn max_log_level(&self) -> LogLevel {
+        match LevelFilter::current() {
+            LevelFilter::OFF | LevelFilter::ERROR => LogLevel::Error,
+            LevelFilter::WARN => LogLevel::Warn,
+            LevelFilter::INFO => LogLevel::Info,
+            LevelFilter::DEBUG => LogLevel::Debug,
+            _ => LogLevel::Trace,
+        }
+    }
+
+    fn llm_complete(
+        &self,
+        request: &LlmCompleteRequest<'_>,
+    ) -> RResult<LlmCompleteResponse, EngineError> {
+        self.complete(request)
+    }
+
+    fn delegate_compaction_to_runtime(
+        &self,
+        params: &CompactParams<'_>,
+    ) -> RResult<CompactResult, EngineError> {
+        self.delegate(params)
+    }
+
+    fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
+        tokens::estimate_tokens(messages.as_slice())
+    }
+
+    fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
+        ROption::RNone
+    }
+}
+
+impl HostServices {
+    fn emit(&self, record: &LogRecord<'_>) {
         let engine_id: &str = &self.engine_id;
         let target = record.target.as_str();
         let message = record.message.as_str();
@@ -118,23 +175,12 @@ impl HostServicesAbi for HostServices {
         }
     }
 
-    fn max_log_level(&self) -> LogLevel {
-        match LevelFilter::current() {
-            LevelFilter::OFF | LevelFilter::ERROR => LogLevel::Error,
-            LevelFilter::WARN => LogLevel::Warn,
-            LevelFilter::INFO => LogLevel::Info,
-            LevelFilter::DEBUG => LogLevel::Debug,
-            _ => LogLevel::Trace,
-        }
-    }
-
-    fn llm_complete(
+    fn complete(
         &self,
         request: &LlmCompleteRequest<'_>,
     ) -> RResult<LlmCompleteResponse, EngineError> {
         match &self.model {
-            Some(model) => model
-                .complete(request)
+            Some(model) => catch_host_panic("llmComplete", || model.complete(request))
                 .map(|message| LlmCompleteResponse { message })
                 .into(),
             None => RResult::RErr(EngineError::NotImplemented(
@@ -143,23 +189,13 @@ impl HostServicesAbi for HostServices {
         }
     }
 
-    fn delegate_compaction_to_runtime(
-        &self,
-        params: &CompactParams<'_>,
-    ) -> RResult<CompactResult, EngineError> {
+    fn delegate(&self, params: &CompactParams<'_>) -> RResult<CompactResult, EngineError> {
         // The runtime's own compaction may re-arm the safety window as it makes progress
         // (never past ten windows); plugin engines get a single window (reference §9.1).
         if let Some(deadline) = crate::bounded::current_deadline() {
             deadline.refresh();
         }
-        self.compactor.compact(params).into()
-    }
-
-    fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
-        tokens::estimate_tokens(messages.as_slice())
-    }
-
-    fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
-        ROption::RNone
+        // This runs behind abi_stable's FFI shim, where an unwind would end the process.
+        catch_host_panic("runtime compaction", || self.compactor.compact(params)).into()
     }
 }

@@ -43,9 +43,15 @@ impl std::error::Error for ExtensionMismatch {}
 
 /// Checks `ext` against the host's layout of `T` and returns the module.
 ///
+/// # Safety
+/// `ext` must come from a plugin's `extension(name)` answer (that is, from [`publish`] in the
+/// plugin), so that `ext.module` points to a live `'static` value whose layout is `ext.layout`.
+///
 /// # Errors
 /// When the plugin's layout of the extension is not compatible with the host's.
-pub fn resolve<T: StableAbi + Copy + 'static>(ext: ExtensionRef) -> Result<T, ExtensionMismatch> {
+pub unsafe fn resolve<T: StableAbi + Copy + 'static>(
+    ext: ExtensionRef,
+) -> Result<T, ExtensionMismatch> {
     check_layout_compatibility(T::LAYOUT, ext.layout).map_err(|errors| ExtensionMismatch {
         summary: errors
             .to_string()
@@ -55,7 +61,8 @@ pub fn resolve<T: StableAbi + Copy + 'static>(ext: ExtensionRef) -> Result<T, Ex
             .trim()
             .to_owned(),
     })?;
-    // SAFETY: the layouts are compatible, and `publish` stored a `&'static T`.
+    // SAFETY: the layouts are compatible, and the caller promises `publish` stored a
+    // `&'static T` of that layout.
     Ok(unsafe { *(ext.module as *const T) })
 }
 
@@ -81,8 +88,10 @@ mod tests {
     #[test]
     fn same_layout_resolves_and_a_different_one_is_refused() {
         let ext = publish(&COUNTER);
-        assert_eq!(resolve::<Counter>(ext).unwrap().value, 42);
-        let err = resolve::<Other>(ext)
+        // SAFETY: `ext` comes from `publish`.
+        assert_eq!(unsafe { resolve::<Counter>(ext) }.unwrap().value, 42);
+        // SAFETY: as above; the layout check refuses before any read.
+        let err = unsafe { resolve::<Other>(ext) }
             .err()
             .expect("u64 vs u32 must be refused");
         assert!(!err.summary.is_empty());

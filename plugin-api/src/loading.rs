@@ -210,7 +210,9 @@ fn map_library_error(err: LibraryError) -> OpenError {
 /// # Errors
 /// [`OpenError`] saying which check failed and what to do.
 pub unsafe fn open_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
-    let raw = RawLibrary::load_at(path).map_err(map_library_error)?;
+    // Never `dlclose`, not even on the error paths below: the library's initialisers have run
+    // and abi_stable's checker may keep `&'static` pointers into it.
+    let raw = ManuallyDrop::new(RawLibrary::load_at(path).map_err(map_library_error)?);
     // SAFETY: the header is tied to `raw`, which is never unloaded.
     let header = unsafe { lib_header_from_raw_library(&raw) }.map_err(map_library_error)?;
 
@@ -226,7 +228,7 @@ pub unsafe fn open_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
         .init_root_module::<PluginModuleRef>()
         .map_err(map_library_error)?;
     Ok(OpenedLibrary {
-        _raw: ManuallyDrop::new(raw),
+        _raw: raw,
         module,
         path: path.to_owned(),
     })

@@ -925,3 +925,135 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
         "Context engine \"nameless\" factory returned an invalid ContextEngine: missing info.name."
     );
 }
+
+#[test]
+fn an_abort_error_without_an_aborted_signal_still_quarantines() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({ "assemble": "abort-error" }), json!({}));
+    let resolved = runtime.resolve().unwrap();
+    let view = transcript().assemble(&resolved.engine, "s", None).unwrap();
+    assert_eq!(view.answer.answered_by, "legacy");
+    assert_eq!(
+        runtime.quarantine().get("faulty").unwrap().operation,
+        "assemble"
+    );
+}
+
+#[test]
+fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "assemble": "hang", "hangMs": 3_600_000 }),
+        json!({}),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let abort = Arc::new(AbortSignal::new());
+    let trigger = Arc::clone(&abort);
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        trigger.abort();
+    });
+    let started = Instant::now();
+    let err = resolved
+        .engine
+        .assemble(
+            Arc::new(AssembleRequest {
+                session_id: Arc::from("s"),
+                messages: transcript().shared_messages(),
+                token_budget: None,
+                host: HostInputs::default(),
+            }),
+            abort,
+        )
+        .expect_err("aborted by the caller");
+    assert_eq!(err.error.kind, CallErrorKind::Aborted);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not held until the 60 s deadline"
+    );
+    assert!(!runtime.quarantine().is_quarantined("faulty"));
+}
+
+#[test]
+fn once_quarantined_optional_methods_get_the_canned_results() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({}), json!({}));
+    let resolved = runtime.resolve().unwrap();
+    runtime
+        .quarantine()
+        .record("faulty", Some("plugin:faulty"), "ingest", "earlier failure");
+    let boot = resolved
+        .engine
+        .bootstrap(
+            Arc::new(BootstrapRequest {
+                session_id: Arc::from("s"),
+                session_file: Arc::from("f"),
+                host: HostInputs::default(),
+            }),
+            Arc::new(AbortSignal::new()),
+        )
+        .unwrap()
+        .expect("the engine has bootstrap: the call is answered, not skipped");
+    assert!(boot.answer.was_quarantined);
+    assert_eq!(
+        boot.value.reason.as_ref().map(|r| r.as_str()).into_option(),
+        Some("context engine downgraded to legacy")
+    );
+}
+
+#[test]
+fn a_hung_factory_is_bounded_and_quarantined_as_factory() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "factory": "hang", "hangMs": 3_600_000 }),
+        json!({ "plugins": { "callTimeoutsMs": { "factory": 300 } } }),
+    );
+    let started = Instant::now();
+    let resolved = runtime.resolve().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(resolved.resolution.resolved, "legacy");
+    let record = runtime.quarantine().get("faulty").unwrap();
+    assert_eq!(record.operation, "factory");
+    assert!(record.reason.contains("timed out"), "{}", record.reason);
+}
+
+#[test]
+fn a_same_owner_re_registration_replaces_the_cached_instance() {
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({}), json!({}));
+    let first = runtime.resolve().unwrap();
+    let registration = runtime.registry().get("faulty").unwrap();
+    runtime
+        .registry()
+        .register_plugin_engine("faulty", "faulty", registration.factory)
+        .unwrap();
+    let second = runtime.resolve().unwrap();
+    assert!(
+        !Arc::ptr_eq(first.engine.primary(), second.engine.primary()),
+        "a fresh instance"
+    );
+    assert!(
+        first.engine.primary().is_disposed(),
+        "the old one was disposed"
+    );
+}
+
+#[test]
+fn an_explicit_legacy_slot_is_reported_as_the_default_source() {
+    let home = TempDir::new().unwrap();
+    let runtime = runtime_with(
+        &home,
+        json!({ "plugins": { "slots": { "contextEngine": "legacy" } } }),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let settings =
+        runtime.runtime_settings(&resolved.resolution, &HostDescriptor::embedded(), None);
+    let value = serde_json::to_value(&*settings).unwrap();
+    assert_eq!(
+        value["contextEngineSelection"],
+        json!({ "selectedId": "legacy", "source": "default" })
+    );
+    assert_eq!(value["executionHost"]["id"], "pincer-embedded");
+}

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::doctor::doctor;
 use pincer_host::exercise::exercise_engine;
-use pincer_host::quarantine::{health_line, Quarantine};
+use pincer_host::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::request::HostInputs;
 use pincer_host::requirements::HostDescriptor;
 use pincer_host::runtime::{Runtime, RuntimeOptions};
@@ -312,7 +312,15 @@ fn health(home: &PincerHome, json: bool) -> ExitCode {
             "line": line,
         });
         if !records.is_empty() {
-            out["contextEngines"] = serde_json::json!({ "quarantined": records });
+            let quarantined: Vec<serde_json::Value> = records
+                .iter()
+                .map(|r| {
+                    let mut value = serde_json::to_value(r).expect("serializes");
+                    value["processAlive"] = serde_json::json!(process_alive(r.pid));
+                    value
+                })
+                .collect();
+            out["contextEngines"] = serde_json::json!({ "quarantined": quarantined });
         }
         println!(
             "{}",
@@ -321,8 +329,13 @@ fn health(home: &PincerHome, json: bool) -> ExitCode {
     } else {
         println!("{line}");
         for r in &records {
+            let exited = if process_alive(r.pid) == Some(false) {
+                " (exited)"
+            } else {
+                ""
+            };
             println!(
-                "  {} owner={} operation={} failedAt={} pid={}: {}",
+                "  {} owner={} operation={} failedAt={} pid={}{exited}: {}",
                 r.engine_id,
                 r.owner.as_deref().unwrap_or("-"),
                 r.operation,

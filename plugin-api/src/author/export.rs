@@ -315,6 +315,15 @@ macro_rules! optional_fns {
 struct Adapter<E> {
     engine: E,
     fns: OptionalFns<E>,
+    /// The host this engine was created with, when it came through the exported factory:
+    /// events logged during its calls are forwarded to it.
+    host: Option<HostServicesArc>,
+}
+
+impl<E> Adapter<E> {
+    fn scope(&self) -> super::log_forward::CallScope {
+        super::log_forward::CallScope::enter(self.host.as_ref())
+    }
 }
 
 fn optional<E, P, R>(
@@ -331,6 +340,7 @@ fn optional<E, P, R>(
 
 impl<E: Engine> EngineAbi for Adapter<E> {
     fn info(&self) -> RResult<EngineInfo, EngineError> {
+        let _scope = self.scope();
         guard("info", || {
             let mut info = self.engine.info();
             info.optional_methods = self.fns.methods();
@@ -339,18 +349,22 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> RResult<IngestResult, EngineError> {
+        let _scope = self.scope();
         guard("ingest", || self.engine.ingest(params))
     }
 
     fn assemble(&self, params: &AssembleParams<'_>) -> RResult<AssembleResult, EngineError> {
+        let _scope = self.scope();
         guard("assemble", || self.engine.assemble(params))
     }
 
     fn compact(&self, params: &CompactParams<'_>) -> RResult<CompactResult, EngineError> {
+        let _scope = self.scope();
         guard("compact", || self.engine.compact(params))
     }
 
     fn bootstrap(&self, params: &BootstrapParams<'_>) -> RResult<BootstrapResult, EngineError> {
+        let _scope = self.scope();
         optional(&self.engine, "bootstrap", self.fns.bootstrap, params)
     }
 
@@ -358,14 +372,17 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         &self,
         params: &IngestBatchParams<'_>,
     ) -> RResult<IngestBatchResult, EngineError> {
+        let _scope = self.scope();
         optional(&self.engine, "ingestBatch", self.fns.ingest_batch, params)
     }
 
     fn after_turn(&self, params: &AfterTurnParams<'_>) -> RResult<(), EngineError> {
+        let _scope = self.scope();
         optional(&self.engine, "afterTurn", self.fns.after_turn, params)
     }
 
     fn maintain(&self, params: &MaintainParams<'_>) -> RResult<MaintainResult, EngineError> {
+        let _scope = self.scope();
         optional(&self.engine, "maintain", self.fns.maintain, params)
     }
 
@@ -373,6 +390,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         &self,
         params: &SubagentSpawnParams<'_>,
     ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
+        let _scope = self.scope();
         optional(
             &self.engine,
             "prepareSubagentSpawn",
@@ -386,6 +404,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     }
 
     fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> RResult<(), EngineError> {
+        let _scope = self.scope();
         optional(
             &self.engine,
             "onSubagentEnded",
@@ -395,10 +414,12 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     }
 
     fn call_tool(&self, params: &ToolCallParams<'_>) -> RResult<ToolCallResult, EngineError> {
+        let _scope = self.scope();
         optional(&self.engine, "callTool", self.fns.call_tool, params)
     }
 
     fn dispose(&self) -> RResult<(), EngineError> {
+        let _scope = self.scope();
         match self.fns.dispose {
             Some(f) => guard("dispose", || f(&self.engine)),
             // Nothing to release: disposing is a successful no-op.
@@ -415,7 +436,14 @@ impl<E: Engine> EngineAbi for Adapter<E> {
 /// [`crate::optional_fns!`]. This is how a host links an engine statically (the built-in
 /// `legacy`, benchmarks, tests) and gets exactly the object a plugin library would return.
 pub fn into_engine_box<E: Engine>(engine: E, fns: OptionalFns<E>) -> EngineBox {
-    EngineAbi_TO::from_value(Adapter { engine, fns }, TD_Opaque)
+    EngineAbi_TO::from_value(
+        Adapter {
+            engine,
+            fns,
+            host: None,
+        },
+        TD_Opaque,
+    )
 }
 
 /// Creates engine `E` and wraps it. Used by the export macro for each engine type.
@@ -425,8 +453,18 @@ pub fn make_engine<E: Engine>(
     host: HostServicesArc,
     fns: OptionalFns<E>,
 ) -> Result<EngineBox, EngineError> {
-    let engine = E::create(FactoryContext::new(params), Host::new(host))?;
-    Ok(into_engine_box(engine, fns))
+    let engine = E::create(
+        FactoryContext::new(params),
+        Host::new(super::share_host(&host)),
+    )?;
+    Ok(EngineAbi_TO::from_value(
+        Adapter {
+            engine,
+            fns,
+            host: Some(host),
+        },
+        TD_Opaque,
+    ))
 }
 
 /// One engine a library exports: its id and how to make it.

@@ -7,6 +7,7 @@
 //! forwarded (their fields are); the measured cost is about 150–200 ns per forwarded event, and
 //! events above the host's level cost one comparison.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Once, RwLock};
@@ -19,6 +20,34 @@ use crate::abi::v1::{FieldPair, HostServicesArc, LogLevel, LogRecord};
 use crate::abi::{ROption, RSlice, RStr};
 
 static HOST: RwLock<Option<HostServicesArc>> = RwLock::new(None);
+
+thread_local! {
+    /// The host of the engine whose method is running on this thread, if any: its events are
+    /// labelled with that engine, not with whichever engine the library created last.
+    static CALL_HOST: Cell<*const HostServicesArc> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Marks, for the duration of one engine call, whose host this thread's events go to.
+pub(crate) struct CallScope {
+    previous: *const HostServicesArc,
+}
+
+impl CallScope {
+    /// Enters the scope of `host` (nothing changes for `None`).
+    pub(crate) fn enter(host: Option<&HostServicesArc>) -> Self {
+        let previous = match host {
+            Some(host) => CALL_HOST.with(|c| c.replace(host as *const HostServicesArc)),
+            None => CALL_HOST.with(Cell::get),
+        };
+        CallScope { previous }
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        CALL_HOST.with(|c| c.set(self.previous));
+    }
+}
 static MAX_LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Info as u8);
 
 /// Installs the forwarder (first call) and points it at `host` (every call: the newest
@@ -94,8 +123,20 @@ impl Subscriber for Forwarder {
     fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let Ok(guard) = HOST.read() else { return };
-        let Some(host) = guard.as_ref() else { return };
+        let call_host = CALL_HOST.with(Cell::get);
+        let guard;
+        let host: &HostServicesArc = if call_host.is_null() {
+            let Ok(read) = HOST.read() else { return };
+            guard = read;
+            match guard.as_ref() {
+                Some(host) => host,
+                None => return,
+            }
+        } else {
+            // SAFETY: a non-null pointer is set only by a live `CallScope`, whose engine (and
+            // so its host handle) outlives the call this event belongs to.
+            unsafe { &*call_host }
+        };
         let mut collect = Collect::default();
         event.record(&mut collect);
         let meta = event.metadata();

@@ -31,6 +31,8 @@ pub enum Behaviour {
     Hang,
     /// Sleep `hangMs` but return `Aborted` as soon as the call's abort signal fires.
     HangUntilAbort,
+    /// Return `EngineError::Aborted` at once, though nothing was aborted.
+    AbortError,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -95,6 +97,9 @@ fn act(
             std::thread::sleep(hang);
             Ok(())
         }
+        Behaviour::AbortError => Err(EngineError::aborted(format!(
+            "faulty: claims {method} was aborted"
+        ))),
         Behaviour::HangUntilAbort => {
             let start = Instant::now();
             while start.elapsed() < hang {
