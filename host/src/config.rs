@@ -363,6 +363,11 @@ impl LoadedConfig {
                 location,
                 message,
             })?;
+        validate(&config).map_err(|(key, message)| ConfigError::Invalid {
+            path: path.to_owned(),
+            key,
+            message,
+        })?;
         Ok(LoadedConfig {
             config,
             unknown_keys,

@@ -244,25 +244,22 @@ pub fn exercise_engine(
         ),
         other => (other, None),
     };
-    let rollback_outcome = match rollback {
-        Some(rollback) => Some(match engine.rollback(rollback) {
-            Ok(()) => MethodOutcome {
-                method: "rollback",
-                outcome: "ok",
-                answered_by: Some(id.clone()),
-                error: None,
-                quarantined: false,
-            },
-            Err(err) => MethodOutcome {
-                method: "rollback",
-                outcome: "failed",
-                answered_by: None,
-                error: Some(err),
-                quarantined: false,
-            },
-        }),
-        None => None,
-    };
+    let rollback_outcome = rollback.map(|rollback| match engine.rollback(rollback) {
+        Ok(()) => MethodOutcome {
+            method: "rollback",
+            outcome: "ok",
+            answered_by: Some(id.clone()),
+            error: None,
+            quarantined: false,
+        },
+        Err(err) => MethodOutcome {
+            method: "rollback",
+            outcome: "failed",
+            answered_by: None,
+            error: Some(err),
+            quarantined: false,
+        },
+    });
     push(outcome_of("prepareSubagentSpawn", spawn, quarantine, &id));
     if let Some(outcome) = rollback_outcome {
         push(outcome);
