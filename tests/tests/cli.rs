@@ -277,9 +277,16 @@ fn doctor_warns_about_a_plugins_dir_that_does_not_exist() {
 #[test]
 fn an_unusable_config_value_is_refused_by_its_key() {
     let home = TempDir::new().unwrap();
-    std::fs::write(home.path().join("pincer.json"), r#"{ plugins: { callTimeoutsMs: { assemble: 0 } } }"#).unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        r#"{ plugins: { callTimeoutsMs: { assemble: 0 } } }"#,
+    )
+    .unwrap();
     let out = run_pincer(home.path(), &["doctor"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("`plugins.callTimeoutsMs.assemble` must be at least 1"), "{err}");
+    assert!(
+        err.contains("`plugins.callTimeoutsMs.assemble` must be at least 1"),
+        "{err}"
+    );
 }

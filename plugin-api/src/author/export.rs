@@ -315,14 +315,16 @@ macro_rules! optional_fns {
 struct Adapter<E> {
     engine: E,
     fns: OptionalFns<E>,
-    /// The host this engine was created with, when it came through the exported factory:
-    /// events logged during its calls are forwarded to it.
+    /// The host this engine was created with, kept only when its library exports several
+    /// engines: events logged during its calls are then labelled with this engine. (With one
+    /// engine per library every instance has the same label, and a thread-local access in a
+    /// `cdylib` costs a `__tls_get_addr` call that the common case should not pay.)
     host: Option<HostServicesArc>,
 }
 
 impl<E> Adapter<E> {
-    fn scope(&self) -> super::log_forward::CallScope {
-        super::log_forward::CallScope::enter(self.host.as_ref())
+    fn scope(&self) -> Option<super::log_forward::CallScope> {
+        self.host.as_ref().map(super::log_forward::CallScope::enter)
     }
 }
 
@@ -452,6 +454,7 @@ pub fn make_engine<E: Engine>(
     params: &FactoryParams<'_>,
     host: HostServicesArc,
     fns: OptionalFns<E>,
+    label_calls: bool,
 ) -> Result<EngineBox, EngineError> {
     let engine = E::create(
         FactoryContext::new(params),
@@ -461,7 +464,7 @@ pub fn make_engine<E: Engine>(
         Adapter {
             engine,
             fns,
-            host: Some(host),
+            host: label_calls.then_some(host),
         },
         TD_Opaque,
     ))
@@ -469,7 +472,8 @@ pub fn make_engine<E: Engine>(
 
 /// One engine a library exports: its id and how to make it.
 #[doc(hidden)]
-pub type EngineMaker = fn(&FactoryParams<'_>, HostServicesArc) -> Result<EngineBox, EngineError>;
+pub type EngineMaker =
+    fn(&FactoryParams<'_>, HostServicesArc, bool) -> Result<EngineBox, EngineError>;
 
 /// The exported factory's body: install the panic hook and log forwarder, find the engine by
 /// id, create it under [`guard`].
@@ -483,7 +487,7 @@ pub fn new_engine_entry(
     super::log_forward::install(super::share_host(&host));
     let wanted = params.engine_id.as_str();
     match engines.iter().find(|(id, _)| *id == wanted) {
-        Some((_, make)) => guard("factory", || make(params, host)),
+        Some((_, make)) => guard("factory", || make(params, host, engines.len() > 1)),
         None => RErr(EngineError::failed(format!(
             "this library has no engine \"{wanted}\"; it exports: {}",
             engines
@@ -526,11 +530,11 @@ macro_rules! export_engine {
                 host: $crate::abi::v1::HostServicesArc,
             ) -> $crate::abi::RResult<$crate::abi::v1::EngineBox, $crate::abi::v1::EngineError> {
                 __p::new_engine_entry(params, host, &[
-                    (<$first as $crate::Engine>::ID, |p, h| {
-                        __p::make_engine::<$first>(p, h, $crate::optional_fns!($first))
+                    (<$first as $crate::Engine>::ID, |p, h, label| {
+                        __p::make_engine::<$first>(p, h, $crate::optional_fns!($first), label)
                     }),
-                    $((<$rest as $crate::Engine>::ID, |p, h| {
-                        __p::make_engine::<$rest>(p, h, $crate::optional_fns!($rest))
+                    $((<$rest as $crate::Engine>::ID, |p, h, label| {
+                        __p::make_engine::<$rest>(p, h, $crate::optional_fns!($rest), label)
                     }),)*
                 ])
             }

@@ -33,12 +33,9 @@ pub(crate) struct CallScope {
 }
 
 impl CallScope {
-    /// Enters the scope of `host` (nothing changes for `None`).
-    pub(crate) fn enter(host: Option<&HostServicesArc>) -> Self {
-        let previous = match host {
-            Some(host) => CALL_HOST.with(|c| c.replace(host as *const HostServicesArc)),
-            None => CALL_HOST.with(Cell::get),
-        };
+    /// Enters the scope of `host`.
+    pub(crate) fn enter(host: &HostServicesArc) -> Self {
+        let previous = CALL_HOST.with(|c| c.replace(host as *const HostServicesArc));
         CallScope { previous }
     }
 }
