@@ -17,6 +17,8 @@ commands:
                               assemble, a quarantined panic and the rejected variants
   bench [-- <cargo bench args>]
                               build-plugins --release, then `cargo bench -p pincer-host`
+  new-plugin <id>             start a new engine in plugins/<id>/: a cdylib crate with a working
+                              minimal engine, its manifest and a test (picked up by build-plugins)
   help                        print this text
 ";
 
@@ -28,6 +30,7 @@ pub(crate) enum Command {
     Test { cargo_args: Vec<OsString> },
     Demo,
     Bench { cargo_args: Vec<OsString> },
+    NewPlugin { id: String },
 }
 
 /// A command line that does not match [`USAGE`].
@@ -68,6 +71,16 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
         return Err(UsageError(format!(
             "`{command}` takes no arguments after `--`"
         )));
+    }
+
+    if command == "new-plugin" {
+        return match own.as_slice() {
+            [id] => id
+                .to_str()
+                .map(|id| Command::NewPlugin { id: id.to_owned() })
+                .ok_or_else(|| UsageError(format!("plugin id {id:?} is not UTF-8"))),
+            _ => Err(UsageError("`new-plugin` takes exactly one plugin id".to_owned())),
+        };
     }
 
     let mut release = false;
@@ -124,6 +137,13 @@ mod tests {
                     .to_vec()
             })
         );
+        assert_eq!(
+            parse_strs(&["new-plugin", "my-engine"]),
+            Ok(Command::NewPlugin {
+                id: "my-engine".to_owned()
+            })
+        );
+        assert!(parse_strs(&["new-plugin"]).is_err());
         assert_eq!(
             parse_strs(&["bench"]),
             Ok(Command::Bench {

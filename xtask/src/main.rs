@@ -6,12 +6,14 @@
 //!
 //! Each task lives in its own module with a `run` function:
 //! `build_plugins` builds the plugin `cdylib`s and stages them with their manifests,
-//! `test`, `demo` and `bench` build on it, and `tidy` is a plain `#[test]` that `cargo test --workspace` runs.
+//! `test`, `demo` and `bench` build on it, `new_plugin` starts an engine from a template,
+//! and `tidy` is a plain `#[test]` that `cargo test --workspace` runs.
 
 mod bench;
 mod build_plugins;
 mod demo;
 mod flags;
+mod new_plugin;
 mod ordered_json;
 mod test;
 #[cfg(test)]
@@ -59,5 +61,6 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Test { cargo_args } => test::run(&ws, &cargo_args),
         Command::Demo => demo::run(&ws),
         Command::Bench { cargo_args } => bench::run(&ws, &cargo_args),
+        Command::NewPlugin { id } => new_plugin::run(&ws, &id),
     }
 }

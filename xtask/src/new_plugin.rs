@@ -1,0 +1,240 @@
+//! `cargo xtask new-plugin <id>`: starts a new context engine in `plugins/<id>/` from a
+//! template — a `cdylib` crate with a minimal working engine (keeps the newest messages that fit
+//! a budget, delegates compaction to the runtime), its `pincer.plugin.json` with a config schema,
+//! and its docs. It adds the crate to the workspace's `members` (one line, above the test-only
+//! engines), and `build-plugins` stages it with the others.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::workspace::Workspace;
+
+pub(crate) fn run(ws: &Workspace, id: &str) -> Result<ExitCode> {
+    let cargo_toml = ws.root.join("Cargo.toml");
+    let workspace_text = fs::read_to_string(&cargo_toml)
+        .with_context(|| format!("cannot read {}", cargo_toml.display()))?;
+    let updated = add_member(&workspace_text, id)?;
+    let dir = create(&ws.root.join("plugins"), id)?;
+    fs::write(&cargo_toml, updated).with_context(|| format!("cannot write {}", cargo_toml.display()))?;
+    println!("created {}", dir.display());
+    println!("next: cargo test -p {id} && cargo xtask build-plugins && target/debug/pincer doctor --plugins-dir target/plugins");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks that `id` can name a plugin, a crate and a library.
+fn check_id(id: &str) -> Result<()> {
+    let ok_chars = id
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let starts_with_letter = id.chars().next().is_some_and(|c| c.is_ascii_lowercase());
+    if !ok_chars || !starts_with_letter || id.ends_with('-') || id.len() > 64 {
+        bail!(
+            "plugin id {id:?} is not usable: use lowercase letters, digits and '-', starting with a letter (e.g. \"my-engine\")"
+        );
+    }
+    if matches!(id, "legacy" | "testing") {
+        bail!("plugin id {id:?} is reserved: choose another");
+    }
+    Ok(())
+}
+
+/// The workspace manifest with `plugins/<id>` added to `members`, above the test-only engines.
+fn add_member(workspace_toml: &str, id: &str) -> Result<String> {
+    let anchor = "    \"plugins/testing/*\",";
+    if !workspace_toml.contains(anchor) {
+        bail!("cannot find the line `{}` in the workspace Cargo.toml: add \"plugins/{id}\" to `members` yourself", anchor.trim());
+    }
+    Ok(workspace_toml.replacen(anchor, &format!("    \"plugins/{id}\",\n{anchor}"), 1))
+}
+
+/// Writes the template for `id` into `plugins_dir/<id>` and returns that folder.
+fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
+    check_id(id)?;
+    let dir = plugins_dir.join(id);
+    if dir.exists() {
+        bail!("{} already exists: pick another id or remove it", dir.display());
+    }
+    let lib_name = id.replace('-', "_");
+    let type_name: String = id
+        .split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    let render = |template: &str| {
+        template
+            .replace("{{id}}", id)
+            .replace("{{lib}}", &lib_name)
+            .replace("{{Type}}", &type_name)
+    };
+    fs::create_dir_all(dir.join("src")).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (path, template) in [
+        ("Cargo.toml", CARGO_TOML),
+        ("pincer.plugin.json", MANIFEST),
+        ("src/lib.rs", LIB_RS),
+    ] {
+        let file = dir.join(path);
+        fs::write(&file, render(template)).with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    Ok(dir)
+}
+
+const CARGO_TOML: &str = r#"[package]
+name = "{{id}}"
+version = "0.1.0"
+description = "A pincer context engine"
+edition.workspace = true
+rust-version.workspace = true
+license.workspace = true
+publish = false
+
+[lib]
+name = "{{lib}}"
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+pincer-plugin-api = { workspace = true }
+serde = { workspace = true }
+tracing = { workspace = true }
+
+[lints]
+workspace = true
+"#;
+
+const MANIFEST: &str = r#"{
+  "id": "{{id}}",
+  "name": "{{Type}}",
+  "version": "0.1.0",
+  "kind": "context-engine",
+  "apiVersion": "^1.0",
+  "description": "A pincer context engine.",
+  "configSchema": {
+    "type": "object",
+    "properties": {
+      "keepTokens": { "type": "integer", "minimum": 1, "description": "Keep the newest messages that fit this many tokens." }
+    },
+    "additionalProperties": false
+  }
+}
+"#;
+
+const LIB_RS: &str = r#"//! `{{id}}` — a pincer context engine.
+//!
+//! `assemble` keeps the newest messages that fit `keepTokens` (by reference: nothing is
+//! copied); `compact` is delegated to the host runtime, which an engine that does not own
+//! compaction must do so that `/compact` and overflow recovery keep working.
+
+use pincer_plugin_api::prelude::*;
+use pincer_plugin_api::tokens::estimate_message_tokens;
+use serde::Deserialize;
+
+/// The engine's config (`plugins.entries.{{id}}.config`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// Keep the newest messages that fit this many tokens.
+    #[serde(default = "default_keep_tokens")]
+    pub keep_tokens: u64,
+}
+
+fn default_keep_tokens() -> u64 {
+    8_000
+}
+
+/// The engine.
+pub struct {{Type}} {
+    config: Config,
+    host: Host,
+}
+
+impl Engine for {{Type}} {
+    const ID: &'static str = "{{id}}";
+
+    fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
+        Ok({{Type}} {
+            config: ctx.config()?,
+            host,
+        })
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo::new(Self::ID, "{{Type}}", env!("CARGO_PKG_VERSION"))
+            .with_accepted_host_params(&["sessionKey", "abortSignal"])
+    }
+
+    fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
+        Ok(IngestResult { ingested: false })
+    }
+
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
+        let messages = params.messages.as_slice();
+        let mut tokens = 0;
+        let mut start = messages.len();
+        while start > 0 {
+            let cost = estimate_message_tokens(&messages[start - 1]);
+            if tokens + cost > self.config.keep_tokens {
+                break;
+            }
+            tokens += cost;
+            start -= 1;
+        }
+        tracing::debug!(kept = messages.len() - start, tokens, "{{id}}: assembled");
+        let mut context = ContextBuilder::new();
+        context.keep_range(start..messages.len());
+        Ok(context.finish(tokens))
+    }
+
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+        self.host.delegate_compaction_to_runtime(params)
+    }
+}
+
+pincer_plugin_api::export_engine!({{Type}});
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_a_crate_a_manifest_and_an_engine_named_after_the_id() {
+        let tmp = std::env::temp_dir().join(format!("xtask-new-plugin-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let dir = create(&tmp, "my-engine").unwrap();
+        let cargo = fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains("name = \"my-engine\"") && cargo.contains("name = \"my_engine\""));
+        let manifest: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("pincer.plugin.json")).unwrap()).unwrap();
+        assert_eq!(manifest["id"], "my-engine");
+        let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+        assert!(lib.contains("pub struct MyEngine") && lib.contains("export_engine!(MyEngine)"));
+        assert!(!lib.contains("{{"), "every placeholder filled");
+        assert!(create(&tmp, "my-engine").is_err(), "never overwrites");
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn adds_the_member_above_the_test_only_engines() {
+        let toml = "members = [\n    \"host\",\n    \"plugins/testing/*\",\n]\n";
+        assert_eq!(
+            add_member(toml, "my-engine").unwrap(),
+            "members = [\n    \"host\",\n    \"plugins/my-engine\",\n    \"plugins/testing/*\",\n]\n"
+        );
+        assert!(add_member("members = []", "x").is_err());
+    }
+
+    #[test]
+    fn refuses_ids_that_cannot_name_a_plugin() {
+        for id in ["", "My", "1x", "a_b", "x-", "legacy", "../x"] {
+            assert!(check_id(id).is_err(), "{id:?}");
+        }
+        assert!(check_id("sliding-window2").is_ok());
+    }
+}
