@@ -18,7 +18,7 @@ commands:
   bench [-- <cargo bench args>]
                               build-plugins --release, then `cargo bench -p pincer-host`
   new-plugin <id>             start a new engine in plugins/<id>/: a cdylib crate with a working
-                              minimal engine, its manifest and a test (picked up by build-plugins)
+                              minimal engine and its manifest, added to the workspace members
   help                        print this text
 ";
 
@@ -79,7 +79,9 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
                 .to_str()
                 .map(|id| Command::NewPlugin { id: id.to_owned() })
                 .ok_or_else(|| UsageError(format!("plugin id {id:?} is not UTF-8"))),
-            _ => Err(UsageError("`new-plugin` takes exactly one plugin id".to_owned())),
+            _ => Err(UsageError(
+                "`new-plugin` takes exactly one plugin id".to_owned(),
+            )),
         };
     }
 

@@ -18,9 +18,10 @@ pub(crate) fn run(ws: &Workspace, id: &str) -> Result<ExitCode> {
         .with_context(|| format!("cannot read {}", cargo_toml.display()))?;
     let updated = add_member(&workspace_text, id)?;
     let dir = create(&ws.root.join("plugins"), id)?;
-    fs::write(&cargo_toml, updated).with_context(|| format!("cannot write {}", cargo_toml.display()))?;
+    fs::write(&cargo_toml, updated)
+        .with_context(|| format!("cannot write {}", cargo_toml.display()))?;
     println!("created {}", dir.display());
-    println!("next: cargo test -p {id} && cargo xtask build-plugins && target/debug/pincer doctor --plugins-dir target/plugins");
+    println!("next: cargo xtask build-plugins, then: pincer check-engine --plugins-dir target/plugins --engine {id} --conversation examples/airline-conversation.json");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -55,7 +56,10 @@ fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
     check_id(id)?;
     let dir = plugins_dir.join(id);
     if dir.exists() {
-        bail!("{} already exists: pick another id or remove it", dir.display());
+        bail!(
+            "{} already exists: pick another id or remove it",
+            dir.display()
+        );
     }
     let lib_name = id.replace('-', "_");
     let type_name: String = id
@@ -74,14 +78,16 @@ fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
             .replace("{{lib}}", &lib_name)
             .replace("{{Type}}", &type_name)
     };
-    fs::create_dir_all(dir.join("src")).with_context(|| format!("cannot create {}", dir.display()))?;
+    fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     for (path, template) in [
         ("Cargo.toml", CARGO_TOML),
         ("pincer.plugin.json", MANIFEST),
         ("src/lib.rs", LIB_RS),
     ] {
         let file = dir.join(path);
-        fs::write(&file, render(template)).with_context(|| format!("cannot write {}", file.display()))?;
+        fs::write(&file, render(template))
+            .with_context(|| format!("cannot write {}", file.display()))?;
     }
     Ok(dir)
 }
@@ -211,7 +217,8 @@ mod tests {
         let cargo = fs::read_to_string(dir.join("Cargo.toml")).unwrap();
         assert!(cargo.contains("name = \"my-engine\"") && cargo.contains("name = \"my_engine\""));
         let manifest: serde_json::Value =
-            serde_json::from_str(&fs::read_to_string(dir.join("pincer.plugin.json")).unwrap()).unwrap();
+            serde_json::from_str(&fs::read_to_string(dir.join("pincer.plugin.json")).unwrap())
+                .unwrap();
         assert_eq!(manifest["id"], "my-engine");
         let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
         assert!(lib.contains("pub struct MyEngine") && lib.contains("export_engine!(MyEngine)"));
