@@ -55,6 +55,27 @@ fn merge(into: &mut Value, from: Value) {
     }
 }
 
+/// A forced manual-style compaction request for `session`.
+fn compact_request(
+    session: &str,
+    messages: Arc<[pincer_plugin_api::Message]>,
+    host: HostInputs,
+) -> Arc<CompactRequest> {
+    Arc::new(CompactRequest {
+        session_id: Arc::from(session),
+        session_file: Arc::from(format!("{session}.jsonl")),
+        agent_id: None,
+        messages,
+        token_budget: None,
+        force: true,
+        force_reason: Some(Arc::from("manual")),
+        current_token_count: None,
+        compaction_target: CompactionTarget::Budget,
+        custom_instructions: None,
+        host,
+    })
+}
+
 fn transcript() -> Transcript {
     Transcript::read(&example_conversation()).unwrap()
 }
@@ -521,19 +542,11 @@ fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
     let compact = resolved
         .engine
         .compact(
-            Arc::new(CompactRequest {
-                session_id: Arc::from("s"),
-                session_file: Arc::from("s.jsonl"),
-                agent_id: None,
-                messages: t.shared_messages(),
-                token_budget: None,
-                force: true,
-                force_reason: None,
-                current_token_count: None,
-                compaction_target: CompactionTarget::Budget,
-                custom_instructions: None,
-                host: every_host_param(&runtime, &resolved),
-            }),
+            compact_request(
+                "s",
+                t.shared_messages(),
+                every_host_param(&runtime, &resolved),
+            ),
             Arc::new(AbortSignal::new()),
         )
         .unwrap();
@@ -682,19 +695,7 @@ fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
     let err = resolved
         .engine
         .compact(
-            Arc::new(CompactRequest {
-                session_id: Arc::from("session-a"),
-                session_file: Arc::from("a.jsonl"),
-                agent_id: None,
-                messages: t.shared_messages(),
-                token_budget: None,
-                force: true,
-                force_reason: Some(Arc::from("manual")),
-                current_token_count: None,
-                compaction_target: CompactionTarget::Budget,
-                custom_instructions: None,
-                host: HostInputs::default(),
-            }),
+            compact_request("session-a", t.shared_messages(), HostInputs::default()),
             Arc::new(AbortSignal::new()),
         )
         .expect_err("times out");

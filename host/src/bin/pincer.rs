@@ -15,7 +15,7 @@ use pincer_host::exercise::exercise_engine;
 use pincer_host::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::request::HostInputs;
 use pincer_host::requirements::HostDescriptor;
-use pincer_host::runtime::{Runtime, RuntimeOptions};
+use pincer_host::runtime::{Resolution, Runtime, RuntimeOptions};
 use pincer_host::session::Transcript;
 use pincer_plugin_api::{ContentBlock, Message};
 
@@ -214,16 +214,7 @@ fn check_engine(runtime: &Runtime, transcript: &Transcript, json: bool) -> ExitC
             serde_json::to_string_pretty(&out).expect("serializes")
         );
     } else {
-        let r = &resolved.resolution;
-        println!(
-            "context engine: selected {} -> {}{}",
-            r.selected,
-            r.resolved,
-            r.reason
-                .as_deref()
-                .map(|s| format!(" ({s})"))
-                .unwrap_or_default()
-        );
+        print_resolution(&resolved.resolution);
         for o in &outcomes {
             let detail = match (&o.error, &o.answered_by) {
                 (Some(e), Some(by)) => format!("{} -> answered by {by}", e.message),
@@ -278,6 +269,19 @@ fn open(
     let mut options = RuntimeOptions::new(home);
     options.extra_plugin_dirs = plugins_dirs;
     Ok(Runtime::with_config(options, config))
+}
+
+/// One line: which engine was selected and which answers, and why they differ.
+fn print_resolution(r: &Resolution) {
+    let reason = r
+        .reason
+        .as_deref()
+        .map(|s| format!(" ({s})"))
+        .unwrap_or_default();
+    println!(
+        "context engine: selected {} -> {}{reason}",
+        r.selected, r.resolved
+    );
 }
 
 fn preview(message: &Message) -> String {
@@ -407,15 +411,7 @@ fn assemble(
         return ExitCode::SUCCESS;
     }
     let r = &resolved.resolution;
-    println!(
-        "context engine: selected {} -> {}{}",
-        r.selected,
-        r.resolved,
-        r.reason
-            .as_deref()
-            .map(|s| format!(" ({s})"))
-            .unwrap_or_default()
-    );
+    print_resolution(r);
     if let Some(failure) = &view.answer.failure {
         println!("engine \"{}\" failed: {}", r.selected, failure.message);
         println!("-> quarantined; answered by {}", view.answer.answered_by);
