@@ -137,18 +137,41 @@ fn api_major(version: &str) -> &str {
     version.split('.').next().unwrap_or(version)
 }
 
-/// The first line of abi_stable's layout report that says what differs.
+/// The useful line of abi_stable's layout report (often 20 KB): its first `Error:` with the
+/// expected and found values that follow it, e.g.
+/// `mismatched type: expected PluginModule, found BadLayoutModule`.
 fn summarize_layout_error(full: &str) -> String {
-    let useful = full
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("Error:") || l.contains("mismatched") || l.contains("too many"))
-        .or_else(|| full.lines().map(str::trim).find(|l| !l.is_empty()))
-        .unwrap_or("layouts differ");
-    let mut line = useful.to_owned();
-    if line.len() > 200 {
-        line.truncate(200);
-        line.push('…');
+    let lines: Vec<&str> = full.lines().map(str::trim).collect();
+    let value_after = |from: usize, label: &str| -> Option<String> {
+        let at = (from..lines.len()).find(|&i| lines[i].starts_with(label))?;
+        let rest = lines[at][label.len()..].trim();
+        if !rest.is_empty() {
+            return Some(rest.to_owned());
+        }
+        lines[at + 1..]
+            .iter()
+            .find(|l| !l.is_empty())
+            .map(|l| (*l).to_owned())
+    };
+    let mut line = match lines.iter().position(|l| l.starts_with("Error:")) {
+        Some(at) => {
+            let what = lines[at]["Error:".len()..].trim().to_owned();
+            match (value_after(at, "Expected:"), value_after(at, "Found:")) {
+                (Some(expected), Some(found)) => {
+                    format!("{what}: expected {expected}, found {found}")
+                }
+                _ => what,
+            }
+        }
+        None => lines
+            .iter()
+            .find(|l| l.contains("mismatch") || l.contains("too many"))
+            .or_else(|| lines.iter().find(|l| !l.is_empty()))
+            .map(|l| (*l).to_owned())
+            .unwrap_or_else(|| "layouts differ".to_owned()),
+    };
+    if line.chars().count() > 200 {
+        line = line.chars().take(200).collect::<String>() + "…";
     }
     line
 }
@@ -275,9 +298,18 @@ mod tests {
 
     #[test]
     fn layout_report_is_summarized_to_its_useful_line() {
-        let full = "Error:mismatched type\nExpected: u64 Found: u32\n".repeat(500);
-        let summary = summarize_layout_error(&full);
-        assert_eq!(summary, "Error:mismatched type");
+        let full = format!(
+            "{}\nError:mismatched type\nExpected:\n    u64\nFound:\n    u32\n",
+            "Compared <this>:\n    fields: ...\n".repeat(500)
+        );
+        assert_eq!(
+            summarize_layout_error(&full),
+            "mismatched type: expected u64, found u32"
+        );
+        assert_eq!(
+            summarize_layout_error("too many fields\n"),
+            "too many fields"
+        );
     }
 
     #[test]

@@ -309,3 +309,16 @@ fn a_nonexistent_plugin_folder() {
         load(Path::new("/nonexistent/pincer-plugin"), cache.path()).expect_err("nothing there");
     assert_eq!(err.code(), "manifest_missing", "{err}");
 }
+
+#[test]
+fn a_library_with_another_abi_layout_is_refused_with_a_one_line_summary() {
+    let message = expect_code(&staged_variant("bad-layout"), "layout_mismatch");
+    assert!(
+        message.contains("mismatched type: expected PluginModule, found BadLayoutModule"),
+        "{message}"
+    );
+    assert!(
+        message.len() < 400,
+        "the 20 KB report is summarised: {message}"
+    );
+}

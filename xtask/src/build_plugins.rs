@@ -55,6 +55,12 @@ const VARIANTS: &[Variant] = &[
         package: "future-api",
         profile: None,
     },
+    // A library that claims API 1.0 with another ABI layout.
+    Variant {
+        name: "bad-layout",
+        package: "bad-layout",
+        profile: None,
+    },
 ];
 
 /// The two folders a run staged into.

@@ -86,7 +86,7 @@ const STEPS: &[Step] = &[
         expect_refusal: true,
     },
     Step {
-        title: "doctor: libraries that must never run are refused before any call",
+        title: "doctor: libraries that must never run (panic = abort, API 2.0, another ABI layout) are refused before any call",
         args: &["--home", "{home}", "doctor", "--plugins-dir", "{variants}"],
         expect_refusal: false,
     },
