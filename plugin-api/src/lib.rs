@@ -67,6 +67,8 @@
 //! Optional methods are traits ([`AfterTurn`], [`Bootstrap`], [`Dispose`], …): implement the
 //! ones you need and the host sees exactly those (the contract's lifecycle depends on it).
 //!
+//! [`testing`] lets you test an engine the way the host will drive it, without a host.
+//!
 //! ## Panics
 //!
 //! Every call is run under `catch_unwind` inside the plugin and a panic comes back to the host
@@ -102,6 +104,7 @@ pub mod abi;
 mod author;
 pub mod extension;
 pub mod loading;
+pub mod testing;
 pub mod tokens;
 
 pub use abi::v1::{
