@@ -7,10 +7,6 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use std::collections::BTreeMap;
-
-use crate::engine::Requirement;
-use crate::loader::Loader;
 use crate::quarantine::{health_line, QuarantineRecord};
 use crate::requirements::{incompatibilities, HostDescriptor, HostSupportError};
 use crate::runtime::{PluginStatus, Resolution, ResolveError, Runtime};
@@ -76,24 +72,12 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
     let config = runtime.config();
     let hosts = HostDescriptor::configured(&config.config);
     let mut host_incompatibilities = Vec::new();
-    let loader = Loader::new(runtime.home().cache_dir());
     for plugin in runtime.plugins() {
-        if let Ok(manifest) = loader.read_checked_manifest(&plugin.dir) {
-            let requirements: BTreeMap<String, Requirement> = manifest
-                .host_requirements
-                .iter()
-                .map(|(op, r)| {
-                    (
-                        op.clone(),
-                        Requirement {
-                            required_capabilities: r.required_capabilities.clone(),
-                            unsupported_message: r.unsupported_message.clone(),
-                        },
-                    )
-                })
-                .collect();
-            host_incompatibilities.extend(incompatibilities(&manifest.id, &requirements, &hosts));
-        }
+        host_incompatibilities.extend(incompatibilities(
+            &plugin.id,
+            &plugin.host_requirements,
+            &hosts,
+        ));
     }
     let resolved_engine = runtime.resolve();
     if let Ok(resolved) = &resolved_engine {

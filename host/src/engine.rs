@@ -390,17 +390,5 @@ impl EngineInstance {
 /// The messages an assemble result stands for, in order: references into `input` for kept
 /// messages, references into the result for new ones. Nothing is copied.
 pub fn resolve_assembled<'a>(result: &'a AssembleResult, input: &'a [Message]) -> Vec<&'a Message> {
-    let mut out = Vec::new();
-    for item in result.items.iter() {
-        match item {
-            AssembledItem::Input { start, end } => {
-                let (start, end) = (*start as usize, (*end as usize).min(input.len()));
-                if start < end {
-                    out.extend(input[start..end].iter());
-                }
-            }
-            AssembledItem::New(message) => out.push(&**message),
-        }
-    }
-    out
+    result.resolve(input)
 }

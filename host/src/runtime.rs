@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::bounded::{self, Deadline, Overrun};
 use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome, DEFAULT_ENGINE_ID};
-use crate::engine::{EngineCallError, EngineInstance};
+use crate::engine::{EngineCallError, EngineInstance, Requirement};
 use crate::engines::legacy::{create_legacy, LEGACY_ENGINE_ID};
 use crate::guarded::{GuardedEngine, Timeouts};
 use crate::loader::{discover_plugin_dirs, EngineDirs, LoadedLibrary, Loader};
@@ -77,6 +77,9 @@ pub struct PluginStatus {
     /// Registration diagnostics (level error), if any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<String>,
+    /// The manifest's `hostRequirements`, when it could be read (known without loading).
+    #[serde(skip)]
+    pub host_requirements: BTreeMap<String, Requirement>,
 }
 
 /// A plugin's problem, for people and machines.
@@ -259,6 +262,7 @@ impl Runtime {
             error: None,
             sha256: None,
             diagnostics: Vec::new(),
+            host_requirements: BTreeMap::new(),
         };
         let problem = |code: &str, message: String| {
             Some(PluginProblem {
@@ -271,6 +275,19 @@ impl Runtime {
             Ok(manifest) => {
                 status.id = manifest.id.clone();
                 status.version = Some(manifest.version.to_string());
+                status.host_requirements = manifest
+                    .host_requirements
+                    .iter()
+                    .map(|(operation, r)| {
+                        (
+                            operation.clone(),
+                            Requirement {
+                                required_capabilities: r.required_capabilities.clone(),
+                                unsupported_message: r.unsupported_message.clone(),
+                            },
+                        )
+                    })
+                    .collect();
             }
             Err(err) => {
                 status.error = problem(err.code(), err.to_string());

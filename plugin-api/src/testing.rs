@@ -45,9 +45,9 @@ use std::sync::{Arc, Mutex};
 use abi_stable::std_types::{ROption, RResult, RSlice, RStr};
 
 use crate::abi::v1::{
-    AbortSignal, AssembleParams, AssembleResult, AssembledItem, CompactParams, CompactResult,
-    EngineBox, EngineError, ExtensionRef, FactoryParams, HostParams, HostServicesAbi,
-    HostServicesArc, LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord, Message,
+    AbortSignal, AssembleParams, AssembleResult, CompactParams, CompactResult, EngineBox,
+    EngineError, ExtensionRef, FactoryParams, HostParams, HostServicesAbi, HostServicesArc,
+    LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord, Message,
 };
 use crate::{Engine, OptionalFns};
 
@@ -184,21 +184,9 @@ pub fn assemble_params<'a>(
     }
 }
 
-/// The messages an assemble result stands for, in order (references into `input` for kept
-/// ones).
+/// The messages an assemble result stands for, in order ([`AssembleResult::resolve`]).
 pub fn kept<'a>(result: &'a AssembleResult, input: &'a [Message]) -> Vec<&'a Message> {
-    let mut out = Vec::new();
-    for item in result.items.iter() {
-        match item {
-            AssembledItem::Input { start, end } => {
-                let end = (*end as usize).min(input.len());
-                let start = (*start as usize).min(end);
-                out.extend(input[start..end].iter());
-            }
-            AssembledItem::New(message) => out.push(&**message),
-        }
-    }
-    out
+    result.resolve(input)
 }
 
 #[cfg(test)]

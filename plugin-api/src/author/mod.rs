@@ -303,6 +303,23 @@ impl Host {
 }
 
 impl AssembleResult {
+    /// The messages this result stands for, in prompt order: references into `input` for kept
+    /// messages (ranges clamped to it), references into the result for new ones. No copies.
+    pub fn resolve<'a>(&'a self, input: &'a [Message]) -> Vec<&'a Message> {
+        let mut out = Vec::new();
+        for item in self.items.iter() {
+            match item {
+                crate::AssembledItem::Input { start, end } => {
+                    let end = (*end as usize).min(input.len());
+                    let start = (*start as usize).min(end);
+                    out.extend(input[start..end].iter());
+                }
+                crate::AssembledItem::New(message) => out.push(&**message),
+            }
+        }
+        out
+    }
+
     /// All `message_count` input messages, unchanged, with `estimated_tokens` 0 ("the caller
     /// estimates"): what `legacy` answers.
     pub fn pass_through(message_count: usize) -> Self {
