@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::v1::{
-    AbortSignal, CompactionTarget, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
+    AbortSignal, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 
@@ -82,6 +82,39 @@ fn outcome_of<T>(
     }
 }
 
+/// Collects the outcomes, clearing the engine's quarantine after each method so the next one
+/// is tried against the engine itself.
+struct Recorder<'a> {
+    quarantine: &'a Quarantine,
+    id: String,
+    out: Vec<MethodOutcome>,
+}
+
+impl Recorder<'_> {
+    /// A guarded call's outcome.
+    fn guarded<T>(&mut self, method: &'static str, result: Result<Option<Guarded<T>>, GuardError>) {
+        let outcome = outcome_of(method, result, self.quarantine, &self.id);
+        self.push(outcome);
+    }
+
+    /// The outcome of a call the guard does not route (a rollback handle, `dispose`).
+    fn direct(&mut self, method: &'static str, result: Result<(), EngineCallError>) {
+        let outcome = MethodOutcome {
+            method,
+            outcome: if result.is_ok() { "ok" } else { "failed" },
+            answered_by: result.is_ok().then(|| self.id.clone()),
+            error: result.err(),
+            quarantined: false,
+        };
+        self.push(outcome);
+    }
+
+    fn push(&mut self, outcome: MethodOutcome) {
+        self.out.push(outcome);
+        self.quarantine.clear(Some(&self.id));
+    }
+}
+
 /// Calls every method of `engine` once over `transcript`; see the module docs.
 pub fn exercise_engine(
     engine: &GuardedEngine,
@@ -96,130 +129,73 @@ pub fn exercise_engine(
         ..HostInputs::default()
     };
     let abort = || Arc::new(AbortSignal::new());
-    let id = engine.id().to_owned();
-    let mut out = Vec::new();
-    let mut push = |outcome: MethodOutcome| {
-        out.push(outcome);
-        quarantine.clear(Some(&id));
+    let mut record = Recorder {
+        quarantine,
+        id: engine.id().to_owned(),
+        out: Vec::new(),
     };
-    push(outcome_of(
-        "bootstrap",
-        engine.bootstrap(
-            Arc::new(BootstrapRequest {
-                session_id: Arc::clone(&session),
-                session_file: Arc::clone(&file),
-                host: host.clone(),
-            }),
-            abort(),
-        ),
-        quarantine,
-        &id,
-    ));
+
+    let bootstrap = BootstrapRequest {
+        session_id: Arc::clone(&session),
+        session_file: Arc::clone(&file),
+        host: host.clone(),
+    };
+    record.guarded("bootstrap", engine.bootstrap(Arc::new(bootstrap), abort()));
     if !messages.is_empty() {
-        push(outcome_of(
-            "ingest",
-            engine
-                .ingest(
-                    Arc::new(IngestRequest {
-                        session_id: Arc::clone(&session),
-                        messages: Arc::clone(&messages),
-                        index: 0,
-                        is_heartbeat: false,
-                        host: host.clone(),
-                    }),
-                    abort(),
-                )
-                .map(Some),
-            quarantine,
-            &id,
-        ));
+        let ingest = IngestRequest {
+            session_id: Arc::clone(&session),
+            messages: Arc::clone(&messages),
+            index: 0,
+            is_heartbeat: false,
+            host: host.clone(),
+        };
+        record.guarded("ingest", engine.ingest(Arc::new(ingest), abort()).map(Some));
     }
-    push(outcome_of(
-        "ingestBatch",
-        engine.ingest_batch(
-            Arc::new(IngestBatchRequest {
-                session_id: Arc::clone(&session),
-                messages: Arc::clone(&messages),
-                range: 0..messages.len(),
-                is_heartbeat: false,
-                host: host.clone(),
-            }),
-            abort(),
-        ),
-        quarantine,
-        &id,
-    ));
-    push(outcome_of(
+    let batch = IngestBatchRequest {
+        session_id: Arc::clone(&session),
+        messages: Arc::clone(&messages),
+        range: 0..messages.len(),
+        is_heartbeat: false,
+        host: host.clone(),
+    };
+    record.guarded("ingestBatch", engine.ingest_batch(Arc::new(batch), abort()));
+    let assemble = AssembleRequest {
+        session_id: Arc::clone(&session),
+        messages: Arc::clone(&messages),
+        token_budget: None,
+        host: host.clone(),
+    };
+    record.guarded(
         "assemble",
-        engine
-            .assemble(
-                Arc::new(AssembleRequest {
-                    session_id: Arc::clone(&session),
-                    messages: Arc::clone(&messages),
-                    token_budget: None,
-                    host: host.clone(),
-                }),
-                abort(),
-            )
-            .map(Some),
-        quarantine,
-        &id,
-    ));
-    push(outcome_of(
+        engine.assemble(Arc::new(assemble), abort()).map(Some),
+    );
+    let after_turn = AfterTurnRequest {
+        session_id: Arc::clone(&session),
+        session_file: Arc::clone(&file),
+        messages: Arc::clone(&messages),
+        pre_prompt_message_count: messages.len().saturating_sub(1) as u64,
+        auto_compaction_summary: None,
+        is_heartbeat: false,
+        token_budget: None,
+        host: host.clone(),
+    };
+    record.guarded(
         "afterTurn",
-        engine.after_turn(
-            Arc::new(AfterTurnRequest {
-                session_id: Arc::clone(&session),
-                session_file: Arc::clone(&file),
-                messages: Arc::clone(&messages),
-                pre_prompt_message_count: messages.len().saturating_sub(1) as u64,
-                auto_compaction_summary: None,
-                is_heartbeat: false,
-                token_budget: None,
-                host: host.clone(),
-            }),
-            abort(),
-        ),
-        quarantine,
-        &id,
-    ));
-    push(outcome_of(
-        "maintain",
-        engine.maintain(
-            Arc::new(MaintainRequest {
-                session_id: Arc::clone(&session),
-                session_file: Arc::clone(&file),
-                reason: Arc::from("turn"),
-                host: host.clone(),
-            }),
-            abort(),
-        ),
-        quarantine,
-        &id,
-    ));
-    push(outcome_of(
+        engine.after_turn(Arc::new(after_turn), abort()),
+    );
+    let maintain = MaintainRequest {
+        session_id: Arc::clone(&session),
+        session_file: Arc::clone(&file),
+        reason: Arc::from("turn"),
+        host: host.clone(),
+    };
+    record.guarded("maintain", engine.maintain(Arc::new(maintain), abort()));
+    let compact = CompactRequest::manual(Arc::clone(&session), file, Arc::clone(&messages), host);
+    record.guarded(
         "compact",
-        engine
-            .compact(
-                Arc::new(CompactRequest {
-                    session_id: Arc::clone(&session),
-                    session_file: Arc::clone(&file),
-                    agent_id: None,
-                    messages: Arc::clone(&messages),
-                    token_budget: None,
-                    force: true,
-                    force_reason: Some(Arc::from("manual")),
-                    current_token_count: None,
-                    compaction_target: CompactionTarget::Budget,
-                    custom_instructions: None,
-                    host: host.clone(),
-                }),
-                abort(),
-            )
-            .map(Some),
-        quarantine,
-        &id,
-    ));
+        engine.compact(Arc::new(compact), abort()).map(Some),
+    );
+
     let spawn = engine.prepare_subagent_spawn(Arc::new(SubagentSpawnRequest {
         parent_session_key: Arc::clone(&session),
         child_session_key: Arc::from("check-engine:child"),
@@ -244,42 +220,16 @@ pub fn exercise_engine(
         ),
         other => (other, None),
     };
-    let rollback_outcome = rollback.map(|rollback| match engine.rollback(rollback) {
-        Ok(()) => MethodOutcome {
-            method: "rollback",
-            outcome: "ok",
-            answered_by: Some(id.clone()),
-            error: None,
-            quarantined: false,
-        },
-        Err(err) => MethodOutcome {
-            method: "rollback",
-            outcome: "failed",
-            answered_by: None,
-            error: Some(err),
-            quarantined: false,
-        },
-    });
-    push(outcome_of("prepareSubagentSpawn", spawn, quarantine, &id));
-    if let Some(outcome) = rollback_outcome {
-        push(outcome);
+    let rollback = rollback.map(|handle| engine.rollback(handle));
+    record.guarded("prepareSubagentSpawn", spawn);
+    if let Some(result) = rollback {
+        record.direct("rollback", result);
     }
-    push(outcome_of(
-        "onSubagentEnded",
-        engine.on_subagent_ended(Arc::new(SubagentEndedRequest {
-            child_session_key: Arc::from("check-engine:child"),
-            reason: SubagentEndReason::Completed,
-        })),
-        quarantine,
-        &id,
-    ));
-    let dispose = engine.dispose();
-    push(MethodOutcome {
-        method: "dispose",
-        outcome: if dispose.is_ok() { "ok" } else { "failed" },
-        answered_by: Some(id.clone()),
-        error: dispose.err(),
-        quarantined: false,
-    });
-    out
+    let ended = SubagentEndedRequest {
+        child_session_key: Arc::from("check-engine:child"),
+        reason: SubagentEndReason::Completed,
+    };
+    record.guarded("onSubagentEnded", engine.on_subagent_ended(Arc::new(ended)));
+    record.direct("dispose", engine.dispose());
+    record.out
 }

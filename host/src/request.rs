@@ -321,6 +321,29 @@ pub struct CompactRequest {
 }
 
 impl CompactRequest {
+    /// A forced compaction as `/compact` asks for it: `force`, reason `manual`, target budget,
+    /// no budget, count or instructions.
+    pub fn manual(
+        session_id: Arc<str>,
+        session_file: Arc<str>,
+        messages: Arc<[Message]>,
+        host: HostInputs,
+    ) -> Self {
+        CompactRequest {
+            session_id,
+            session_file,
+            agent_id: None,
+            messages,
+            token_budget: None,
+            force: true,
+            force_reason: Some(Arc::from("manual")),
+            current_token_count: None,
+            compaction_target: CompactionTarget::Budget,
+            custom_instructions: None,
+            host,
+        }
+    }
+
     /// The ABI params for this request.
     pub fn with_abi<R>(
         &self,

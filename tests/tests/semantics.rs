@@ -21,7 +21,7 @@ use pincer_host::requirements::HostDescriptor;
 use pincer_host::runtime::{ResolveError, Runtime, RuntimeOptions};
 use pincer_host::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::session::Transcript;
-use pincer_plugin_api::abi::v1::{AbortSignal, CompactionTarget, ToolCallParams};
+use pincer_plugin_api::abi::v1::{AbortSignal, ToolCallParams};
 use pincer_plugin_api::abi::RStr;
 use pincer_tests::*;
 use serde_json::{json, Value};
@@ -61,19 +61,12 @@ fn compact_request(
     messages: Arc<[pincer_plugin_api::Message]>,
     host: HostInputs,
 ) -> Arc<CompactRequest> {
-    Arc::new(CompactRequest {
-        session_id: Arc::from(session),
-        session_file: Arc::from(format!("{session}.jsonl")),
-        agent_id: None,
+    Arc::new(CompactRequest::manual(
+        Arc::from(session),
+        Arc::from(format!("{session}.jsonl")),
         messages,
-        token_budget: None,
-        force: true,
-        force_reason: Some(Arc::from("manual")),
-        current_token_count: None,
-        compaction_target: CompactionTarget::Budget,
-        custom_instructions: None,
         host,
-    })
+    ))
 }
 
 fn transcript() -> Transcript {

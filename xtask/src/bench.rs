@@ -7,23 +7,15 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::build_plugins;
-use crate::workspace::{exit_code_of, shell_line, Workspace};
+use crate::workspace::Workspace;
 
 pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
     let staged = build_plugins::run(ws, build_plugins::Config { release: true })?;
 
     let mut args: Vec<OsString> = vec!["bench".into(), "-p".into(), "pincer-host".into()];
     args.extend(cargo_args.iter().cloned());
-    eprintln!("$ {}", shell_line("cargo", &args));
-    let status = ws
-        .cargo()
-        .args(&args)
-        .env("PINCER_STAGED_PLUGINS", &staged.plugins_dir)
-        .env("PINCER_PLUGIN_VARIANTS", &staged.variants_dir)
-        .status()
-        .context("cannot run `cargo bench`")?;
-    Ok(exit_code_of(status))
+    staged.run_cargo(ws, &args)
 }

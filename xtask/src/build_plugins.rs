@@ -69,6 +69,26 @@ pub(crate) struct Staged {
     pub(crate) variants_dir: PathBuf,
 }
 
+impl Staged {
+    /// Runs `cargo <args>` (echoed) with `PINCER_STAGED_PLUGINS` and `PINCER_PLUGIN_VARIANTS`
+    /// pointing at these folders, and returns cargo's exit code.
+    pub(crate) fn run_cargo(
+        &self,
+        ws: &Workspace,
+        args: &[OsString],
+    ) -> Result<std::process::ExitCode> {
+        eprintln!("$ {}", crate::workspace::shell_line("cargo", args));
+        let status = ws
+            .cargo()
+            .args(args)
+            .env("PINCER_STAGED_PLUGINS", &self.plugins_dir)
+            .env("PINCER_PLUGIN_VARIANTS", &self.variants_dir)
+            .status()
+            .with_context(|| format!("cannot run `cargo {}`", args[0].to_string_lossy()))?;
+        Ok(crate::workspace::exit_code_of(status))
+    }
+}
+
 pub(crate) fn run(ws: &Workspace, config: Config) -> Result<Staged> {
     let base_profile = if config.release {
         Profile::Release

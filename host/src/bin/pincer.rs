@@ -46,15 +46,8 @@ enum Command {
     },
     /// Runs the selected engine's `assemble` over a conversation file and shows what it kept.
     Assemble {
-        /// The conversation (JSON array of messages, {"messages": [...]}, or OpenAI chat format).
-        #[arg(long, value_name = "FILE")]
-        conversation: PathBuf,
-        /// Use this engine instead of plugins.slots.contextEngine.
-        #[arg(long, value_name = "ID")]
-        engine: Option<String>,
-        /// The engine's config as JSON (replaces plugins.entries.<id>.config).
-        #[arg(long, value_name = "JSON")]
-        config: Option<String>,
+        #[command(flatten)]
+        run: EngineRun,
         /// The prompt's token budget.
         #[arg(long, value_name = "TOKENS")]
         token_budget: Option<u64>,
@@ -65,9 +58,6 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// Another folder to discover plugins in (repeatable).
-        #[arg(long = "plugins-dir", value_name = "DIR")]
-        plugins_dirs: Vec<PathBuf>,
     },
     /// Shows quarantined engines (of this and other processes) and the health line.
     Health {
@@ -77,22 +67,29 @@ enum Command {
     },
     /// Calls every method of an engine once over a conversation and reports each outcome.
     CheckEngine {
-        /// The conversation to drive the engine with.
-        #[arg(long, value_name = "FILE")]
-        conversation: PathBuf,
-        /// Use this engine instead of plugins.slots.contextEngine.
-        #[arg(long, value_name = "ID")]
-        engine: Option<String>,
-        /// The engine's config as JSON (replaces plugins.entries.<id>.config).
-        #[arg(long, value_name = "JSON")]
-        config: Option<String>,
+        #[command(flatten)]
+        run: EngineRun,
         /// Print JSON.
         #[arg(long)]
         json: bool,
-        /// Another folder to discover plugins in (repeatable).
-        #[arg(long = "plugins-dir", value_name = "DIR")]
-        plugins_dirs: Vec<PathBuf>,
     },
+}
+
+/// What the commands that run an engine over a conversation take.
+#[derive(clap::Args, Debug)]
+struct EngineRun {
+    /// The conversation (JSON array of messages, {"messages": [...]}, or OpenAI chat format).
+    #[arg(long, value_name = "FILE")]
+    conversation: PathBuf,
+    /// Use this engine instead of plugins.slots.contextEngine.
+    #[arg(long, value_name = "ID")]
+    engine: Option<String>,
+    /// The engine's config as JSON (replaces plugins.entries.<id>.config).
+    #[arg(long, value_name = "JSON")]
+    config: Option<String>,
+    /// Another folder to discover plugins in (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugins_dirs: Vec<PathBuf>,
 }
 
 fn init_logging(level: &str) {
@@ -139,14 +136,11 @@ fn main() -> ExitCode {
         }
         Command::Health { json } => health(&home, json),
         Command::Assemble {
-            conversation,
-            engine,
-            config,
+            run,
             token_budget,
             host,
             json,
-            plugins_dirs,
-        } => match prepare(home, &conversation, engine, config, plugins_dirs) {
+        } => match prepare(home, run) {
             Ok((runtime, transcript)) => {
                 let code = assemble(&runtime, &transcript, token_budget, &host, json);
                 runtime.shutdown();
@@ -154,13 +148,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::CheckEngine {
-            conversation,
-            engine,
-            config,
-            json,
-            plugins_dirs,
-        } => match prepare(home, &conversation, engine, config, plugins_dirs) {
+        Command::CheckEngine { run, json } => match prepare(home, run) {
             Ok((runtime, transcript)) => {
                 let code = check_engine(&runtime, &transcript, json);
                 runtime.shutdown();
@@ -173,13 +161,13 @@ fn main() -> ExitCode {
 
 /// What the commands that run an engine over a conversation share: the `--config` JSON, the
 /// conversation file, and a runtime with the `--engine` and `--config` overrides applied.
-fn prepare(
-    home: PincerHome,
-    conversation: &std::path::Path,
-    engine: Option<String>,
-    config: Option<String>,
-    plugins_dirs: Vec<PathBuf>,
-) -> Result<(Runtime, Transcript), ExitCode> {
+fn prepare(home: PincerHome, run: EngineRun) -> Result<(Runtime, Transcript), ExitCode> {
+    let EngineRun {
+        conversation,
+        engine,
+        config,
+        plugins_dirs,
+    } = run;
     let overrides = match config
         .as_deref()
         .map(serde_json::from_str::<serde_json::Value>)
@@ -188,7 +176,7 @@ fn prepare(
         Some(Err(err)) => return Err(fail(format!("--config is not valid JSON: {err}"), 2)),
         None => None,
     };
-    let transcript = Transcript::read(conversation).map_err(|err| fail(err, 2))?;
+    let transcript = Transcript::read(&conversation).map_err(|err| fail(err, 2))?;
     let runtime = open(home, plugins_dirs, Some((engine, overrides)))?;
     Ok((runtime, transcript))
 }
