@@ -69,7 +69,6 @@ pub unsafe fn resolve<T: StableAbi + Copy + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::v1::EngineInfo;
 
     #[repr(C)]
     #[derive(StableAbi, Clone, Copy)]
@@ -95,6 +94,5 @@ mod tests {
             .err()
             .expect("u64 vs u32 must be refused");
         assert!(!err.summary.is_empty());
-        let _ = EngineInfo::new("x", "x", "0.1.0");
     }
 }

@@ -3,14 +3,18 @@
 //! The engine contract of [pincer](https://example.invalid/pincer): everything a context
 //! engine plugin and the host agree on, in two layers.
 //!
+//! - **The authoring layer** (the crate root): a plain Rust [`Engine`] trait and one trait per
+//!   optional method, whose parameters are borrowed views (`&str`, `&[Message]`,
+//!   `Option<u64>`, plain enums) and whose results are built with builders
+//!   ([`ContextBuilder`], [`CompactResult`], [`EngineInfo`]); [`export_engine!`] adapts an
+//!   engine to the ABI, catches every panic inside the plugin, forwards the plugin's `tracing`
+//!   events to the host, and embeds the library's own manifest. Engine authors need nothing
+//!   else, and see no FFI type.
 //! - **The ABI layer** ([`abi`]): frozen `#[repr(C)]` types checked by `abi_stable` at load
 //!   time — messages, parameters and results of every engine method, `runtimeSettings` v1,
 //!   the engine and host-services trait objects, and the root module a plugin exports.
-//!   **API Boundary**: what third-party binaries are compiled against.
-//! - **The authoring layer** (the crate root): a plain Rust [`Engine`] trait, one trait per
-//!   optional method, and [`export_engine!`], which adapts an engine to the ABI, catches every
-//!   panic inside the plugin, forwards the plugin's `tracing` events to the host, and embeds
-//!   the library's own manifest (api version, engine ids, `panic = "unwind"`).
+//!   **API Boundary**: what third-party binaries are compiled against. Hosts use it through
+//!   [`abi::latest`].
 //!
 //! This is the only crate that names `abi_stable`; plugins and the host use its re-exports.
 //!
@@ -40,8 +44,8 @@
 //!         Ok(Newest { keep: config.keep })
 //!     }
 //!
-//!     fn info(&self) -> EngineInfo {
-//!         EngineInfo::new(Self::ID, "Newest messages", env!("CARGO_PKG_VERSION"))
+//!     fn info(&self) -> Result<EngineInfo, EngineError> {
+//!         Ok(EngineInfo::new("Newest messages", env!("CARGO_PKG_VERSION")))
 //!     }
 //!
 //!     fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
@@ -50,9 +54,8 @@
 //!
 //!     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
 //!         let n = params.messages.len();
-//!         let mut context = ContextBuilder::new();
-//!         context.keep_range(n.saturating_sub(self.keep)..n); // references, not copies
-//!         Ok(context.finish(0))
+//!         // References to the host's messages, not copies.
+//!         Ok(ContextBuilder::new().keep_range(n.saturating_sub(self.keep)..n).finish())
 //!     }
 //!
 //!     fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
@@ -64,18 +67,36 @@
 //! # fn main() {}
 //! ```
 //!
-//! Optional methods are traits ([`AfterTurn`], [`Bootstrap`], [`Dispose`], …): implement the
-//! ones you need and the host sees exactly those (the contract's lifecycle depends on it).
+//! Optional methods are traits ([`AfterTurn`], [`Bootstrap`], [`CommitTurn`], [`Dispose`], …):
+//! implement the ones you need and the host sees exactly those (the contract's lifecycle
+//! depends on it).
 //!
-//! [`testing`] lets you test an engine the way the host will drive it, without a host.
+//! [`testing`] lets you test an engine the way the host will drive it — through the entry
+//! point your library exports — without a host.
+//!
+//! ## Messages
+//!
+//! [`Message`] is OpenClaw's agent message, every role (`user`, `assistant`, `toolResult`,
+//! `custom`, `compactionSummary`, `branchSummary`, `bashExecution`, `system`, and any later
+//! one) with its own fields, read and written **losslessly**: unknown keys and block types
+//! survive. The session entry id a message came from travels beside it
+//! ([`AssembleParams::entry_ids`]), never inside it.
 //!
 //! ## Panics
 //!
 //! Every call is run under `catch_unwind` inside the plugin and a panic comes back to the host
 //! as [`EngineError::Panicked`] carrying the message and location; the host quarantines the
 //! engine and keeps answering on `legacy`. This only works with `panic = "unwind"` (the
-//! default). A library built with `panic = "abort"` is refused at load, before any call,
-//! because its first panic would abort the host.
+//! default). A library built with `panic = "abort"` is refused before it is loaded: its
+//! embedded manifest says how it was built.
+//!
+//! ## The library's manifest
+//!
+//! [`export_engine!`] embeds the library's manifest — plugin id, version, api version, engine
+//! ids, `panic = "unwind"`, abi_stable version — as plain JSON data in a section of its own
+//! (`.pincer_manifest` on ELF), so a host reads it from the file's bytes
+//! ([`loading::read_embedded_manifest`]) before it runs any of the library's code. The root
+//! module returns the same manifest once loaded.
 //!
 //! ## Evolution
 //!
@@ -84,18 +105,41 @@
 //!
 //! - The v1 ABI types never change layout. abi_stable checks layouts at load, and its check is
 //!   directional: a host compiled against a root module or vtable with more members refuses
-//!   plugins compiled with fewer.
+//!   plugins compiled with fewer. `cargo xtask abi-check` (also run by `cargo test`) compares
+//!   every frozen type's layout with the committed baseline and fails on any change.
 //! - So the root module ([`abi::v1::PluginModule`]), the engine object
 //!   ([`abi::v1::EngineAbi`]) and the host services ([`abi::v1::HostServicesAbi`]) each end in an
 //!   `extension(name)` member marked `#[sabi(last_prefix_field)]`. A later minor adds a
 //!   capability as a separately checked extension module (see [`extension`]); a host asks for it
-//!   by name and treats its absence as "older plugin". Data the v1 types do not model travels as
-//!   JSON (`Message::extra_json`, `ContentBlock::Other`).
-//! - A change that cannot be expressed that way is a new major (`abi::v2`), and hosts keep an
-//!   adapter for v1.
+//!   by name and treats its absence as "older plugin".
+//! - The authoring layer may grow in a minor (new optional traits, new helpers, new fields of
+//!   the `#[non_exhaustive]` parameter views) without touching the ABI.
+//! - A change that cannot be expressed that way is a new major (`abi::v2`); hosts import
+//!   [`abi::latest`] and keep one adapter per older major.
 //! - The library's manifest carries the api version it was built against; the host refuses a
 //!   different major, and a newer minor than its own only if the plugin declares it needs it
 //!   (`apiVersion` in `pincer.plugin.json`).
+//!
+//! ### Enums
+//!
+//! No ABI enum gains a variant in 1.x, and none uses abi_stable's `NonExhaustive`: a new
+//! variant changes the layout every 1.0 library was checked against (so old plugins would be
+//! refused), and `NonExhaustive` costs an indirection and an interface type on every value.
+//! Instead, each enum is either a closed set by the contract, or carries its open end inside:
+//!
+//! | enum | direction | why it is closed |
+//! |---|---|---|
+//! | [`Role`], [`BlockKind`] | host → engine | OpenClaw adds roles and block types; they arrive as `Other`, with their name and JSON kept, so nothing is lost and nothing needs a new variant |
+//! | [`HostOperation`] | engine → host | the contract's three operations; a new one is a new host-requirements extension |
+//! | [`TurnMaintenanceMode`], [`abi::v1::PromptAuthority`] | engine → host | two values each, fixed by the contract |
+//! | [`CompactionTarget`], [`SubagentContextMode`], [`SubagentEndReason`] | host → engine | fixed by the contract; a new value would be unreadable to 1.0 engines, so it goes to an extension |
+//! | [`CommitTurnStatus`] | engine → host | the contract accepts exactly `committed` and `duplicate` |
+//! | [`EngineError`] | engine → host | its kinds decide the host's reaction (quarantine, abort, not implemented); new detail goes in the message |
+//! | `abi::v1::LogLevel`, `abi::v1::AssembledItem` | both | tracing's five levels; a context item is a reference or a new message |
+//! | `RuntimeMode`, `SelectionSource`, `ReasonCode` | host → engine | `runtimeSettings` schema version 1 (§7) fixes them |
+//!
+//! Strings stay strings where the contract's set is open: capability names, `maintain`'s
+//! reason ([`MaintainReason::Other`]), `transcriptSemantics` values.
 
 #![allow(non_local_definitions)] // emitted by abi_stable's derives on current rustc
 #![warn(missing_docs)]
@@ -108,20 +152,23 @@ pub mod testing;
 pub mod tokens;
 
 pub use abi::v1::{
-    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
-    BootstrapResult, CompactParams, CompactResult, CompactionDetails, CompactionTarget,
-    ContentBlock, EngineError, EngineInfo, FactoryParams, HostOperation, HostParams,
-    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, MaintainParams,
-    MaintainResult, Message, PromptAuthority, Role, RuntimeSettings, SubagentEndReason,
-    SubagentEndedParams, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolResultPart,
-    TurnMaintenanceMode, Usage,
+    AbortSignal, BlockKind, CommitTurnStatus, CompactionTarget, Content, ContentBlock, Cost,
+    EngineError, EntryId, HostOperation, IngestBatchResult, IngestResult, Message, MessageError,
+    PromptAuthority, Role, RuntimeSettings, SubagentContextMode, SubagentEndReason,
+    ToolCallRef, TurnMaintenanceMode, Usage,
 };
 pub use author::{
-    into_engine_box, AfterTurn, Bootstrap, ContextBuilder, Dispose, Engine, FactoryContext, Host,
-    IngestBatch, Maintain, OptionalFns, SpawnRollback, SubagentEnded, SubagentSpawn, Tools,
+    into_engine_box, AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap,
+    BootstrapParams, BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult,
+    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineInfo, EntryIds,
+    FactoryContext, Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest,
+    Maintain, MaintainParams, MaintainReason, MaintainResult, ModelRef, OptionalFns,
+    PromptCache, SessionTarget, SpawnRollback, SubagentEnded, SubagentEndedParams,
+    SubagentSpawn, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolNames, ToolSpec,
+    Tools, TranscriptAnchor,
 };
 
-/// The version of this crate, compiled into every plugin's [`abi::v1::LibraryManifest`].
+/// The version of this crate, compiled into every plugin's manifest.
 pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The abi_stable version the ABI layer is built on.
@@ -129,33 +176,96 @@ pub const ABI_STABLE_VERSION: &str = "0.11.3";
 
 /// Everything an engine author needs, in one import.
 pub mod prelude {
-    pub use crate::abi::v1::{
-        AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-        CompactParams, CompactResult, ContentBlock, EngineError, EngineInfo, HostOperation,
-        IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, MaintainParams,
-        MaintainResult, Message, Role, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
-        ToolCallResult, TurnMaintenanceMode,
-    };
     pub use crate::{
-        AfterTurn, Bootstrap, ContextBuilder, Dispose, Engine, FactoryContext, Host, IngestBatch,
-        Maintain, SpawnRollback, SubagentEnded, SubagentSpawn, Tools,
+        AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap, BootstrapParams,
+        BootstrapResult, CommitTurn, CommitTurnParams, CommitTurnStatus, CompactParams,
+        CompactResult, Compaction, Content, ContentBlock, ContextBuilder, Dispose, Engine,
+        EngineError, EngineInfo, FactoryContext, Host, HostOperation, IngestBatch,
+        IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmRequest, Maintain,
+        MaintainParams, MaintainReason, MaintainResult, Message, Role, SpawnRollback,
+        SubagentEnded, SubagentEndedParams, SubagentSpawn, SubagentSpawnParams, ToolCallParams,
+        ToolCallResult, Tools, TurnMaintenanceMode,
     };
 }
 
 /// Implementation details of the macros. Not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::author::export::{make_engine, new_engine_entry, EngineMaker};
+    pub use crate::author::export::{make_engine, new_engine_entry, EngineMaker, Exported};
+
+    /// The bytes that open the manifest record a library embeds (see
+    /// [`crate::loading::read_embedded_manifest`]).
+    pub const MANIFEST_MAGIC: &str = "\u{0}PINCER-LIBRARY-MANIFEST\u{0}v1\u{0}";
+
+    /// The length of the record made of `parts`, with its closing NUL.
+    pub const fn record_len(parts: &[&str]) -> usize {
+        let mut len = 1;
+        let mut i = 0;
+        while i < parts.len() {
+            len += parts[i].len();
+            i += 1;
+        }
+        len
+    }
+
+    /// The record made of `parts`, NUL-terminated.
+    pub const fn record<const N: usize>(parts: &[&str]) -> [u8; N] {
+        let mut out = [0u8; N];
+        let mut at = 0;
+        let mut i = 0;
+        while i < parts.len() {
+            let bytes = parts[i].as_bytes();
+            let mut j = 0;
+            while j < bytes.len() {
+                out[at] = bytes[j];
+                at += 1;
+                j += 1;
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Whether `id` is non-empty and uses only `a-z A-Z 0-9 - _ .` (so it needs no JSON escape).
+    pub const fn is_plain_id(id: &str) -> bool {
+        let bytes = id.as_bytes();
+        if bytes.is_empty() {
+            return false;
+        }
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// Whether `version` needs no JSON escape (semver with `+` and `.` allowed).
+    pub const fn is_plain_version(version: &str) -> bool {
+        let bytes = version.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if !(b.is_ascii_alphanumeric() || b == b'-' || b == b'+' || b == b'.') {
+                return false;
+            }
+            i += 1;
+        }
+        !bytes.is_empty()
+    }
     pub use abi_stable;
     pub use abi_stable::library::{LibHeader, RootModuleResult};
 
     /// The autoref-specialisation probes behind [`crate::optional_fns!`].
     pub mod probes {
         pub use crate::author::export::{
-            HasAfterTurn, HasBootstrap, HasDispose, HasIngestBatch, HasMaintain, HasSubagentEnded,
-            HasSubagentSpawn, HasTools, LacksAfterTurn, LacksBootstrap, LacksDispose,
-            LacksIngestBatch, LacksMaintain, LacksSubagentEnded, LacksSubagentSpawn, LacksTools,
-            Probe,
+            HasAfterTurn, HasBootstrap, HasCommitTurn, HasDispose, HasIngestBatch, HasMaintain,
+            HasSubagentEnded, HasSubagentSpawn, HasTools, LacksAfterTurn, LacksBootstrap,
+            LacksCommitTurn, LacksDispose, LacksIngestBatch, LacksMaintain, LacksSubagentEnded,
+            LacksSubagentSpawn, LacksTools, Probe,
         };
     }
 

@@ -292,9 +292,132 @@ pub fn share_host_services(services: &HostServicesArc) -> HostServicesArc {
     crate::author::share_host(services)
 }
 
+/// The manifest a library embeds as data (see [`crate::export_engine!`]): what the host can
+/// know about a library file before running any of its code.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmbeddedManifest {
+    /// The plugin id (the first engine's id).
+    pub plugin_id: String,
+    /// The plugin crate's version.
+    pub plugin_version: String,
+    /// The `pincer-plugin-api` version the library was built against.
+    pub api_version: String,
+    /// The engine ids the library can create.
+    pub engine_ids: Vec<String>,
+    /// Whether the library was built with `panic = "unwind"`.
+    pub panic_unwind: bool,
+    /// The abi_stable version it was built against.
+    pub abi_stable_version: String,
+}
+
+/// Why a file's embedded manifest could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmbeddedManifestError {
+    /// No manifest record in the file: not a pincer plugin, or one built before 1.0's final
+    /// API (rebuild it against `pincer-plugin-api` 1.x).
+    Missing,
+    /// More than one valid record: the file was tampered with or is not one library.
+    Several(usize),
+}
+
+impl EmbeddedManifestError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EmbeddedManifestError::Missing => "embedded_manifest_missing",
+            EmbeddedManifestError::Several(_) => "embedded_manifest_ambiguous",
+        }
+    }
+}
+
+impl std::fmt::Display for EmbeddedManifestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmbeddedManifestError::Missing => f.write_str(
+                "the library embeds no pincer manifest; rebuild the plugin against \
+                 pincer-plugin-api 1.x with `export_engine!`",
+            ),
+            EmbeddedManifestError::Several(n) => write!(
+                f,
+                "the library embeds {n} pincer manifests where there must be one; the file is \
+                 damaged or was tampered with: rebuild it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EmbeddedManifestError {}
+
+/// Reads the manifest a library embeds from the file's bytes, without loading it: finds the
+/// record that `export_engine!` places in its own section (`.pincer_manifest` on ELF), however
+/// the file is laid out. Bytes that merely look like the record's start are skipped unless
+/// a well-formed manifest follows.
+///
+/// # Errors
+/// [`EmbeddedManifestError`] when there is no record, or more than one.
+pub fn read_embedded_manifest(bytes: &[u8]) -> Result<EmbeddedManifest, EmbeddedManifestError> {
+    // The magic is kept here in a transformed form so that this function, if it is ever linked
+    // into a plugin, does not put a second copy of the magic into that plugin's bytes.
+    let magic: Vec<u8> = crate::__private::MANIFEST_MAGIC
+        .bytes()
+        .map(|b| b ^ 0x5a)
+        .map(|b| b ^ 0x5a)
+        .collect();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(offset) = find(&bytes[at..], &magic) {
+        let start = at + offset + magic.len();
+        at = start;
+        let Some(len) = bytes[start..].iter().take(64 * 1024).position(|b| *b == 0) else {
+            continue;
+        };
+        if let Ok(manifest) = serde_json::from_slice::<EmbeddedManifest>(&bytes[start..start + len]) {
+            found.push(manifest);
+        }
+    }
+    match found.len() {
+        0 => Err(EmbeddedManifestError::Missing),
+        1 => Ok(found.remove(0)),
+        n => Err(EmbeddedManifestError::Several(n)),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let first = needle[0];
+    let mut from = 0;
+    while let Some(pos) = haystack[from..].iter().position(|b| *b == first) {
+        let at = from + pos;
+        if haystack[at..].starts_with(needle) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_embedded_manifest_is_found_among_other_bytes() {
+        let magic = crate::__private::MANIFEST_MAGIC;
+        let json = r#"{"pluginId":"p","pluginVersion":"1.0.0","apiVersion":"1.0.0","engineIds":["p"],"panicUnwind":true,"abiStableVersion":"0.11.3"}"#;
+        let mut file = b"\x7fELF junk".to_vec();
+        file.extend_from_slice(magic.as_bytes());
+        file.extend_from_slice(b"not json\0");
+        file.extend_from_slice(magic.as_bytes());
+        file.extend_from_slice(json.as_bytes());
+        file.extend_from_slice(b"\0more junk");
+        let manifest = read_embedded_manifest(&file).unwrap();
+        assert_eq!(manifest.engine_ids, ["p"]);
+        assert!(manifest.panic_unwind);
+        assert_eq!(read_embedded_manifest(b"no manifest"), Err(EmbeddedManifestError::Missing));
+        let mut twice = file.clone();
+        twice.extend_from_slice(&file);
+        assert_eq!(read_embedded_manifest(&twice), Err(EmbeddedManifestError::Several(2)));
+    }
 
     #[test]
     fn layout_report_is_summarized_to_its_useful_line() {

@@ -3,7 +3,7 @@
 //!
 //! Shared by the host and by engines so that both sides agree on what "fits" means.
 
-use crate::abi::v1::{ContentBlock, Message, ToolResultPart};
+use crate::abi::v1::{BlockKind, Content, Message, Role};
 
 /// Characters an image counts as.
 pub const IMAGE_CHARS: u64 = 8_000;
@@ -26,41 +26,87 @@ pub fn estimate_string_chars(text: &str) -> u64 {
     if text.is_ascii() {
         return text.len() as u64;
     }
-    text.chars().map(|c| if is_wide(c) { 4 } else { 1 }).sum()
-}
-
-/// The estimate's character count of one message.
-pub fn message_chars(message: &Message) -> u64 {
-    message
-        .content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Text { text } => estimate_string_chars(text),
-            ContentBlock::Thinking { thinking } => estimate_string_chars(thinking),
-            ContentBlock::ToolCall {
-                name,
-                arguments_json,
-                ..
-            } => estimate_string_chars(name) + estimate_string_chars(arguments_json),
-            ContentBlock::ToolResult { content, .. } => content
-                .iter()
-                .map(|part| match part {
-                    ToolResultPart::Text { text } => estimate_string_chars(text),
-                    ToolResultPart::Image { .. } => IMAGE_CHARS,
-                })
-                .sum(),
-            ContentBlock::Image { .. } => IMAGE_CHARS,
-            ContentBlock::Other { json, .. } => estimate_string_chars(json),
-        })
+    text.chars()
+        .map(|c| if is_wide(c) { 4 } else { c.len_utf16() as u64 })
         .sum()
 }
+
+/// The estimate's character count of one message, by role (OpenClaw's `estimateTokens`):
+/// assistant messages count their text, thinking and tool calls (name + arguments JSON);
+/// user, toolResult, custom and system messages their text joined with newlines plus
+/// [`IMAGE_CHARS`] per image; bash executions command + output; summaries the summary;
+/// a message excluded from context, or of an unknown role, nothing.
+pub fn message_chars(message: &Message) -> u64 {
+    if message.is_excluded_from_context() {
+        return 0;
+    }
+    match message.role() {
+        Role::Assistant => message
+            .blocks()
+            .iter()
+            .map(|block| match block.kind() {
+                BlockKind::Text => estimate_string_chars(block.as_text().unwrap_or("")),
+                BlockKind::Thinking => estimate_string_chars(block.as_thinking().unwrap_or("")),
+                BlockKind::ToolCall => block.as_tool_call().map_or(0, |call| {
+                    estimate_string_chars(call.name) + estimate_string_chars(call.arguments_json)
+                }),
+                BlockKind::Image | BlockKind::Other => 0,
+            })
+            .sum::<u64>()
+            + match message.content() {
+                Content::Text(text) => estimate_string_chars(text),
+                _ => 0,
+            },
+        Role::User | Role::ToolResult | Role::Custom | Role::System => {
+            let mut chars = 0;
+            let mut texts = 0u64;
+            for text in message.content().texts() {
+                chars += estimate_string_chars(text);
+                texts += 1;
+            }
+            chars += texts.saturating_sub(1); // the joining newlines
+            let mut images = false;
+            let mut other = false;
+            for block in message.blocks() {
+                match block.kind() {
+                    BlockKind::Image => {
+                        chars += IMAGE_CHARS;
+                        images = true;
+                    }
+                    BlockKind::Text => {}
+                    _ => other = true,
+                }
+            }
+            if images {
+                chars += IMAGE_NOTE.len() as u64;
+            }
+            if other {
+                chars += OTHER_NOTE.len() as u64;
+            }
+            chars
+        }
+        Role::BashExecution => {
+            estimate_string_chars(message.command().unwrap_or(""))
+                + estimate_string_chars(message.output().unwrap_or(""))
+        }
+        Role::CompactionSummary | Role::BranchSummary => {
+            estimate_string_chars(message.summary().unwrap_or(""))
+        }
+        Role::Other => 0,
+    }
+}
+
+/// The note OpenClaw adds for images left out of a text rendering.
+const IMAGE_NOTE: &str = "[image data omitted from summary input]";
+/// The note OpenClaw adds for other non-text blocks.
+const OTHER_NOTE: &str = "[non-text data omitted from summary input]";
 
 /// `estimateTokens(message) = ceil(chars / 4)`.
 ///
 /// ```
-/// use pincer_plugin_api::{tokens::estimate_message_tokens, Message, Role};
-/// assert_eq!(estimate_message_tokens(&Message::text(Role::User, "abcde")), 2);
-/// assert_eq!(estimate_message_tokens(&Message::text(Role::User, "日本")), 2);
+/// use pincer_plugin_api::{tokens::estimate_message_tokens, Message};
+/// assert_eq!(estimate_message_tokens(&Message::user("abcde")), 2);
+/// assert_eq!(estimate_message_tokens(&Message::user("日本")), 2);
 /// ```
 pub fn estimate_message_tokens(message: &Message) -> u64 {
     message_chars(message).div_ceil(4)

@@ -1,29 +1,105 @@
-//! [`ContextBuilder`]: building an [`AssembleResult`] from references to input messages and
-//! new messages, with adjacent references merged into ranges.
+//! [`ContextBuilder`] and [`AssembleResult`]: the answer of `assemble`, built from references to
+//! input messages and new messages, with adjacent references merged into ranges.
 
 use std::ops::Range;
 
-use crate::abi::v1::{AssembleResult, AssembledItem, Message, PromptAuthority};
+use crate::abi::v1 as abi;
 use crate::abi::{RBox, ROption, RString, RVec};
+use crate::Message;
+
+/// The answer of `assemble`: the context in prompt order, as references to the input messages
+/// (no copies) plus messages the engine made. Build it with [`ContextBuilder`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssembleResult(pub(crate) abi::AssembleResult);
+
+impl AssembleResult {
+    /// All `message_count` input messages, unchanged, with no token estimate ("the caller
+    /// estimates"): what `legacy` answers.
+    pub fn pass_through(message_count: usize) -> Self {
+        let mut builder = ContextBuilder::new();
+        builder.keep_range(0..message_count);
+        builder.finish()
+    }
+
+    /// The messages this result stands for, in prompt order: references into `input` for kept
+    /// messages, into the result for new ones.
+    pub fn resolve<'a>(&'a self, input: &'a [Message]) -> Vec<&'a Message> {
+        self.0.resolve(input)
+    }
+
+    /// The engine's token estimate, if it gave one.
+    pub fn estimated_tokens(&self) -> Option<u64> {
+        self.0.estimated_tokens.into_option()
+    }
+
+    /// The text to prepend to the system prompt.
+    pub fn system_prompt_addition(&self) -> Option<&str> {
+        self.0.system_prompt_addition.as_ref().map(|s| s.as_str()).into_option()
+    }
+
+    /// The kept input ranges and new messages, in order.
+    pub fn items(&self) -> impl Iterator<Item = ContextItem<'_>> {
+        self.0.items.iter().map(|item| match item {
+            abi::AssembledItem::Input { start, end } => ContextItem::Kept(*start as usize..*end as usize),
+            abi::AssembledItem::New(message) => ContextItem::New(message),
+        })
+    }
+
+    /// The ABI value.
+    pub fn into_abi(self) -> abi::AssembleResult {
+        self.0
+    }
+}
+
+/// One item of an [`AssembleResult`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ContextItem<'a> {
+    /// Input messages, by index.
+    Kept(Range<usize>),
+    /// A message the engine made.
+    New(&'a Message),
+}
+
+impl abi::AssembleResult {
+    /// The messages this result stands for, in prompt order: references into `input` for kept
+    /// messages (ranges clamped to it), references into the result for new ones. No copies.
+    pub fn resolve<'a>(&'a self, input: &'a [Message]) -> Vec<&'a Message> {
+        let mut out = Vec::new();
+        for item in self.items.iter() {
+            match item {
+                abi::AssembledItem::Input { start, end } => {
+                    let end = usize::try_from(*end).unwrap_or(usize::MAX).min(input.len());
+                    let start = usize::try_from(*start).unwrap_or(usize::MAX).min(end);
+                    out.extend(input[start..end].iter());
+                }
+                abi::AssembledItem::New(message) => out.push(&**message),
+            }
+        }
+        out
+    }
+}
 
 /// Builds the answer of `assemble`.
 ///
 /// ```
-/// use pincer_plugin_api::{ContextBuilder, Message, Role, AssembledItem};
+/// use pincer_plugin_api::{ContextBuilder, ContextItem, Message};
 /// let mut ctx = ContextBuilder::new();
 /// ctx.keep(0);
-/// ctx.push(Message::text(Role::User, "Summary of turns 1-40: …"));
+/// ctx.push(Message::compaction_summary("Turns 1-40: the user booked SEA→JFK.", 12_000));
 /// ctx.keep(41);
 /// ctx.keep(42);
-/// let result = ctx.finish(1200);
-/// assert_eq!(result.items.len(), 3);
-/// assert!(matches!(result.items[2], AssembledItem::Input { start: 41, end: 43 }));
+/// let result = ctx.estimated_tokens(1200).finish();
+/// let items: Vec<_> = result.items().collect();
+/// assert_eq!(items.len(), 3);
+/// assert_eq!(items[2], ContextItem::Kept(41..43));
+/// assert_eq!(result.estimated_tokens(), Some(1200));
 /// ```
 #[derive(Debug, Default)]
 pub struct ContextBuilder {
-    items: RVec<AssembledItem>,
+    items: RVec<abi::AssembledItem>,
+    estimated_tokens: Option<u64>,
     system_prompt_addition: Option<String>,
-    prompt_authority: PromptAuthority,
+    prompt_authority: abi::PromptAuthority,
 }
 
 impl ContextBuilder {
@@ -43,19 +119,25 @@ impl ContextBuilder {
             return self;
         }
         let (start, end) = (range.start as u64, range.end as u64);
-        if let Some(AssembledItem::Input { end: last_end, .. }) = self.items.last_mut() {
+        if let Some(abi::AssembledItem::Input { end: last_end, .. }) = self.items.last_mut() {
             if *last_end == start {
                 *last_end = end;
                 return self;
             }
         }
-        self.items.push(AssembledItem::Input { start, end });
+        self.items.push(abi::AssembledItem::Input { start, end });
         self
     }
 
-    /// Appends a message the engine made.
+    /// Appends a message the engine made (a summary, a note).
     pub fn push(&mut self, message: Message) -> &mut Self {
-        self.items.push(AssembledItem::New(RBox::new(message)));
+        self.items.push(abi::AssembledItem::New(RBox::new(message)));
+        self
+    }
+
+    /// The engine's token estimate of the context (without one, the host estimates).
+    pub fn estimated_tokens(&mut self, tokens: u64) -> &mut Self {
+        self.estimated_tokens = Some(tokens);
         self
     }
 
@@ -65,23 +147,24 @@ impl ContextBuilder {
         self
     }
 
-    /// Asks the host to keep its overflow precheck on.
+    /// Asks the host to keep its overflow precheck on (`promptAuthority:
+    /// "preassembly_may_overflow"`).
     pub fn may_overflow(&mut self) -> &mut Self {
-        self.prompt_authority = PromptAuthority::PreassemblyMayOverflow;
+        self.prompt_authority = abi::PromptAuthority::PreassemblyMayOverflow;
         self
     }
 
-    /// The result, with the engine's token estimate of it.
-    pub fn finish(&mut self, estimated_tokens: u64) -> AssembleResult {
-        AssembleResult {
+    /// The result.
+    pub fn finish(&mut self) -> AssembleResult {
+        AssembleResult(abi::AssembleResult {
             items: std::mem::take(&mut self.items),
-            estimated_tokens,
+            estimated_tokens: self.estimated_tokens.take().into(),
             system_prompt_addition: self
                 .system_prompt_addition
                 .take()
                 .map(RString::from)
                 .map_or(ROption::RNone, ROption::RSome),
-            prompt_authority: self.prompt_authority,
-        }
+            prompt_authority: std::mem::take(&mut self.prompt_authority),
+        })
     }
 }

@@ -22,17 +22,28 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr};
 
 use super::{
-    AfterTurn, Bootstrap, Dispose, Engine, FactoryContext, Host, IngestBatch, Maintain,
-    SubagentEnded, SubagentSpawn, Tools,
+    AfterTurn, AfterTurnParams, AssembleParams, Bootstrap, BootstrapParams, BootstrapResult,
+    CommitTurn, CommitTurnParams, CompactParams, Dispose, Engine, FactoryContext, Host,
+    IngestBatch, IngestBatchParams, IngestParams, Maintain, MaintainParams, MaintainResult,
+    SubagentEnded, SubagentEndedParams, SubagentSpawn, SubagentSpawnParams, ToolCallParams,
+    ToolCallResult, Tools,
 };
-use crate::abi::v1::*;
+use crate::abi::v1 as abi;
+use crate::abi::v1::{
+    CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, EngineError, ExtensionRef,
+    FactoryParams, HostServicesArc, IngestBatchResult, IngestResult, OptionalMethods,
+    SpawnRollbackAbi, SpawnRollbackAbi_TO, SpawnRollbackBox,
+};
 
 /// Runs `f`, turning a panic into [`EngineError::Panicked`] that names `method`.
 pub fn guard<T>(
     method: &str,
     f: impl FnOnce() -> Result<T, EngineError>,
 ) -> RResult<T, EngineError> {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let outer = IN_ENGINE_CALL.with(|c| c.replace(true));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    IN_ENGINE_CALL.with(|c| c.set(outer));
+    match outcome {
         Ok(Ok(value)) => ROk(value),
         Ok(Err(err)) => RErr(err),
         Err(payload) => RErr(EngineError::Panicked(
@@ -43,6 +54,8 @@ pub fn guard<T>(
 
 thread_local! {
     static LAST_PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Whether this thread is inside an engine call run by [`guard`].
+    static IN_ENGINE_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -59,13 +72,18 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Installs, once per library, a panic hook that records where a panic happened instead of
-/// printing to the host's stderr. Only the exported (dynamic) path calls this: a library has
-/// its own copy of std, so the hook never touches the host's.
+/// Installs, once per library, a panic hook that records where an engine call panicked
+/// instead of printing to the host's stderr; panics outside engine calls go to the previous
+/// hook. Only the exported entry point calls this: a loaded library has its own copy of std,
+/// so the hook never touches the host's (and in a test binary, test failures still print).
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        std::panic::set_hook(Box::new(|info| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_ENGINE_CALL.with(std::cell::Cell::get) {
+                return previous(info);
+            }
             let location = info
                 .location()
                 .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
@@ -97,8 +115,6 @@ impl SpawnRollbackAbi for SpawnRollback {
         }
     }
 }
-
-type Fn1<E, P, R> = for<'a, 'b> fn(&'a E, &'b P) -> Result<R, EngineError>;
 
 /// The optional methods of engine type `E`, as found by [`crate::optional_fns!`].
 pub struct OptionalFns<E> {
@@ -135,11 +151,18 @@ pub struct OptionalFns<E> {
         for<'a, 'b, 'c> fn(&'a E, &'b ToolCallParams<'c>) -> Result<ToolCallResult, EngineError>,
     >,
     #[doc(hidden)]
+    pub commit_turn: Option<
+        for<'a, 'b, 'c> fn(
+            &'a E,
+            &'b CommitTurnParams<'c>,
+        ) -> Result<CommitTurnStatus, EngineError>,
+    >,
+    #[doc(hidden)]
     pub dispose: Option<fn(&E) -> Result<(), EngineError>>,
 }
 
 impl<E> OptionalFns<E> {
-    /// The bit set the host sees in [`EngineInfo::optional_methods`].
+    /// The bit set the host sees in the engine's info (`optional_methods`).
     pub fn methods(&self) -> OptionalMethods {
         let mut bits = 0;
         let mut set = |present: bool, bit: u32| {
@@ -160,6 +183,7 @@ impl<E> OptionalFns<E> {
             OptionalMethods::ON_SUBAGENT_ENDED,
         );
         set(self.call_tool.is_some(), OptionalMethods::CALL_TOOL);
+        set(self.commit_turn.is_some(), OptionalMethods::COMMIT_TURN);
         set(self.dispose.is_some(), OptionalMethods::DISPOSE);
         OptionalMethods(bits)
     }
@@ -264,6 +288,14 @@ probe!(
     for<'a, 'b, 'c> fn(&'a E, &'b ToolCallParams<'c>) -> Result<ToolCallResult, EngineError>
 );
 probe!(
+    HasCommitTurn,
+    LacksCommitTurn,
+    CommitTurn,
+    commit_turn,
+    commit_turn_fn,
+    for<'a, 'b, 'c> fn(&'a E, &'b CommitTurnParams<'c>) -> Result<CommitTurnStatus, EngineError>
+);
+probe!(
     HasDispose,
     LacksDispose,
     Dispose,
@@ -280,7 +312,7 @@ probe!(
 /// # impl Engine for E {
 /// #     const ID: &'static str = "e";
 /// #     fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> { Ok(E) }
-/// #     fn info(&self) -> EngineInfo { EngineInfo::new("e", "E", "0.1.0") }
+/// #     fn info(&self) -> Result<EngineInfo, EngineError> { Ok(EngineInfo::new("E", "0.1.0")) }
 /// #     fn ingest(&self, _: &IngestParams<'_>) -> Result<IngestResult, EngineError> { Ok(IngestResult::default()) }
 /// #     fn assemble(&self, p: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> { Ok(AssembleResult::pass_through(p.messages.len())) }
 /// #     fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> { Ok(CompactResult::nothing_to_do("")) }
@@ -306,6 +338,7 @@ macro_rules! optional_fns {
             on_subagent_ended: (&&$crate::__private::probes::Probe::<$engine>::new())
                 .on_subagent_ended_fn(),
             call_tool: (&&$crate::__private::probes::Probe::<$engine>::new()).call_tool_fn(),
+            commit_turn: (&&$crate::__private::probes::Probe::<$engine>::new()).commit_turn_fn(),
             dispose: (&&$crate::__private::probes::Probe::<$engine>::new()).dispose_fn(),
         }
     }};
@@ -328,69 +361,115 @@ impl<E> Adapter<E> {
     }
 }
 
-fn optional<E, P, R>(
+/// Calls optional method `f` (if the engine has it) on the view of `raw`, under [`guard`].
+fn optional<E, P, V, R, A>(
     engine: &E,
     name: &str,
-    f: Option<Fn1<E, P, R>>,
-    params: &P,
-) -> RResult<R, EngineError> {
+    f: Option<for<'a, 'b, 'c> fn(&'a E, &'b V) -> Result<R, EngineError>>,
+    raw: &P,
+    view: impl FnOnce(&P) -> V,
+    into_abi: impl FnOnce(R) -> A,
+) -> RResult<A, EngineError> {
     match f {
-        Some(f) => guard(name, || f(engine, params)),
+        Some(f) => guard(name, || f(engine, &view(raw)).map(into_abi)),
         None => RErr(EngineError::not_implemented(name)),
     }
 }
 
 impl<E: Engine> EngineAbi for Adapter<E> {
-    fn info(&self) -> RResult<EngineInfo, EngineError> {
+    fn info(&self) -> RResult<abi::EngineInfo, EngineError> {
         let _scope = self.scope();
         guard("info", || {
-            let mut info = self.engine.info();
-            info.optional_methods = self.fns.methods();
-            Ok(info)
+            Ok(self.engine.info()?.into_abi(E::ID, self.fns.methods()))
         })
     }
 
-    fn ingest(&self, params: &IngestParams<'_>) -> RResult<IngestResult, EngineError> {
+    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<IngestResult, EngineError> {
         let _scope = self.scope();
-        guard("ingest", || self.engine.ingest(params))
+        guard("ingest", || self.engine.ingest(&IngestParams::new(params)))
     }
 
-    fn assemble(&self, params: &AssembleParams<'_>) -> RResult<AssembleResult, EngineError> {
+    fn assemble(
+        &self,
+        params: &abi::AssembleParams<'_>,
+    ) -> RResult<abi::AssembleResult, EngineError> {
         let _scope = self.scope();
-        guard("assemble", || self.engine.assemble(params))
+        guard("assemble", || {
+            self.engine
+                .assemble(&AssembleParams::new(params))
+                .map(|r| r.0)
+        })
     }
 
-    fn compact(&self, params: &CompactParams<'_>) -> RResult<CompactResult, EngineError> {
+    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, EngineError> {
         let _scope = self.scope();
-        guard("compact", || self.engine.compact(params))
+        guard("compact", || {
+            self.engine
+                .compact(&CompactParams::new(params))
+                .map(|r| r.0)
+        })
     }
 
-    fn bootstrap(&self, params: &BootstrapParams<'_>) -> RResult<BootstrapResult, EngineError> {
+    fn bootstrap(
+        &self,
+        params: &abi::BootstrapParams<'_>,
+    ) -> RResult<abi::BootstrapResult, EngineError> {
         let _scope = self.scope();
-        optional(&self.engine, "bootstrap", self.fns.bootstrap, params)
+        optional(
+            &self.engine,
+            "bootstrap",
+            self.fns.bootstrap,
+            params,
+            BootstrapParams::new,
+            BootstrapResult::into_abi,
+        )
     }
 
     fn ingest_batch(
         &self,
-        params: &IngestBatchParams<'_>,
+        params: &abi::IngestBatchParams<'_>,
     ) -> RResult<IngestBatchResult, EngineError> {
         let _scope = self.scope();
-        optional(&self.engine, "ingestBatch", self.fns.ingest_batch, params)
+        optional(
+            &self.engine,
+            "ingestBatch",
+            self.fns.ingest_batch,
+            params,
+            IngestBatchParams::new,
+            |r| r,
+        )
     }
 
-    fn after_turn(&self, params: &AfterTurnParams<'_>) -> RResult<(), EngineError> {
+    fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), EngineError> {
         let _scope = self.scope();
-        optional(&self.engine, "afterTurn", self.fns.after_turn, params)
+        optional(
+            &self.engine,
+            "afterTurn",
+            self.fns.after_turn,
+            params,
+            AfterTurnParams::new,
+            |r| r,
+        )
     }
 
-    fn maintain(&self, params: &MaintainParams<'_>) -> RResult<MaintainResult, EngineError> {
+    fn maintain(
+        &self,
+        params: &abi::MaintainParams<'_>,
+    ) -> RResult<abi::MaintainResult, EngineError> {
         let _scope = self.scope();
-        optional(&self.engine, "maintain", self.fns.maintain, params)
+        optional(
+            &self.engine,
+            "maintain",
+            self.fns.maintain,
+            params,
+            MaintainParams::new,
+            MaintainResult::into_abi,
+        )
     }
 
     fn prepare_subagent_spawn(
         &self,
-        params: &SubagentSpawnParams<'_>,
+        params: &abi::SubagentSpawnParams<'_>,
     ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
         let _scope = self.scope();
         optional(
@@ -398,26 +477,42 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "prepareSubagentSpawn",
             self.fns.prepare_subagent_spawn,
             params,
+            SubagentSpawnParams::new,
+            |rollback| match rollback {
+                Some(r) => ROption::RSome(SpawnRollbackAbi_TO::from_value(r, TD_Opaque)),
+                None => ROption::RNone,
+            },
         )
-        .map(|rollback| match rollback {
-            Some(r) => ROption::RSome(SpawnRollbackAbi_TO::from_value(r, TD_Opaque)),
-            None => ROption::RNone,
-        })
     }
 
-    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> RResult<(), EngineError> {
+    fn on_subagent_ended(
+        &self,
+        params: &abi::SubagentEndedParams<'_>,
+    ) -> RResult<(), EngineError> {
         let _scope = self.scope();
         optional(
             &self.engine,
             "onSubagentEnded",
             self.fns.on_subagent_ended,
             params,
+            SubagentEndedParams::new,
+            |r| r,
         )
     }
 
-    fn call_tool(&self, params: &ToolCallParams<'_>) -> RResult<ToolCallResult, EngineError> {
+    fn call_tool(
+        &self,
+        params: &abi::ToolCallParams<'_>,
+    ) -> RResult<abi::ToolCallResult, EngineError> {
         let _scope = self.scope();
-        optional(&self.engine, "callTool", self.fns.call_tool, params)
+        optional(
+            &self.engine,
+            "callTool",
+            self.fns.call_tool,
+            params,
+            ToolCallParams::new,
+            ToolCallResult::into_abi,
+        )
     }
 
     fn dispose(&self) -> RResult<(), EngineError> {
@@ -427,6 +522,21 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             // Nothing to release: disposing is a successful no-op.
             None => ROk(()),
         }
+    }
+
+    fn commit_turn(
+        &self,
+        params: &abi::CommitTurnParams<'_>,
+    ) -> RResult<CommitTurnStatus, EngineError> {
+        let _scope = self.scope();
+        optional(
+            &self.engine,
+            "commitTurn",
+            self.fns.commit_turn,
+            params,
+            CommitTurnParams::new,
+            |r| r,
+        )
     }
 
     fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
@@ -456,10 +566,15 @@ pub fn make_engine<E: Engine>(
     fns: OptionalFns<E>,
     label_calls: bool,
 ) -> Result<EngineBox, EngineError> {
-    let engine = E::create(
-        FactoryContext::new(params),
-        Host::new(super::share_host(&host)),
-    )?;
+    let engine = {
+        // Events logged while the engine is created go to the host creating it.
+        let _scope = super::log_forward::CallScope::enter(&host);
+        E::create(
+            FactoryContext::new(params),
+            Host::new(super::share_host(&host)),
+        )?
+    };
+    let label_calls = label_calls || LABEL_ALL_CALLS.load(std::sync::atomic::Ordering::Relaxed);
     Ok(EngineAbi_TO::from_value(
         Adapter {
             engine,
@@ -468,6 +583,21 @@ pub fn make_engine<E: Engine>(
         },
         TD_Opaque,
     ))
+}
+
+/// Set by [`crate::testing`]: label every call's log events with its own engine's host, since
+/// a test binary creates engines for many hosts at once.
+pub(crate) static LABEL_ALL_CALLS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The exported entry points of an engine type, implemented by [`crate::export_engine!`] for
+/// every engine it exports, so that [`crate::testing`] drives exactly what a host loads.
+#[doc(hidden)]
+pub trait Exported: Engine {
+    /// The library's engine factory (the root module's `new_engine`).
+    const NEW_ENGINE: abi::NewEngineFn;
+    /// The library's manifest record, as embedded in the file.
+    fn manifest_record() -> &'static [u8];
 }
 
 /// One engine a library exports: its id and how to make it.
@@ -538,6 +668,60 @@ macro_rules! export_engine {
                     }),)*
                 ])
             }
+
+            // The library's manifest as data in its own section, readable from the file's
+            // bytes without running any of its code (`pincer_plugin_api::loading::read_embedded_manifest`).
+            const __PINCER_MANIFEST_PARTS: &[&str] = &[
+                __p::MANIFEST_MAGIC,
+                "{\"pluginId\":\"",
+                <$first as $crate::Engine>::ID,
+                "\",\"pluginVersion\":\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",\"apiVersion\":\"",
+                $crate::API_VERSION,
+                "\",\"engineIds\":[\"",
+                <$first as $crate::Engine>::ID,
+                "\""
+                $(, ",\"", <$rest as $crate::Engine>::ID, "\"")*,
+                "],\"panicUnwind\":",
+                if cfg!(panic = "unwind") { "true" } else { "false" },
+                ",\"abiStableVersion\":\"",
+                $crate::ABI_STABLE_VERSION,
+                "\"}",
+            ];
+            const _: () = assert!(
+                __p::is_plain_id(<$first as $crate::Engine>::ID) $(&& __p::is_plain_id(<$rest as $crate::Engine>::ID))*,
+                "an engine ID may use only a-z, A-Z, 0-9, '-', '_' and '.', and must not be empty",
+            );
+            const _: () = assert!(
+                __p::is_plain_version(env!("CARGO_PKG_VERSION")),
+                "the crate version must be plain semver",
+            );
+            const __PINCER_MANIFEST_LEN: usize = __p::record_len(__PINCER_MANIFEST_PARTS);
+
+            #[used]
+            #[no_mangle]
+            #[cfg_attr(
+                not(any(target_vendor = "apple", target_os = "windows")),
+                link_section = ".pincer_manifest"
+            )]
+            #[cfg_attr(target_vendor = "apple", link_section = "__DATA,__pincer_manif")]
+            #[cfg_attr(target_os = "windows", link_section = ".pincer")]
+            pub static PINCER_LIBRARY_MANIFEST: [u8; __PINCER_MANIFEST_LEN] =
+                __p::record::<__PINCER_MANIFEST_LEN>(__PINCER_MANIFEST_PARTS);
+
+            impl __p::Exported for $first {
+                const NEW_ENGINE: $crate::abi::v1::NewEngineFn = __pincer_new_engine;
+                fn manifest_record() -> &'static [u8] {
+                    &PINCER_LIBRARY_MANIFEST
+                }
+            }
+            $(impl __p::Exported for $rest {
+                const NEW_ENGINE: $crate::abi::v1::NewEngineFn = __pincer_new_engine;
+                fn manifest_record() -> &'static [u8] {
+                    &PINCER_LIBRARY_MANIFEST
+                }
+            })*
 
             extern "C" fn __pincer_extension(
                 _name: $crate::abi::RStr<'_>,

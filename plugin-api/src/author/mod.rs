@@ -2,7 +2,7 @@
 //!
 //! Implement [`Engine`] (the required members) and any of the optional-method traits
 //! ([`Bootstrap`], [`IngestBatch`], [`AfterTurn`], [`Maintain`], [`SubagentSpawn`],
-//! [`SubagentEnded`], [`Tools`], [`Dispose`]), then call [`crate::export_engine!`]. Implementing
+//! [`SubagentEnded`], [`Tools`], [`CommitTurn`], [`Dispose`]), then call [`crate::export_engine!`]. Implementing
 //! a trait *is* the declaration: the adapter records which optional methods exist so the host
 //! can follow the contract's lifecycle (`afterTurn` if present, else `ingestBatch`, else
 //! `ingest`) without probing.
@@ -12,20 +12,27 @@
 mod assemble;
 pub(crate) mod export;
 pub(crate) mod log_forward;
+mod params;
+mod results;
 
 use std::path::Path;
 
-use crate::abi::v1::{
-    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CompactParams, CompactResult, EngineError, EngineInfo, FactoryParams, HostServicesArc,
-    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest,
-    MaintainParams, MaintainResult, Message, SubagentEndedParams, SubagentSpawnParams,
-    ToolCallParams, ToolCallResult,
-};
-use crate::abi::{ROption, RSlice};
+use crate::abi::v1 as abi;
+use crate::abi::{ROption, RSlice, RStr};
+use crate::{AbortSignal, CommitTurnStatus, EngineError, IngestBatchResult, IngestResult, Message};
 
-pub use assemble::ContextBuilder;
+pub use assemble::{AssembleResult, ContextBuilder, ContextItem};
 pub use export::{into_engine_box, OptionalFns, SpawnRollback};
+pub use params::{
+    AfterTurnParams, AssembleParams, BootstrapParams, CommitTurnParams, CompactParams,
+    EntryIds, HostParams, IngestBatchParams, IngestParams, MaintainParams, MaintainReason,
+    ModelRef, PromptCache, SessionTarget, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
+    ToolNames, TranscriptAnchor,
+};
+pub use results::{
+    BootstrapResult, CompactResult, Compaction, EngineInfo, MaintainResult, ToolCallResult,
+    ToolSpec,
+};
 
 /// The required members of a context engine.
 ///
@@ -42,8 +49,8 @@ pub use export::{into_engine_box, OptionalFns, SpawnRollback};
 ///         Ok(KeepAll)
 ///     }
 ///
-///     fn info(&self) -> EngineInfo {
-///         EngineInfo::new(Self::ID, "Keep all", "0.1.0")
+///     fn info(&self) -> Result<EngineInfo, EngineError> {
+///         Ok(EngineInfo::new("Keep all", "0.1.0"))
 ///     }
 ///
 ///     fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
@@ -64,7 +71,8 @@ pub use export::{into_engine_box, OptionalFns, SpawnRollback};
 /// # fn main() {}
 /// ```
 pub trait Engine: Send + Sync + Sized + 'static {
-    /// The engine id the host registers; normally the plugin id.
+    /// The engine id the host registers; normally the plugin id. The one source of the id:
+    /// the library's manifest, `info()` as the host sees it, and the factory all use it.
     const ID: &'static str;
 
     /// Creates an engine. `ctx` carries the validated config and the directories; `host` the
@@ -76,7 +84,10 @@ pub trait Engine: Send + Sync + Sized + 'static {
     fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError>;
 
     /// What the engine declares about itself. Called once per instance.
-    fn info(&self) -> EngineInfo;
+    ///
+    /// # Errors
+    /// An engine that cannot describe itself is not used: the host quarantines it.
+    fn info(&self) -> Result<EngineInfo, EngineError>;
 
     /// Takes in one message.
     ///
@@ -169,6 +180,16 @@ pub trait Tools: Engine {
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineError>;
 }
 
+/// Optional `commitTurn` (§8): commit one accepted durable turn, exactly once per
+/// `advancement_key`. Declare [`EngineInfo::transcript_semantics`] with it.
+pub trait CommitTurn: Engine {
+    /// See the trait.
+    ///
+    /// # Errors
+    /// The turn stays queued and is offered again.
+    fn commit_turn(&self, params: &CommitTurnParams<'_>) -> Result<CommitTurnStatus, EngineError>;
+}
+
 /// Optional `dispose`: called once per instance, on shutdown or reload (never per session).
 pub trait Dispose: Engine {
     /// See the trait.
@@ -181,16 +202,15 @@ pub trait Dispose: Engine {
 /// What an engine factory is given.
 #[derive(Clone, Copy, Debug)]
 pub struct FactoryContext<'a> {
-    params: &'a FactoryParams<'a>,
+    params: &'a abi::FactoryParams<'a>,
 }
 
 impl<'a> FactoryContext<'a> {
-    /// Wraps the ABI parameters.
-    pub fn new(params: &'a FactoryParams<'a>) -> Self {
+    pub(crate) fn new(params: &'a abi::FactoryParams<'a>) -> Self {
         FactoryContext { params }
     }
 
-    /// The engine id being created.
+    /// The engine id being created (a library that exports several engines creates each).
     pub fn engine_id(&self) -> &'a str {
         self.params.engine_id.as_str()
     }
@@ -230,15 +250,76 @@ impl<'a> FactoryContext<'a> {
     pub fn plugin_dir(&self) -> Option<&'a Path> {
         opt_path(self.params.plugin_dir)
     }
+
+    /// A directory of this engine's own (`$PINCER_HOME/state/engines/<id>/`), created by the
+    /// host, for engines that keep a store; `None` when the host gives none.
+    pub fn state_dir(&self) -> Option<&'a Path> {
+        opt_path(self.params.state_dir)
+    }
 }
 
-fn opt_path(value: ROption<crate::abi::RStr<'_>>) -> Option<&Path> {
+fn opt_path(value: ROption<RStr<'_>>) -> Option<&Path> {
     value.into_option().map(|s| Path::new(s.as_str()))
+}
+
+/// A completion request to the host's model (`llmComplete`).
+///
+/// ```
+/// # use pincer_plugin_api::{LlmRequest, Message};
+/// let messages = [Message::user("Summarise: …")];
+/// let request = LlmRequest::new(&messages).system_prompt("You summarise.").max_tokens(512);
+/// # let _ = request;
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct LlmRequest<'a> {
+    system_prompt: Option<&'a str>,
+    messages: &'a [Message],
+    max_tokens: Option<u64>,
+    temperature: Option<f64>,
+    abort_signal: Option<&'a AbortSignal>,
+}
+
+impl<'a> LlmRequest<'a> {
+    /// A request to complete `messages`.
+    pub fn new(messages: &'a [Message]) -> Self {
+        LlmRequest {
+            system_prompt: None,
+            messages,
+            max_tokens: None,
+            temperature: None,
+            abort_signal: None,
+        }
+    }
+
+    /// The system prompt.
+    pub fn system_prompt(mut self, prompt: &'a str) -> Self {
+        self.system_prompt = Some(prompt);
+        self
+    }
+
+    /// The most tokens to produce.
+    pub fn max_tokens(mut self, tokens: u64) -> Self {
+        self.max_tokens = Some(tokens);
+        self
+    }
+
+    /// Sampling temperature.
+    pub fn temperature(mut self, temperature: f64) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Stops the model call when `signal` fires (pass the calling method's
+    /// `params.host.abort_signal`).
+    pub fn abort_signal(mut self, signal: &'a AbortSignal) -> Self {
+        self.abort_signal = Some(signal);
+        self
+    }
 }
 
 /// The host's services, as an engine holds them. Cheap to clone.
 pub struct Host {
-    services: HostServicesArc,
+    services: abi::HostServicesArc,
 }
 
 impl Clone for Host {
@@ -250,8 +331,8 @@ impl Clone for Host {
 }
 
 /// Another handle to the same host services (a reference-count increment).
-pub(crate) fn share_host(services: &HostServicesArc) -> HostServicesArc {
-    crate::abi::v1::HostServicesAbi_TO::from_sabi(services.obj.shallow_clone())
+pub(crate) fn share_host(services: &abi::HostServicesArc) -> abi::HostServicesArc {
+    abi::HostServicesAbi_TO::from_sabi(services.obj.shallow_clone())
 }
 
 impl std::fmt::Debug for Host {
@@ -261,14 +342,8 @@ impl std::fmt::Debug for Host {
 }
 
 impl Host {
-    /// Wraps the ABI handle.
-    pub fn new(services: HostServicesArc) -> Self {
+    pub(crate) fn new(services: abi::HostServicesArc) -> Self {
         Host { services }
-    }
-
-    /// The ABI handle.
-    pub fn services(&self) -> &HostServicesArc {
-        &self.services
     }
 
     /// Runs the host runtime's compaction: what an engine that does not own compaction
@@ -281,62 +356,28 @@ impl Host {
         params: &CompactParams<'_>,
     ) -> Result<CompactResult, EngineError> {
         self.services
-            .delegate_compaction_to_runtime(params)
+            .delegate_compaction_to_runtime(params.raw)
             .into_result()
+            .map(CompactResult::from_abi)
     }
 
-    /// Completes with the host's model.
+    /// Completes with the host's model; the answer is an assistant message.
     ///
     /// # Errors
     /// When the host has no model (capability `runtime-llm-complete` missing) or the call failed.
-    pub fn llm_complete(&self, request: &LlmCompleteRequest<'_>) -> Result<Message, EngineError> {
-        self.services
-            .llm_complete(request)
-            .into_result()
-            .map(|r| r.message)
+    pub fn llm_complete(&self, request: &LlmRequest<'_>) -> Result<Message, EngineError> {
+        let raw = abi::LlmCompleteRequest {
+            system_prompt: request.system_prompt.map(RStr::from_str).into(),
+            messages: RSlice::from_slice(request.messages),
+            max_tokens: request.max_tokens.into(),
+            temperature: request.temperature.into(),
+            abort_signal: request.abort_signal.into(),
+        };
+        self.services.llm_complete(&raw).into_result().map(|r| r.message)
     }
 
-    /// The host's token estimate of `messages`.
+    /// The host's token estimate of `messages` (§9.5).
     pub fn estimate_tokens(&self, messages: &[Message]) -> u64 {
         self.services.estimate_tokens(RSlice::from_slice(messages))
-    }
-}
-
-impl AssembleResult {
-    /// The messages this result stands for, in prompt order: references into `input` for kept
-    /// messages (ranges clamped to it), references into the result for new ones. No copies.
-    pub fn resolve<'a>(&'a self, input: &'a [Message]) -> Vec<&'a Message> {
-        let mut out = Vec::new();
-        for item in self.items.iter() {
-            match item {
-                crate::AssembledItem::Input { start, end } => {
-                    let end = (*end as usize).min(input.len());
-                    let start = (*start as usize).min(end);
-                    out.extend(input[start..end].iter());
-                }
-                crate::AssembledItem::New(message) => out.push(&**message),
-            }
-        }
-        out
-    }
-
-    /// All `message_count` input messages, unchanged, with `estimated_tokens` 0 ("the caller
-    /// estimates"): what `legacy` answers.
-    pub fn pass_through(message_count: usize) -> Self {
-        let mut builder = ContextBuilder::new();
-        builder.keep_range(0..message_count);
-        builder.finish(0)
-    }
-}
-
-impl CompactResult {
-    /// `ok: true, compacted: false` with a reason.
-    pub fn nothing_to_do(reason: &str) -> Self {
-        CompactResult {
-            ok: true,
-            compacted: false,
-            reason: ROption::RSome(reason.into()),
-            result: ROption::RNone,
-        }
     }
 }

@@ -18,7 +18,11 @@ use abi_stable::{
     StableAbi,
 };
 
-use super::{message::Message, module::ExtensionRef, runtime_settings::RuntimeSettings};
+use super::{
+    message::{EntryId, Message, Usage},
+    module::ExtensionRef,
+    runtime_settings::RuntimeSettings,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -105,32 +109,33 @@ impl std::error::Error for EngineError {}
 // Abort signal
 // ---------------------------------------------------------------------------------------------
 
-/// The abort signal of one call. The host sets it (on timeout or when its caller gives up);
-/// a cooperative engine checks it in long loops and returns [`EngineError::Aborted`].
+/// The abort signal of one call, as the engine sees it: read-only. The host fires it (on
+/// timeout or when its caller gives up) through the [`AbortController`] that owns it; a
+/// cooperative engine checks it in long loops and returns [`EngineError::Aborted`].
 ///
-/// It lives in host memory and is borrowed by the call; reading it is one atomic load.
+/// It lives in host memory and is borrowed by the call; reading it is one atomic load. An
+/// engine cannot fire it, and the host never trusts it to tell what happened: whether a call
+/// was aborted is decided from the controller's own record of having fired
+/// ([`AbortController::fired`]), so an engine that claims `Aborted` without the host having
+/// fired is treated as failed (and quarantined).
 #[repr(C)]
-#[derive(StableAbi, Debug, Default)]
+#[derive(StableAbi, Debug)]
 pub struct AbortSignal {
     aborted: AtomicBool,
 }
 
 impl AbortSignal {
-    /// A signal that has not fired.
-    pub const fn new() -> Self {
-        AbortSignal {
+    /// A signal that never fires (for calls the host gives no deadline, and tests).
+    pub fn never() -> &'static AbortSignal {
+        static NEVER: AbortSignal = AbortSignal {
             aborted: AtomicBool::new(false),
-        }
+        };
+        &NEVER
     }
 
     /// Whether the call should stop.
     pub fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
-    }
-
-    /// Fires the signal. Host side.
-    pub fn abort(&self) {
-        self.aborted.store(true, Ordering::Release);
     }
 
     /// `Err(EngineError::Aborted)` once the signal fired: `signal.check()?` in a loop.
@@ -139,6 +144,58 @@ impl AbortSignal {
             Err(EngineError::aborted("Context engine operation aborted."))
         } else {
             Ok(())
+        }
+    }
+}
+
+/// The host side of an [`AbortSignal`]: fires it and remembers that it did.
+///
+/// ```
+/// use pincer_plugin_api::abi::latest::AbortController;
+/// let controller = AbortController::new();
+/// assert!(!controller.signal().is_aborted());
+/// controller.abort();
+/// assert!(controller.signal().is_aborted() && controller.fired());
+/// ```
+#[derive(Debug, Default)]
+pub struct AbortController {
+    signal: AbortSignal,
+    /// The host's own record, never lent to an engine.
+    fired: AtomicBool,
+}
+
+impl AbortController {
+    /// A controller whose signal has not fired.
+    pub const fn new() -> Self {
+        AbortController {
+            signal: AbortSignal {
+                aborted: AtomicBool::new(false),
+            },
+            fired: AtomicBool::new(false),
+        }
+    }
+
+    /// The read-only signal to lend to a call.
+    pub fn signal(&self) -> &AbortSignal {
+        &self.signal
+    }
+
+    /// Fires the signal.
+    pub fn abort(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.signal.aborted.store(true, Ordering::Release);
+    }
+
+    /// Whether *this controller* fired: the only evidence of an abort the host accepts.
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+}
+
+impl Default for AbortSignal {
+    fn default() -> Self {
+        AbortSignal {
+            aborted: AtomicBool::new(false),
         }
     }
 }
@@ -239,9 +296,11 @@ impl OptionalMethods {
     pub const DISPOSE: u32 = 1 << 6;
     /// `callTool`.
     pub const CALL_TOOL: u32 = 1 << 7;
+    /// `commitTurn` (§8).
+    pub const COMMIT_TURN: u32 = 1 << 8;
 
     /// Every optional method with its contract name.
-    pub const ALL: [(u32, &'static str); 8] = [
+    pub const ALL: [(u32, &'static str); 9] = [
         (Self::BOOTSTRAP, "bootstrap"),
         (Self::INGEST_BATCH, "ingestBatch"),
         (Self::AFTER_TURN, "afterTurn"),
@@ -250,6 +309,7 @@ impl OptionalMethods {
         (Self::ON_SUBAGENT_ENDED, "onSubagentEnded"),
         (Self::DISPOSE, "dispose"),
         (Self::CALL_TOOL, "callTool"),
+        (Self::COMMIT_TURN, "commitTurn"),
     ];
 
     /// Whether `method` (one of the constants) is in the set.
@@ -291,72 +351,19 @@ pub struct EngineInfo {
     pub tools: RVec<ToolSpec>,
     /// The optional methods implemented. Set by the export adapter.
     pub optional_methods: OptionalMethods,
+    /// `transcriptSemantics` (§8): what the engine declares about durable turns.
+    pub transcript_semantics: TranscriptSemantics,
 }
 
-impl EngineInfo {
-    /// Info with an id, name and version and every other field at its default.
-    pub fn new(id: &str, name: &str, version: &str) -> Self {
-        EngineInfo {
-            id: id.into(),
-            name: name.into(),
-            version: version.into(),
-            owns_compaction: false,
-            turn_maintenance_mode: TurnMaintenanceMode::Foreground,
-            host_requirements: RVec::new(),
-            accepted_host_params: ROption::RNone,
-            tools: RVec::new(),
-            optional_methods: OptionalMethods::default(),
-        }
-    }
-
-    /// Declares that the engine owns compaction.
-    pub fn with_owns_compaction(mut self, owns: bool) -> Self {
-        self.owns_compaction = owns;
-        self
-    }
-
-    /// Sets the turn maintenance mode.
-    pub fn with_turn_maintenance_mode(mut self, mode: TurnMaintenanceMode) -> Self {
-        self.turn_maintenance_mode = mode;
-        self
-    }
-
-    /// Adds a host requirement for `operation`.
-    pub fn with_host_requirement(
-        mut self,
-        operation: HostOperation,
-        capabilities: &[&str],
-        unsupported_message: Option<&str>,
-    ) -> Self {
-        self.host_requirements.push(HostRequirement {
-            operation,
-            required_capabilities: capabilities.iter().map(|c| RString::from(*c)).collect(),
-            unsupported_message: unsupported_message.map(RString::from).into(),
-        });
-        self
-    }
-
-    /// Declares the host parameters the engine accepts.
-    pub fn with_accepted_host_params(mut self, params: &[&str]) -> Self {
-        self.accepted_host_params =
-            ROption::RSome(params.iter().map(|p| RString::from(*p)).collect());
-        self
-    }
-
-    /// Adds a tool.
-    pub fn with_tool(
-        mut self,
-        name: &str,
-        description: &str,
-        parameters_schema_json: &str,
-    ) -> Self {
-        self.tools.push(ToolSpec {
-            name: name.into(),
-            description: description.into(),
-            parameters_schema_json: parameters_schema_json.into(),
-        });
-        self
-    }
+/// `info.transcriptSemantics` (§8). Values are the contract's strings, so a later contract
+/// value needs no new API.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Default)]
+pub struct TranscriptSemantics {
+    /// `currentTurnFence`, such as `before-current-turn-entry-v1`.
+    pub current_turn_fence: ROption<RString>,
+    /// `turnAdvancementIdempotency`, such as `atomic-idempotent-v1`.
+    pub turn_advancement_idempotency: ROption<RString>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,6 +403,25 @@ pub struct HostParams<'a> {
     pub runtime_context_json: ROption<RStr<'a>>,
     /// `abortSignal`. Always present for `compact`.
     pub abort_signal: ROption<&'a AbortSignal>,
+    /// `runtimeContext.promptCache`: what the host knows of the provider's prompt cache.
+    pub prompt_cache: ROption<&'a PromptCache<'a>>,
+}
+
+/// `runtimeContext.promptCache` (§1): the last model call's usage and what the host knows of
+/// the provider's cache, so an engine can keep a prefix stable while it still hits.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default)]
+pub struct PromptCache<'a> {
+    /// The cache retention the host asked for (`short`, `long`, …).
+    pub retention: ROption<RStr<'a>>,
+    /// The usage the provider reported for the last model call.
+    pub last_call_usage: ROption<Usage>,
+    /// Whether the last call broke the cache (`observation.broke`).
+    pub broke: ROption<bool>,
+    /// When the cache was last written or read, ms since the Unix epoch.
+    pub last_cache_touch_at: ROption<i64>,
+    /// When the cache is expected to expire, ms since the Unix epoch.
+    pub expires_at: ROption<i64>,
 }
 
 impl<'a> HostParams<'a> {
@@ -457,6 +483,8 @@ pub struct IngestParams<'a> {
     pub session_id: RStr<'a>,
     /// The message, borrowed.
     pub message: &'a Message,
+    /// The session entry the message is stored as.
+    pub entry_id: &'a EntryId,
     /// Whether the turn is a heartbeat.
     pub is_heartbeat: bool,
     /// Host parameters.
@@ -471,6 +499,8 @@ pub struct IngestBatchParams<'a> {
     pub session_id: RStr<'a>,
     /// The messages, borrowed.
     pub messages: RSlice<'a, Message>,
+    /// `entry_ids[i]` is the session entry of `messages[i]`; empty when the host has none.
+    pub entry_ids: RSlice<'a, EntryId>,
     /// Whether the turn is a heartbeat.
     pub is_heartbeat: bool,
     /// Host parameters.
@@ -487,6 +517,8 @@ pub struct AfterTurnParams<'a> {
     pub session_file: RStr<'a>,
     /// The whole message snapshot after the turn, borrowed.
     pub messages: RSlice<'a, Message>,
+    /// `entry_ids[i]` is the session entry of `messages[i]`; empty when the host has none.
+    pub entry_ids: RSlice<'a, EntryId>,
     /// How many of `messages` existed before the prompt; the rest are new this turn.
     pub pre_prompt_message_count: u64,
     /// The summary of an auto-compaction that ran during the turn.
@@ -519,6 +551,8 @@ pub struct AssembleParams<'a> {
     pub session_id: RStr<'a>,
     /// The session's messages, borrowed. Results refer to them by index.
     pub messages: RSlice<'a, Message>,
+    /// `entry_ids[i]` is the session entry of `messages[i]`; empty when the host has none.
+    pub entry_ids: RSlice<'a, EntryId>,
     /// The prompt's token budget.
     pub token_budget: ROption<u64>,
     /// Tool names available this turn, sorted.
@@ -555,6 +589,8 @@ pub struct CompactParams<'a> {
     /// The session's current context, borrowed (pincer's addition: no engine has to re-read
     /// the transcript to see it).
     pub messages: RSlice<'a, Message>,
+    /// `entry_ids[i]` is the session entry of `messages[i]`; empty when the host has none.
+    pub entry_ids: RSlice<'a, EntryId>,
     /// The prompt's token budget.
     pub token_budget: ROption<u64>,
     /// Compact even below the threshold.
@@ -656,6 +692,70 @@ pub struct FactoryParams<'a> {
     pub workspace_dir: ROption<RStr<'a>>,
     /// The plugin's own folder (where its manifest is).
     pub plugin_dir: ROption<RStr<'a>>,
+    /// A directory that belongs to this engine alone (`$PINCER_HOME/state/engines/<id>/`),
+    /// created by the host, for engines that keep their own store.
+    pub state_dir: ROption<RStr<'a>>,
+}
+
+/// Where a durable turn's entry lies in the transcript (`TranscriptEntryAnchor`, §8).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct TranscriptAnchor<'a> {
+    /// The agent.
+    pub agent_id: RStr<'a>,
+    /// The session id.
+    pub session_id: RStr<'a>,
+    /// The session key.
+    pub session_key: RStr<'a>,
+    /// The transcript store.
+    pub store_path: RStr<'a>,
+    /// The store's generation.
+    pub generation: u64,
+    /// The entry's id.
+    pub entry_id: RStr<'a>,
+    /// The entry's raw sequence number in the store.
+    pub raw_seq: u64,
+    /// The entry's effective parent (`RNone` for a root).
+    pub effective_parent_id: ROption<RStr<'a>>,
+    /// The position of the entry's message in the active context.
+    pub active_message_position: u64,
+    /// The idempotency key, if the host has one.
+    pub idempotency_key: ROption<RStr<'a>>,
+}
+
+/// `commitTurn` parameters (§8): one accepted turn, committed exactly once per
+/// `advancement_key`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug)]
+pub struct CommitTurnParams<'a> {
+    /// The session id.
+    pub session_id: RStr<'a>,
+    /// The idempotency key of the advancement (the logical turn id).
+    pub advancement_key: RStr<'a>,
+    /// The logical turn id of the admission.
+    pub logical_turn_id: RStr<'a>,
+    /// The admitted user entry that opened the turn.
+    pub admission: TranscriptAnchor<'a>,
+    /// The turn's last entry.
+    pub terminal: TranscriptAnchor<'a>,
+    /// The accepted turn's messages, inclusive, borrowed.
+    pub messages: RSlice<'a, Message>,
+    /// `entry_ids[i]` is the session entry of `messages[i]`; empty when the host has none.
+    pub entry_ids: RSlice<'a, EntryId>,
+    /// Whether the turn is a heartbeat.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: HostParams<'a>,
+}
+
+/// What `commitTurn` did.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitTurnStatus {
+    /// The turn was committed now.
+    Committed,
+    /// The turn had been committed before (same advancement key): nothing done.
+    Duplicate,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -738,8 +838,8 @@ pub enum PromptAuthority {
 pub struct AssembleResult {
     /// The context, in prompt order.
     pub items: RVec<AssembledItem>,
-    /// The engine's token estimate of the context (0: the caller estimates).
-    pub estimated_tokens: u64,
+    /// The engine's token estimate of the context; `RNone`: the caller estimates.
+    pub estimated_tokens: ROption<u64>,
     /// Prepended to the run's system prompt.
     pub system_prompt_addition: ROption<RString>,
     /// See [`PromptAuthority`].
@@ -843,6 +943,8 @@ pub trait EngineAbi: Send + Sync {
     fn call_tool(&self, params: &ToolCallParams<'_>) -> RResult<ToolCallResult, EngineError>;
     /// `dispose` (optional): once per instance, on shutdown or reload.
     fn dispose(&self) -> RResult<(), EngineError>;
+    /// `commitTurn` (optional, §8).
+    fn commit_turn(&self, params: &CommitTurnParams<'_>) -> RResult<CommitTurnStatus, EngineError>;
     /// The extension point: capabilities added after 1.0 are looked up here by name and
     /// checked by layout before use. `RNone` when the engine has no such extension.
     #[sabi(last_prefix_field)]

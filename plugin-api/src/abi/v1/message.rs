@@ -1,132 +1,166 @@
-//! Messages as the engine sees them: OpenClaw's message model in frozen `#[repr(C)]` form.
+//! Messages as the engine sees them: OpenClaw's agent message model in frozen `#[repr(C)]` form.
 //!
-//! The host keeps its sessions in exactly these types, so a slice of them crosses the
-//! boundary as a borrowed [`RSlice`](crate::abi::RSlice) without a single copy. The JSON
-//! form (serde) follows OpenClaw's field names (`role`, `content`, `toolCall`, …) so that
-//! transcripts read and written by the host stay familiar.
+//! A [`Message`] is what OpenClaw calls an `AgentMessage`: `{role:"user", content, timestamp}`,
+//! `{role:"assistant", content:[…], api, provider, model, usage, stopReason, errorMessage?}`,
+//! `{role:"toolResult", toolCallId, toolName, content:[…], isError}` (a tool result is a
+//! message of its own), `{role:"custom", customType, content, display, details}`,
+//! `{role:"compactionSummary", summary, tokensBefore}` and `{role:"branchSummary", summary,
+//! fromId}` (no `content`), `{role:"bashExecution", command, output, …}`, `{role:"system"}`, and
+//! any role a later OpenClaw invents.
 //!
-//! **Stability:** frozen for API 1.x. New message data travels in [`Message::extra_json`]
-//! and [`ContentBlock::Other`] until a new major.
+//! **Lossless.** Reading message JSON and writing it back gives an equal JSON value: every key
+//! the model names is read into a typed field *only when writing that field back reproduces the
+//! value exactly*; every other key (unknown keys, `null`s, values of an unexpected type) is kept
+//! verbatim in the message's extra object and written back unchanged. Content blocks follow the
+//! same rule, and a block of a type this version does not know is kept whole.
+//!
+//! The host keeps its conversations in exactly these values, so a slice of them crosses the
+//! boundary as a borrowed `RSlice` without a copy. The session entry id a message came from is
+//! not part of the message (OpenClaw's message JSON has none): it travels beside it, as
+//! [`EntryId`]s in the call's parameters.
+//!
+//! Fields are private: engines read a message through accessors that return `&str`,
+//! `Option<u64>`, plain enums and slices, and build new ones with the constructors
+//! ([`Message::user`], [`Message::compaction_summary`], …) or from JSON.
+//!
+//! **Stability:** frozen for API 1.x. [`Role`] and [`BlockKind`] are closed enums whose `Other`
+//! variant carries what a later OpenClaw adds (see their docs).
+
+use std::fmt;
 
 use abi_stable::{
     std_types::{ROption, RString, RVec},
     StableAbi,
 };
+use serde::de::Error as _;
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
 
-/// Who wrote a message.
+// ---------------------------------------------------------------------------------------------
+// Roles
+// ---------------------------------------------------------------------------------------------
+
+/// Who wrote a message: OpenClaw's roles.
+///
+/// **Closed in 1.x** (no variant is ever added): a role that a later OpenClaw invents is read as
+/// [`Role::Other`] and its name is kept ([`Message::role_name`]), so an engine built today still
+/// sees — and round-trips — it. A new variant would change the layout every 1.0 library was
+/// checked against, for no gain over `Other`.
 #[repr(u8)]
-#[derive(
-    StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "camelCase")]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
-    /// A person (or the harness speaking for one).
+    /// A person (or the harness speaking for one): `user`.
     User,
-    /// The model.
+    /// The model: `assistant`.
     Assistant,
-    /// The result of a tool the model called.
+    /// The result of one tool call: `toolResult`.
     ToolResult,
-    /// The system prompt or a system notice.
-    System,
-    /// Host- or plugin-defined content; see [`Message::custom_type`].
+    /// Host- or plugin-defined content with a `customType`: `custom`.
     Custom,
+    /// The summary that stands for compacted history: `compactionSummary`.
+    CompactionSummary,
+    /// The summary of a branch the conversation came back from: `branchSummary`.
+    BranchSummary,
+    /// A shell command run by the user and its output: `bashExecution`.
+    BashExecution,
+    /// A system prompt kept in the transcript (hosts that do so): `system`.
+    System,
+    /// Any other role; its name is [`Message::role_name`].
+    Other,
 }
 
 impl Role {
-    /// The role's name as it appears in transcripts (`"toolResult"`, …).
+    /// The role's name in OpenClaw's JSON (`"toolResult"`, …); `"other"` for [`Role::Other`]
+    /// (use [`Message::role_name`] for the real name).
     pub fn as_str(self) -> &'static str {
         match self {
             Role::User => "user",
             Role::Assistant => "assistant",
             Role::ToolResult => "toolResult",
-            Role::System => "system",
             Role::Custom => "custom",
+            Role::CompactionSummary => "compactionSummary",
+            Role::BranchSummary => "branchSummary",
+            Role::BashExecution => "bashExecution",
+            Role::System => "system",
+            Role::Other => "other",
+        }
+    }
+
+    /// The role named `name`, [`Role::Other`] for a name this version does not know.
+    pub fn from_name(name: &str) -> Role {
+        match name {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "toolResult" => Role::ToolResult,
+            "custom" => Role::Custom,
+            "compactionSummary" => Role::CompactionSummary,
+            "branchSummary" => Role::BranchSummary,
+            "bashExecution" => Role::BashExecution,
+            "system" => Role::System,
+            _ => Role::Other,
         }
     }
 }
 
-/// One part of a tool result's content.
-#[repr(u8)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
-pub enum ToolResultPart {
-    /// Text output.
-    Text {
-        /// The text.
-        text: RString,
-    },
-    /// An image output, base64 encoded.
-    Image {
-        /// The MIME type, such as `image/png`.
-        #[serde(rename = "mimeType")]
-        mime_type: RString,
-        /// Base64 data.
-        data: RString,
-    },
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
-/// One block of a message's content.
-#[repr(u8)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
-pub enum ContentBlock {
-    /// Plain text.
-    Text {
-        /// The text.
-        text: RString,
-    },
-    /// Model reasoning that providers may return.
-    Thinking {
-        /// The reasoning text.
-        thinking: RString,
-    },
-    /// A call of a tool by the model.
-    ToolCall {
-        /// The call id that the matching [`ContentBlock::ToolResult`] names.
-        id: RString,
-        /// The tool's name.
-        name: RString,
-        /// The arguments, as a JSON text.
-        #[serde(
-            rename = "arguments",
-            serialize_with = "ser_json_text",
-            deserialize_with = "de_json_text"
-        )]
-        arguments_json: RString,
-    },
-    /// The result of a tool call.
-    ToolResult {
-        /// The id of the [`ContentBlock::ToolCall`] this answers.
-        #[serde(rename = "toolCallId")]
-        tool_call_id: RString,
-        /// What the tool returned.
-        content: RVec<ToolResultPart>,
-        /// Whether the tool failed.
-        #[serde(rename = "isError", default)]
-        is_error: bool,
-    },
-    /// An image, base64 encoded.
-    Image {
-        /// The MIME type, such as `image/png`.
-        #[serde(rename = "mimeType")]
-        mime_type: RString,
-        /// Base64 data.
-        data: RString,
-    },
-    /// A block kind this version of the API does not know, kept as JSON.
-    Other {
-        /// The block's `type`.
-        kind: RString,
-        /// The whole block as JSON.
-        json: RString,
-    },
-}
+// ---------------------------------------------------------------------------------------------
+// Usage
+// ---------------------------------------------------------------------------------------------
 
-/// Token usage the provider reported for an assistant message.
+/// What a model call cost, in the provider's currency units (`usage.cost`).
+///
+/// Written as JavaScript writes numbers: an integral value as an integer (`0`, not `0.0`).
 #[repr(C)]
-#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cost {
+    /// Input tokens' cost.
+    pub input: f64,
+    /// Output tokens' cost.
+    pub output: f64,
+    /// Cache reads' cost.
+    pub cache_read: f64,
+    /// Cache writes' cost.
+    pub cache_write: f64,
+    /// The total.
+    pub total: f64,
+}
+
+impl Serialize for Cost {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(5))?;
+        for (key, value) in [
+            ("input", self.input),
+            ("output", self.output),
+            ("cacheRead", self.cache_read),
+            ("cacheWrite", self.cache_write),
+            ("total", self.total),
+        ] {
+            map.serialize_entry(key, &js_number(value))?;
+        }
+        map.end()
+    }
+}
+
+/// `value` as `JSON.stringify` writes it: integral values as integers.
+fn js_number(value: f64) -> Value {
+    if value.fract() == 0.0 && value.abs() < 9_007_199_254_740_992.0 {
+        Value::from(value as i64)
+    } else {
+        Value::from(value)
+    }
+}
+
+/// Token usage the provider reported for an assistant message (`usage`).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Usage {
     /// Input (prompt) tokens.
     pub input: u64,
@@ -136,8 +170,10 @@ pub struct Usage {
     pub cache_read: u64,
     /// Tokens written to the provider's prompt cache.
     pub cache_write: u64,
-    /// The provider's total, 0 when it gave none.
+    /// The provider's total.
     pub total_tokens: u64,
+    /// What it cost.
+    pub cost: Cost,
 }
 
 impl Usage {
@@ -151,191 +187,1066 @@ impl Usage {
     }
 }
 
-/// One message of a conversation.
+// ---------------------------------------------------------------------------------------------
+// JSON text and entry ids
+// ---------------------------------------------------------------------------------------------
+
+/// A JSON value kept as its text (tool arguments, `details`, unknown keys).
+#[repr(transparent)]
+#[derive(StableAbi, Clone, PartialEq, Eq)]
+pub struct JsonText(RString);
+
+impl JsonText {
+    /// The JSON text of `value`.
+    pub fn from_value(value: &Value) -> Self {
+        JsonText(RString::from(value.to_string()))
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The value.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+impl fmt::Debug for JsonText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for JsonText {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match serde_json::from_str::<&serde_json::value::RawValue>(&self.0) {
+            Ok(raw) => raw.serialize(s),
+            Err(_) => Value::Null.serialize(s),
+        }
+    }
+}
+
+/// The session entry a message came from, or none (a message the host or an engine made).
 ///
-/// Build one with [`Message::text`] or the struct literal; read it with the accessors.
+/// It travels beside the messages — `entry_ids[i]` belongs to `messages[i]` — never inside
+/// the message JSON.
+#[repr(transparent)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EntryId(ROption<RString>);
+
+impl EntryId {
+    /// No entry.
+    pub const NONE: EntryId = EntryId(ROption::RNone);
+
+    /// The entry `id`.
+    pub fn new(id: impl Into<String>) -> Self {
+        EntryId(ROption::RSome(RString::from(id.into())))
+    }
+
+    /// The id, if any.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.0 {
+            ROption::RSome(id) => Some(id.as_str()),
+            ROption::RNone => None,
+        }
+    }
+}
+
+impl From<Option<String>> for EntryId {
+    fn from(id: Option<String>) -> Self {
+        id.map_or(EntryId::NONE, EntryId::new)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content blocks
+// ---------------------------------------------------------------------------------------------
+
+/// The kind of a [`ContentBlock`].
+///
+/// **Closed in 1.x:** a block type this version does not know is [`BlockKind::Other`], kept
+/// whole as JSON; its `type` is [`ContentBlock::type_name`].
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockKind {
+    /// `{type:"text", text}`.
+    Text,
+    /// `{type:"thinking", thinking}`.
+    Thinking,
+    /// `{type:"toolCall", id, name, arguments}`.
+    ToolCall,
+    /// `{type:"image", data, mimeType}`.
+    Image,
+    /// Anything else.
+    Other,
+}
+
+/// One block of a message's `content`. Read it with the accessors; build one with
+/// [`ContentBlock::text`], [`ContentBlock::tool_call`], … or from JSON.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct ContentBlock {
+    kind: BlockKind,
+    /// text / thinking / tool-call id / image data; for `Other`, the whole block's JSON.
+    first: RString,
+    /// tool-call name / image mimeType.
+    second: RString,
+    /// tool-call arguments.
+    arguments: ROption<JsonText>,
+    /// Keys of the block this version does not model, as a JSON object.
+    extra: ROption<JsonText>,
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::plain(BlockKind::Text, text.into(), String::new())
+    }
+
+    /// A thinking block.
+    pub fn thinking(thinking: impl Into<String>) -> Self {
+        ContentBlock::plain(BlockKind::Thinking, thinking.into(), String::new())
+    }
+
+    /// A tool call; `arguments` is the arguments object.
+    pub fn tool_call(id: impl Into<String>, name: impl Into<String>, arguments: &Value) -> Self {
+        ContentBlock {
+            arguments: ROption::RSome(JsonText::from_value(arguments)),
+            ..ContentBlock::plain(BlockKind::ToolCall, id.into(), name.into())
+        }
+    }
+
+    /// An image, base64 `data` of `mime_type`.
+    pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        ContentBlock::plain(BlockKind::Image, data.into(), mime_type.into())
+    }
+
+    fn plain(kind: BlockKind, first: String, second: String) -> Self {
+        ContentBlock {
+            kind,
+            first: first.into(),
+            second: second.into(),
+            arguments: ROption::RNone,
+            extra: ROption::RNone,
+        }
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> BlockKind {
+        self.kind
+    }
+
+    /// The block's `type` as written (`"text"`, …, or an unknown type's name).
+    pub fn type_name(&self) -> &str {
+        match self.kind {
+            BlockKind::Text => "text",
+            BlockKind::Thinking => "thinking",
+            BlockKind::ToolCall => "toolCall",
+            BlockKind::Image => "image",
+            BlockKind::Other => other_type_name(&self.first),
+        }
+    }
+
+    /// The text of a text block.
+    pub fn as_text(&self) -> Option<&str> {
+        (self.kind == BlockKind::Text).then_some(self.first.as_str())
+    }
+
+    /// The reasoning of a thinking block.
+    pub fn as_thinking(&self) -> Option<&str> {
+        (self.kind == BlockKind::Thinking).then_some(self.first.as_str())
+    }
+
+    /// A tool call's id, name and arguments (JSON text).
+    pub fn as_tool_call(&self) -> Option<ToolCallRef<'_>> {
+        (self.kind == BlockKind::ToolCall).then(|| ToolCallRef {
+            id: &self.first,
+            name: &self.second,
+            arguments_json: match &self.arguments {
+                ROption::RSome(a) => a.as_str(),
+                ROption::RNone => "{}",
+            },
+        })
+    }
+
+    /// An image's base64 data and MIME type.
+    pub fn as_image(&self) -> Option<(&str, &str)> {
+        (self.kind == BlockKind::Image).then_some((self.first.as_str(), self.second.as_str()))
+    }
+
+    /// The block as a JSON value (exactly what was read, for every kind).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+fn other_type_name(json: &str) -> &str {
+    // The `type` of an unknown block, read from its JSON without allocating when it is simple.
+    let Some(at) = json.find("\"type\"") else {
+        return "";
+    };
+    let rest = json[at + 6..].trim_start();
+    let Some(rest) = rest.strip_prefix(':') else {
+        return "";
+    };
+    let rest = rest.trim_start();
+    let Some(rest) = rest.strip_prefix('"') else {
+        return "";
+    };
+    match rest.find(['"', '\\']) {
+        Some(end) if rest.as_bytes()[end] == b'"' => &rest[..end],
+        _ => "",
+    }
+}
+
+/// A tool call, borrowed from its block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolCallRef<'a> {
+    /// The call id, which the answering `toolResult` message names as `toolCallId`.
+    pub id: &'a str,
+    /// The tool's name.
+    pub name: &'a str,
+    /// The arguments as JSON text.
+    pub arguments_json: &'a str,
+}
+
+impl Serialize for ContentBlock {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.kind == BlockKind::Other {
+            return JsonText(self.first.clone()).serialize(s);
+        }
+        let extra = extra_map(&self.extra);
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("type", self.type_name())?;
+        match self.kind {
+            BlockKind::Text => map.serialize_entry("text", self.first.as_str())?,
+            BlockKind::Thinking => map.serialize_entry("thinking", self.first.as_str())?,
+            BlockKind::ToolCall => {
+                map.serialize_entry("id", self.first.as_str())?;
+                map.serialize_entry("name", self.second.as_str())?;
+                if let ROption::RSome(arguments) = &self.arguments {
+                    map.serialize_entry("arguments", arguments)?;
+                }
+            }
+            BlockKind::Image => {
+                map.serialize_entry("data", self.first.as_str())?;
+                map.serialize_entry("mimeType", self.second.as_str())?;
+            }
+            BlockKind::Other => unreachable!("handled above"),
+        }
+        for (key, value) in &extra {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(ContentBlock::from_value(Value::deserialize(d)?))
+    }
+}
+
+impl ContentBlock {
+    /// Reads a block from JSON; never fails (an unexpected block is kept whole as `Other`).
+    pub fn from_value(value: Value) -> Self {
+        let Value::Object(mut map) = value else {
+            return ContentBlock::other(value);
+        };
+        let kind = match map.get("type").and_then(Value::as_str) {
+            Some("text") => BlockKind::Text,
+            Some("thinking") => BlockKind::Thinking,
+            Some("toolCall") => BlockKind::ToolCall,
+            Some("image") => BlockKind::Image,
+            _ => return ContentBlock::other(Value::Object(map)),
+        };
+        let (first_key, second_key) = match kind {
+            BlockKind::Text => ("text", None),
+            BlockKind::Thinking => ("thinking", None),
+            BlockKind::ToolCall => ("id", Some("name")),
+            BlockKind::Image => ("data", Some("mimeType")),
+            BlockKind::Other => unreachable!(),
+        };
+        // The required string fields must be strings, else the block is kept whole.
+        let is_str = |map: &Map<String, Value>, key: &str| map.get(key).is_some_and(Value::is_string);
+        if !is_str(&map, first_key) || second_key.is_some_and(|k| !is_str(&map, k)) {
+            return ContentBlock::other(Value::Object(map));
+        }
+        map.remove("type");
+        let first = take_string(&mut map, first_key);
+        let second = second_key.map(|k| take_string(&mut map, k)).unwrap_or_default();
+        let arguments = if kind == BlockKind::ToolCall {
+            map.remove("arguments").map(|a| JsonText::from_value(&a))
+        } else {
+            None
+        };
+        ContentBlock {
+            kind,
+            first: first.into(),
+            second: second.into(),
+            arguments: arguments.into(),
+            extra: extra_text(map),
+        }
+    }
+
+    fn other(value: Value) -> Self {
+        ContentBlock {
+            kind: BlockKind::Other,
+            first: value.to_string().into(),
+            second: RString::new(),
+            arguments: ROption::RNone,
+            extra: ROption::RNone,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content
+// ---------------------------------------------------------------------------------------------
+
+/// A message's `content` as written: a string, or blocks.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+enum ContentRepr {
+    /// `content` is absent (summaries) or was not a string or an array (then it is in extra).
+    Absent,
+    /// `content` is a string.
+    Text(RString),
+    /// `content` is an array of blocks.
+    Blocks(RVec<ContentBlock>),
+}
+
+/// A message's content, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Content<'a> {
+    /// The message has no content (summaries, bash executions).
+    None,
+    /// `content` is a plain string (OpenClaw user and custom messages often are).
+    Text(&'a str),
+    /// `content` is a list of blocks.
+    Blocks(&'a [ContentBlock]),
+}
+
+impl<'a> Content<'a> {
+    /// The text blocks' texts (the string itself for string content), in order.
+    pub fn texts(self) -> impl Iterator<Item = &'a str> {
+        let (single, blocks) = match self {
+            Content::None => (None, &[][..]),
+            Content::Text(text) => (Some(text), &[][..]),
+            Content::Blocks(blocks) => (None, blocks),
+        };
+        single
+            .into_iter()
+            .chain(blocks.iter().filter_map(ContentBlock::as_text))
+    }
+
+    /// The blocks (empty for string content or none).
+    pub fn blocks(self) -> &'a [ContentBlock] {
+        match self {
+            Content::Blocks(blocks) => blocks,
+            _ => &[],
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message
+// ---------------------------------------------------------------------------------------------
+
+/// One message of a conversation, in OpenClaw's shape (see the module docs).
 ///
 /// ```
 /// use pincer_plugin_api::{Message, Role};
-/// let m = Message::text(Role::User, "Book me a flight to Seattle");
-/// assert_eq!(m.role, Role::User);
+/// let m = Message::user("Book me a flight to Seattle");
+/// assert_eq!(m.role(), Role::User);
 /// assert_eq!(m.plain_text(), "Book me a flight to Seattle");
+///
+/// // Lossless: unknown keys and blocks survive a read and a write.
+/// let json = serde_json::json!({
+///     "role": "toolResult", "toolCallId": "call_1", "toolName": "get_user",
+///     "content": [{"type": "text", "text": "{}"}, {"type": "audio", "data": "…"}],
+///     "isError": false, "timestamp": 1715800000000_i64, "someFutureKey": [1, 2],
+/// });
+/// let m = Message::from_value(json.clone()).unwrap();
+/// assert_eq!(m.tool_result_id(), Some("call_1"));
+/// assert_eq!(m.to_value(), json);
 /// ```
 #[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct Message {
-    /// Who wrote it.
-    pub role: Role,
-    /// The content blocks, in order. A plain string in JSON reads as one text block.
-    #[serde(deserialize_with = "de_content")]
-    pub content: RVec<ContentBlock>,
-    /// The session entry this message came from, when it came from a session.
-    #[serde(default, skip_serializing_if = "ROption::is_none", with = "ropt")]
-    pub entry_id: ROption<RString>,
-    /// Milliseconds since the Unix epoch.
-    #[serde(default, skip_serializing_if = "ROption::is_none", with = "ropt")]
-    pub timestamp: ROption<i64>,
-    /// Provider usage, on assistant messages.
-    #[serde(default, skip_serializing_if = "ROption::is_none", with = "ropt")]
-    pub usage: ROption<Usage>,
-    /// For [`Role::Custom`]: what kind of custom message (`compactionSummary`, `hook`, …).
-    #[serde(default, skip_serializing_if = "ROption::is_none", with = "ropt")]
-    pub custom_type: ROption<RString>,
-    /// Fields this version of the API does not model, as a JSON object text.
-    #[serde(default, skip_serializing_if = "ROption::is_none", with = "ropt")]
-    pub extra_json: ROption<RString>,
+    role: Role,
+    /// The role as written, for [`Role::Other`].
+    role_name: ROption<RString>,
+    content: ContentRepr,
+    timestamp: ROption<i64>,
+    /// `toolCallId` (toolResult), `customType` (custom), `fromId` (branchSummary),
+    /// `command` (bashExecution).
+    key: ROption<RString>,
+    /// `toolName` (toolResult), `summary` (summaries), `output` (bashExecution).
+    text2: ROption<RString>,
+    /// `isError` (toolResult), `display` (custom).
+    flag: ROption<bool>,
+    /// `excludeFromContext`.
+    exclude_from_context: ROption<bool>,
+    /// `tokensBefore` (compactionSummary).
+    tokens_before: ROption<u64>,
+    /// `details` (custom).
+    details: ROption<JsonText>,
+    /// Assistant metadata, boxed: most messages are not assistant messages.
+    assistant: ROption<abi_stable::std_types::RBox<AssistantMeta>>,
+    /// Keys this version does not model (or whose value is not of the modelled type).
+    extra: ROption<JsonText>,
+}
+
+/// An assistant message's provider metadata.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Default)]
+struct AssistantMeta {
+    api: ROption<RString>,
+    provider: ROption<RString>,
+    model: ROption<RString>,
+    usage: ROption<Usage>,
+    stop_reason: ROption<RString>,
+    error_message: ROption<RString>,
+}
+
+/// The keys a role models: (json key, slot).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Key,
+    Text2,
+    Flag,
+    TokensBefore,
+    Details,
+    Api,
+    Provider,
+    Model,
+    Usage,
+    StopReason,
+    ErrorMessage,
+}
+
+fn role_slots(role: Role) -> &'static [(&'static str, Slot)] {
+    match role {
+        Role::ToolResult => &[
+            ("toolCallId", Slot::Key),
+            ("toolName", Slot::Text2),
+            ("isError", Slot::Flag),
+        ],
+        Role::Custom => &[
+            ("customType", Slot::Key),
+            ("display", Slot::Flag),
+            ("details", Slot::Details),
+        ],
+        Role::CompactionSummary => &[("summary", Slot::Text2), ("tokensBefore", Slot::TokensBefore)],
+        Role::BranchSummary => &[("summary", Slot::Text2), ("fromId", Slot::Key)],
+        Role::BashExecution => &[("command", Slot::Key), ("output", Slot::Text2)],
+        Role::Assistant => &[
+            ("api", Slot::Api),
+            ("provider", Slot::Provider),
+            ("model", Slot::Model),
+            ("usage", Slot::Usage),
+            ("stopReason", Slot::StopReason),
+            ("errorMessage", Slot::ErrorMessage),
+        ],
+        Role::User | Role::System | Role::Other => &[],
+    }
 }
 
 impl Message {
-    /// A message with one text block.
-    pub fn text(role: Role, text: impl Into<String>) -> Self {
+    fn empty(role: Role) -> Self {
         Message {
             role,
-            content: vec![ContentBlock::Text {
-                text: RString::from(text.into()),
-            }]
-            .into(),
-            entry_id: ROption::RNone,
+            role_name: ROption::RNone,
+            content: ContentRepr::Absent,
             timestamp: ROption::RNone,
-            usage: ROption::RNone,
-            custom_type: ROption::RNone,
-            extra_json: ROption::RNone,
+            key: ROption::RNone,
+            text2: ROption::RNone,
+            flag: ROption::RNone,
+            exclude_from_context: ROption::RNone,
+            tokens_before: ROption::RNone,
+            details: ROption::RNone,
+            assistant: ROption::RNone,
+            extra: ROption::RNone,
         }
     }
 
-    /// A message with the given blocks.
-    pub fn with_blocks(role: Role, blocks: Vec<ContentBlock>) -> Self {
+    /// `{role:"user", content:<text>}`.
+    pub fn user(text: impl Into<String>) -> Self {
         Message {
-            content: blocks.into(),
-            ..Message::text(role, "")
+            content: ContentRepr::Text(RString::from(text.into())),
+            ..Message::empty(Role::User)
         }
     }
 
-    /// The content blocks.
-    pub fn blocks(&self) -> &[ContentBlock] {
-        &self.content
+    /// `{role:"system", content:<text>}`.
+    pub fn system(text: impl Into<String>) -> Self {
+        Message {
+            content: ContentRepr::Text(RString::from(text.into())),
+            ..Message::empty(Role::System)
+        }
     }
 
-    /// The entry id, if the message came from a session.
-    pub fn entry_id(&self) -> Option<&str> {
-        self.entry_id.as_ref().map(|s| s.as_str()).into()
+    /// `{role:"assistant", content:[{type:"text",text}]}`.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Message::assistant_blocks(vec![ContentBlock::text(text)])
     }
 
-    /// All text blocks joined with newlines (thinking, tools and images left out).
-    pub fn plain_text(&self) -> String {
-        let mut out = String::new();
-        for block in self.content.iter() {
-            if let ContentBlock::Text { text } = block {
-                if !out.is_empty() {
-                    out.push('\n');
-                }
-                out.push_str(text);
+    /// `{role:"assistant", content:<blocks>}` (text, thinking, tool calls).
+    pub fn assistant_blocks(blocks: Vec<ContentBlock>) -> Self {
+        Message {
+            content: ContentRepr::Blocks(blocks.into()),
+            ..Message::empty(Role::Assistant)
+        }
+    }
+
+    /// `{role:"toolResult", toolCallId, toolName, content:[{type:"text",text}], isError}`.
+    pub fn tool_result(
+        tool_call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        text: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
+        Message {
+            content: ContentRepr::Blocks(vec![ContentBlock::text(text)].into()),
+            key: ROption::RSome(tool_call_id.into().into()),
+            text2: ROption::RSome(tool_name.into().into()),
+            flag: ROption::RSome(is_error),
+            ..Message::empty(Role::ToolResult)
+        }
+    }
+
+    /// `{role:"custom", customType, content:<text>, display}`.
+    pub fn custom(custom_type: impl Into<String>, text: impl Into<String>, display: bool) -> Self {
+        Message {
+            content: ContentRepr::Text(RString::from(text.into())),
+            key: ROption::RSome(custom_type.into().into()),
+            flag: ROption::RSome(display),
+            ..Message::empty(Role::Custom)
+        }
+    }
+
+    /// `{role:"compactionSummary", summary, tokensBefore}`: what stands for compacted history.
+    pub fn compaction_summary(summary: impl Into<String>, tokens_before: u64) -> Self {
+        Message {
+            text2: ROption::RSome(summary.into().into()),
+            tokens_before: ROption::RSome(tokens_before),
+            ..Message::empty(Role::CompactionSummary)
+        }
+    }
+
+    /// `{role:"branchSummary", summary, fromId}`.
+    pub fn branch_summary(summary: impl Into<String>, from_id: impl Into<String>) -> Self {
+        Message {
+            text2: ROption::RSome(summary.into().into()),
+            key: ROption::RSome(from_id.into().into()),
+            ..Message::empty(Role::BranchSummary)
+        }
+    }
+
+    /// The same message with `timestamp` (ms since the Unix epoch).
+    pub fn with_timestamp(mut self, timestamp_ms: i64) -> Self {
+        self.timestamp = ROption::RSome(timestamp_ms);
+        self
+    }
+
+    /// Reads a message from OpenClaw JSON.
+    ///
+    /// # Errors
+    /// When `value` is not an object or has no string `role`; everything else is accepted
+    /// and kept.
+    pub fn from_value(value: Value) -> Result<Self, MessageError> {
+        let Value::Object(mut map) = value else {
+            return Err(MessageError("a message must be a JSON object".into()));
+        };
+        let role_name = match map.remove("role") {
+            Some(Value::String(name)) => name,
+            Some(other) => {
+                return Err(MessageError(format!(
+                    "a message's \"role\" must be a string, found {other}"
+                )))
             }
+            None => return Err(MessageError("a message needs a \"role\"".into())),
+        };
+        let role = Role::from_name(&role_name);
+        let mut message = Message::empty(role);
+        if role == Role::Other {
+            message.role_name = ROption::RSome(role_name.into());
+        }
+        match map.remove("content") {
+            None => {}
+            Some(Value::String(text)) => message.content = ContentRepr::Text(text.into()),
+            Some(Value::Array(blocks)) => {
+                message.content = ContentRepr::Blocks(
+                    blocks.into_iter().map(ContentBlock::from_value).collect(),
+                )
+            }
+            Some(other) => {
+                map.insert("content".into(), other);
+            }
+        }
+        if let Some(ts) = map.get("timestamp").and_then(exact_i64) {
+            message.timestamp = ROption::RSome(ts);
+            map.remove("timestamp");
+        }
+        if let Some(Value::Bool(b)) = map.get("excludeFromContext") {
+            message.exclude_from_context = ROption::RSome(*b);
+            map.remove("excludeFromContext");
+        }
+        for &(key, slot) in role_slots(role) {
+            if let Some(value) = map.get(key) {
+                if message.set_slot(slot, value) {
+                    map.remove(key);
+                }
+            }
+        }
+        message.extra = extra_text(map);
+        Ok(message)
+    }
+
+    /// Stores `value` in `slot` if it fits exactly; false leaves it for extra.
+    fn set_slot(&mut self, slot: Slot, value: &Value) -> bool {
+        let string = || value.as_str().map(|s| ROption::RSome(RString::from(s)));
+        fn meta(m: &mut Message) -> &mut AssistantMeta {
+            if m.assistant.is_none() {
+                m.assistant = ROption::RSome(abi_stable::std_types::RBox::new(AssistantMeta::default()));
+            }
+            match &mut m.assistant {
+                ROption::RSome(meta) => meta,
+                ROption::RNone => unreachable!(),
+            }
+        }
+        match slot {
+            Slot::Key => string().map(|s| self.key = s).is_some(),
+            Slot::Text2 => string().map(|s| self.text2 = s).is_some(),
+            Slot::Flag => value.as_bool().map(|b| self.flag = ROption::RSome(b)).is_some(),
+            Slot::TokensBefore => match value.as_u64() {
+                Some(n) if value.is_u64() => {
+                    self.tokens_before = ROption::RSome(n);
+                    true
+                }
+                _ => false,
+            },
+            Slot::Details => {
+                self.details = ROption::RSome(JsonText::from_value(value));
+                true
+            }
+            Slot::Api => string().map(|s| meta(self).api = s).is_some(),
+            Slot::Provider => string().map(|s| meta(self).provider = s).is_some(),
+            Slot::Model => string().map(|s| meta(self).model = s).is_some(),
+            Slot::StopReason => string().map(|s| meta(self).stop_reason = s).is_some(),
+            Slot::ErrorMessage => string().map(|s| meta(self).error_message = s).is_some(),
+            Slot::Usage => match serde_json::from_value::<Usage>(value.clone()) {
+                // Typed only when writing it back gives the same value (integers stay
+                // integers, every key present).
+                Ok(usage) if serde_json::to_value(usage).ok().as_ref() == Some(value) => {
+                    meta(self).usage = ROption::RSome(usage);
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+
+    /// The message as OpenClaw JSON.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    // -- accessors ------------------------------------------------------------------------
+
+    /// The role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The role as written (`"toolResult"`, or an unknown role's name).
+    pub fn role_name(&self) -> &str {
+        match (&self.role, &self.role_name) {
+            (Role::Other, ROption::RSome(name)) => name,
+            (role, _) => role.as_str(),
+        }
+    }
+
+    /// The content.
+    pub fn content(&self) -> Content<'_> {
+        match &self.content {
+            ContentRepr::Absent => Content::None,
+            ContentRepr::Text(text) => Content::Text(text),
+            ContentRepr::Blocks(blocks) => Content::Blocks(blocks),
+        }
+    }
+
+    /// The content blocks (empty when the content is a string or absent; see [`Message::content`]).
+    pub fn blocks(&self) -> &[ContentBlock] {
+        self.content().blocks()
+    }
+
+    /// All text (string content, or the text blocks) joined with newlines; for summaries, the
+    /// summary. Thinking, tools and images are left out.
+    pub fn plain_text(&self) -> String {
+        if let Some(summary) = self.summary() {
+            return summary.to_owned();
+        }
+        let mut out = String::new();
+        for text in self.content().texts() {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(text);
         }
         out
     }
 
-    /// The ids of the tool calls this message makes, in order.
+    /// Milliseconds since the Unix epoch, when the message has an integer `timestamp`.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp.into_option()
+    }
+
+    /// Whether `excludeFromContext` is set: the message is kept in the session but never
+    /// shown to the model.
+    pub fn is_excluded_from_context(&self) -> bool {
+        matches!(self.exclude_from_context, ROption::RSome(true))
+    }
+
+    /// The tool calls an assistant message makes, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = ToolCallRef<'_>> {
+        let blocks = if self.role == Role::Assistant {
+            self.blocks()
+        } else {
+            &[]
+        };
+        blocks.iter().filter_map(ContentBlock::as_tool_call)
+    }
+
+    /// The ids of the tool calls an assistant message makes, in order.
     pub fn tool_call_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
+        self.tool_calls().map(|call| call.id)
+    }
+
+    /// The id of the tool call a `toolResult` message answers (`toolCallId`).
+    pub fn tool_result_id(&self) -> Option<&str> {
+        self.key_for(Role::ToolResult)
+    }
+
+    /// A `toolResult`'s `toolName`.
+    pub fn tool_name(&self) -> Option<&str> {
+        self.text2_for(Role::ToolResult)
+    }
+
+    /// A `toolResult`'s `isError`.
+    pub fn is_error(&self) -> Option<bool> {
+        (self.role == Role::ToolResult).then(|| self.flag.into_option()).flatten()
+    }
+
+    /// A `custom` message's `customType`.
+    pub fn custom_type(&self) -> Option<&str> {
+        self.key_for(Role::Custom)
+    }
+
+    /// A `custom` message's `display`.
+    pub fn display(&self) -> Option<bool> {
+        (self.role == Role::Custom).then(|| self.flag.into_option()).flatten()
+    }
+
+    /// A `custom` message's `details`, as JSON text.
+    pub fn details_json(&self) -> Option<&str> {
+        self.details.as_ref().map(JsonText::as_str).into_option()
+    }
+
+    /// The `summary` of a compaction or branch summary.
+    pub fn summary(&self) -> Option<&str> {
+        match self.role {
+            Role::CompactionSummary | Role::BranchSummary => self.text2.as_ref().map(|s| s.as_str()).into_option(),
             _ => None,
-        })
+        }
     }
 
-    /// The ids of the tool calls this message answers, in order.
-    pub fn tool_result_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolResult { tool_call_id, .. } => Some(tool_call_id.as_str()),
-            _ => None,
-        })
+    /// A compaction summary's `tokensBefore`.
+    pub fn tokens_before(&self) -> Option<u64> {
+        self.tokens_before.into_option()
+    }
+
+    /// A branch summary's `fromId`.
+    pub fn from_id(&self) -> Option<&str> {
+        self.key_for(Role::BranchSummary)
+    }
+
+    /// A bash execution's `command`.
+    pub fn command(&self) -> Option<&str> {
+        self.key_for(Role::BashExecution)
+    }
+
+    /// A bash execution's `output`.
+    pub fn output(&self) -> Option<&str> {
+        self.text2_for(Role::BashExecution)
+    }
+
+    /// An assistant message's `api`.
+    pub fn api(&self) -> Option<&str> {
+        self.meta().and_then(|m| m.api.as_ref().map(|s| s.as_str()).into_option())
+    }
+
+    /// An assistant message's `provider`.
+    pub fn provider(&self) -> Option<&str> {
+        self.meta().and_then(|m| m.provider.as_ref().map(|s| s.as_str()).into_option())
+    }
+
+    /// An assistant message's `model`.
+    pub fn model(&self) -> Option<&str> {
+        self.meta().and_then(|m| m.model.as_ref().map(|s| s.as_str()).into_option())
+    }
+
+    /// An assistant message's `usage`.
+    pub fn usage(&self) -> Option<&Usage> {
+        self.meta().and_then(|m| m.usage.as_ref().into_option())
+    }
+
+    /// An assistant message's `stopReason` (`stop`, `toolUse`, `error`, …).
+    pub fn stop_reason(&self) -> Option<&str> {
+        self.meta().and_then(|m| m.stop_reason.as_ref().map(|s| s.as_str()).into_option())
+    }
+
+    /// An assistant message's `errorMessage`.
+    pub fn error_message(&self) -> Option<&str> {
+        self.meta().and_then(|m| m.error_message.as_ref().map(|s| s.as_str()).into_option())
+    }
+
+    /// The value of a key this version does not model (or whose value had another type than
+    /// the modelled one), parsed from the extra object.
+    pub fn extra(&self, key: &str) -> Option<Value> {
+        extra_map(&self.extra).remove(key)
+    }
+
+    fn meta(&self) -> Option<&AssistantMeta> {
+        self.assistant.as_ref().map(|b| &**b).into_option()
+    }
+
+    fn key_for(&self, role: Role) -> Option<&str> {
+        (self.role == role)
+            .then(|| self.key.as_ref().map(|s| s.as_str()).into_option())
+            .flatten()
+    }
+
+    fn text2_for(&self, role: Role) -> Option<&str> {
+        (self.role == role)
+            .then(|| self.text2.as_ref().map(|s| s.as_str()).into_option())
+            .flatten()
+    }
+
+    // -- setters the host needs for imports and repairs -----------------------------------
+
+    /// Sets an assistant message's provider metadata (`api`, `provider`, `model`).
+    pub fn with_model(mut self, api: &str, provider: &str, model: &str) -> Self {
+        if self.role == Role::Assistant {
+            let mut meta = self.meta().cloned().unwrap_or_default();
+            meta.api = ROption::RSome(api.into());
+            meta.provider = ROption::RSome(provider.into());
+            meta.model = ROption::RSome(model.into());
+            self.assistant = ROption::RSome(abi_stable::std_types::RBox::new(meta));
+        }
+        self
+    }
+
+    /// Sets an assistant message's `usage` and `stopReason`.
+    pub fn with_usage(mut self, usage: Usage, stop_reason: &str) -> Self {
+        if self.role == Role::Assistant {
+            let mut meta = self.meta().cloned().unwrap_or_default();
+            meta.usage = ROption::RSome(usage);
+            meta.stop_reason = ROption::RSome(stop_reason.into());
+            self.assistant = ROption::RSome(abi_stable::std_types::RBox::new(meta));
+        }
+        self
+    }
+
+    /// Replaces string content by one text block (OpenClaw's normalisation of assistant and
+    /// toolResult messages on load).
+    pub fn normalize_string_content(&mut self) {
+        if let ContentRepr::Text(text) = &self.content {
+            let block = ContentBlock::text(text.as_str());
+            self.content = ContentRepr::Blocks(vec![block].into());
+        }
     }
 }
 
-/// serde helpers for `ROption<T>` as a plain optional field.
-mod ropt {
-    use super::*;
+/// Why JSON could not be read as a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageError(String);
 
-    pub fn serialize<T: Serialize, S: Serializer>(v: &ROption<T>, s: S) -> Result<S::Ok, S::Error> {
-        v.as_ref().into_option().serialize(s)
-    }
-
-    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<ROption<T>, D::Error> {
-        Ok(Option::<T>::deserialize(d)?.into())
+impl fmt::Display for MessageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-fn ser_json_text<S: Serializer>(text: &RString, s: S) -> Result<S::Ok, S::Error> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(value) => value.serialize(s),
-        Err(_) => text.as_str().serialize(s),
+impl std::error::Error for MessageError {}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let extra = extra_map(&self.extra);
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("role", self.role_name())?;
+        // OpenClaw's key order: role-specific keys around content as OpenClaw writes them.
+        let slots = role_slots(self.role);
+        let (before, after) = slots.split_at(match self.role {
+            Role::ToolResult => 2,
+            Role::Custom => 1,
+            _ => 0,
+        });
+        for &(key, slot) in before {
+            self.serialize_slot(&mut map, key, slot)?;
+        }
+        match &self.content {
+            ContentRepr::Absent => {}
+            ContentRepr::Text(text) => map.serialize_entry("content", text.as_str())?,
+            ContentRepr::Blocks(blocks) => map.serialize_entry("content", blocks.as_slice())?,
+        }
+        for &(key, slot) in after {
+            self.serialize_slot(&mut map, key, slot)?;
+        }
+        if let ROption::RSome(b) = self.exclude_from_context {
+            map.serialize_entry("excludeFromContext", &b)?;
+        }
+        if let ROption::RSome(ts) = self.timestamp {
+            map.serialize_entry("timestamp", &ts)?;
+        }
+        for (key, value) in &extra {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
     }
 }
 
-fn de_json_text<'de, D: Deserializer<'de>>(d: D) -> Result<RString, D::Error> {
-    let value = serde_json::Value::deserialize(d)?;
-    Ok(match value {
-        // OpenAI-style transcripts carry arguments as a JSON text already.
-        serde_json::Value::String(s) => RString::from(s),
-        other => RString::from(other.to_string()),
-    })
+impl Message {
+    fn serialize_slot<M: SerializeMap>(&self, map: &mut M, key: &str, slot: Slot) -> Result<(), M::Error> {
+        let meta = self.meta();
+        fn text(s: &ROption<RString>) -> Option<&str> {
+            s.as_ref().map(|s| s.as_str()).into_option()
+        }
+        match slot {
+            Slot::Key => opt_entry(map, key, text(&self.key)),
+            Slot::Text2 => opt_entry(map, key, text(&self.text2)),
+            Slot::Flag => opt_entry(map, key, self.flag.into_option()),
+            Slot::TokensBefore => opt_entry(map, key, self.tokens_before.into_option()),
+            Slot::Details => opt_entry(map, key, self.details.as_ref().into_option()),
+            Slot::Api => opt_entry(map, key, meta.and_then(|m| text(&m.api))),
+            Slot::Provider => opt_entry(map, key, meta.and_then(|m| text(&m.provider))),
+            Slot::Model => opt_entry(map, key, meta.and_then(|m| text(&m.model))),
+            Slot::Usage => opt_entry(map, key, meta.and_then(|m| m.usage.as_ref().into_option())),
+            Slot::StopReason => opt_entry(map, key, meta.and_then(|m| text(&m.stop_reason))),
+            Slot::ErrorMessage => opt_entry(map, key, meta.and_then(|m| text(&m.error_message))),
+        }
+    }
 }
 
-fn de_content<'de, D: Deserializer<'de>>(d: D) -> Result<RVec<ContentBlock>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Content {
-        Text(String),
-        Blocks(Vec<serde_json::Value>),
+fn opt_entry<M: SerializeMap, T: Serialize>(map: &mut M, key: &str, value: Option<T>) -> Result<(), M::Error> {
+    match value {
+        Some(value) => map.serialize_entry(key, &value),
+        None => Ok(()),
     }
-    Ok(match Content::deserialize(d)? {
-        Content::Text(text) => vec![ContentBlock::Text { text: text.into() }].into(),
-        Content::Blocks(values) => values
-            .into_iter()
-            .map(|value| {
-                let kind = value
-                    .get("type")
-                    .and_then(|t| t.as_str())
-                    .unwrap_or("")
-                    .to_owned();
-                serde_json::from_value::<ContentBlock>(value.clone()).unwrap_or_else(|_| {
-                    ContentBlock::Other {
-                        kind: kind.into(),
-                        json: value.to_string().into(),
-                    }
-                })
-            })
-            .collect(),
-    })
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Message::from_value(Value::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// An integer that writes back as the same JSON number.
+fn exact_i64(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) if n.is_i64() || n.is_u64() => n.as_i64(),
+        _ => None,
+    }
+}
+
+fn take_string(map: &mut Map<String, Value>, key: &str) -> String {
+    match map.remove(key) {
+        Some(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn extra_text(map: Map<String, Value>) -> ROption<JsonText> {
+    if map.is_empty() {
+        ROption::RNone
+    } else {
+        ROption::RSome(JsonText::from_value(&Value::Object(map)))
+    }
+}
+
+fn extra_map(extra: &ROption<JsonText>) -> Map<String, Value> {
+    match extra {
+        ROption::RSome(text) => match serde_json::from_str(text.as_str()) {
+            Ok(Value::Object(map)) => map,
+            _ => Map::new(),
+        },
+        ROption::RNone => Map::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn json_round_trip_keeps_tool_pairs() {
-        let json = r#"{"role":"assistant","content":[{"type":"text","text":"checking"},
-            {"type":"toolCall","id":"c1","name":"get_user","arguments":{"user_id":"mia"}}],
-            "entryId":"a1b2c3d4","timestamp":1715800000000}"#;
-        let m: Message = serde_json::from_str(json).unwrap();
-        assert_eq!(m.tool_call_ids().collect::<Vec<_>>(), ["c1"]);
-        assert_eq!(m.entry_id(), Some("a1b2c3d4"));
-        let back = serde_json::to_value(&m).unwrap();
-        assert_eq!(back["content"][1]["arguments"]["user_id"], "mia");
+    fn round_trip(value: Value) {
+        let message = Message::from_value(value.clone()).unwrap();
+        assert_eq!(message.to_value(), value);
     }
 
     #[test]
-    fn string_content_and_unknown_blocks_are_kept() {
-        let m: Message = serde_json::from_str(
-            r#"{"role":"user","content":[{"type":"audio","data":"x"},{"type":"text","text":"hi"}]}"#,
-        )
-        .unwrap();
-        assert!(matches!(&m.content[0], ContentBlock::Other { kind, .. } if kind == "audio"));
-        let m: Message = serde_json::from_str(r#"{"role":"system","content":"be brief"}"#).unwrap();
-        assert_eq!(m.plain_text(), "be brief");
+    fn every_role_round_trips_with_unknown_keys_and_blocks() {
+        round_trip(json!({"role":"user","content":"hi","timestamp":1}));
+        round_trip(json!({"role":"assistant","content":[
+            {"type":"text","text":"checking","textSignature":"x"},
+            {"type":"thinking","thinking":"hmm","thinkingSignature":"sig","redacted":false},
+            {"type":"toolCall","id":"c1","name":"get_user","arguments":{"user_id":"mia","n":1.5}},
+            {"type":"image","data":"AAAA","mimeType":"image/png"},
+            {"type":"audio","data":"x"}, "a string block", {"type":"text","text":7}],
+            "api":"openai-completions","provider":"openai","model":"gpt-4o",
+            "usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3,
+                     "cost":{"input":0.5,"output":0,"cacheRead":0,"cacheWrite":0,"total":0.5}},
+            "stopReason":"error","errorMessage":"boom","timestamp":2}));
+        round_trip(json!({"role":"toolResult","toolCallId":"c1","toolName":"t",
+            "content":[{"type":"text","text":"{}"}],"isError":false,"timestamp":3,"details":{"a":1}}));
+        round_trip(json!({"role":"custom","customType":"hook","content":[{"type":"text","text":"x"}],
+            "display":false,"details":null,"timestamp":4}));
+        round_trip(json!({"role":"compactionSummary","summary":"s","tokensBefore":4321,"timestamp":5}));
+        round_trip(json!({"role":"branchSummary","summary":"s","fromId":"root","timestamp":6}));
+        round_trip(json!({"role":"bashExecution","command":"ls","output":"a\nb","exitCode":0,
+            "cancelled":false,"truncated":false,"excludeFromContext":true,"timestamp":7}));
+        round_trip(json!({"role":"futureRole","content":{"weird":true},"timestamp":"yesterday"}));
+        // Values of an unexpected type stay verbatim.
+        round_trip(json!({"role":"assistant","content":"plain","usage":{"input":1},"model":null,
+            "timestamp":1.5}));
+        round_trip(json!({"role":"toolResult","toolCallId":5,"isError":"no","content":[]}));
+    }
+
+    #[test]
+    fn accessors_read_openclaws_fields() {
+        let m = Message::from_value(json!({"role":"toolResult","toolCallId":"c1","toolName":"t",
+            "content":[{"type":"text","text":"out"}],"isError":true})).unwrap();
+        assert_eq!((m.tool_result_id(), m.tool_name(), m.is_error()), (Some("c1"), Some("t"), Some(true)));
+        assert_eq!(m.plain_text(), "out");
+        let m = Message::compaction_summary("earlier", 99);
+        assert_eq!((m.summary(), m.tokens_before()), (Some("earlier"), Some(99)));
+        assert_eq!(m.to_value(), json!({"role":"compactionSummary","summary":"earlier","tokensBefore":99}));
+        let m = Message::from_value(json!({"role":"assistant","content":[{"type":"mystery","type2":1}]})).unwrap();
+        assert_eq!(m.blocks()[0].type_name(), "mystery");
+        assert_eq!(m.blocks()[0].kind(), BlockKind::Other);
+    }
+
+    #[test]
+    fn not_a_message_is_an_error() {
+        assert!(Message::from_value(json!([1])).is_err());
+        assert!(Message::from_value(json!({"content":"x"})).is_err());
+        assert!(Message::from_value(json!({"role":3})).is_err());
     }
 }
