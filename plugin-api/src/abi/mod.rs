@@ -6,6 +6,9 @@
 
 pub mod v1;
 
+#[doc(hidden)]
+pub mod layout_report;
+
 pub use v1 as latest;
 
 /// FFI-safe standard types used in the ABI, re-exported so no other crate names `abi_stable`.
