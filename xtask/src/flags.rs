@@ -17,6 +17,9 @@ commands:
                               assemble, a quarantined panic and the rejected variants
   bench [-- <cargo bench args>]
                               build-plugins --release, then `cargo bench -p pincer-host`
+  abi-check [--bless]         compare the layout of every frozen v1 ABI type with the committed
+                              baseline plugin-api/abi/v1.layout.txt (also run by `cargo test`);
+                              --bless rewrites the baseline (only before 1.0 is published)
   new-plugin <id>             start a new engine in plugins/<id>/: a cdylib crate with a working
                               minimal engine and its manifest, added to the workspace members
   help                        print this text
@@ -31,6 +34,7 @@ pub(crate) enum Command {
     Demo,
     Bench { cargo_args: Vec<OsString> },
     NewPlugin { id: String },
+    AbiCheck { bless: bool },
 }
 
 /// A command line that does not match [`USAGE`].
@@ -86,9 +90,11 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
     }
 
     let mut release = false;
+    let mut bless = false;
     for arg in &own {
         match (command.as_str(), arg.to_str()) {
             ("build-plugins", Some("--release")) if !release => release = true,
+            ("abi-check", Some("--bless")) if !bless => bless = true,
             _ => {
                 return Err(UsageError(format!(
                     "unexpected argument {arg:?} for `{command}`"
@@ -104,6 +110,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
             cargo_args: pass_through,
         }),
         "demo" => Ok(Command::Demo),
+        "abi-check" => Ok(Command::AbiCheck { bless }),
         "bench" => Ok(Command::Bench {
             cargo_args: pass_through,
         }),
@@ -146,6 +153,10 @@ mod tests {
             })
         );
         assert!(parse_strs(&["new-plugin"]).is_err());
+        assert_eq!(
+            parse_strs(&["abi-check", "--bless"]),
+            Ok(Command::AbiCheck { bless: true })
+        );
         assert_eq!(
             parse_strs(&["bench"]),
             Ok(Command::Bench {

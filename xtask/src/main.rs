@@ -6,9 +6,10 @@
 //!
 //! Each task lives in its own module with a `run` function:
 //! `build_plugins` builds the plugin `cdylib`s and stages them with their manifests,
-//! `test`, `demo` and `bench` build on it, `new_plugin` starts an engine from a template,
+//! `test`, `demo` and `bench` build on it, `abi_check` guards the frozen ABI, `new_plugin` starts an engine from a template,
 //! and `tidy` is a plain `#[test]` that `cargo test --workspace` runs.
 
+mod abi_check;
 mod bench;
 mod build_plugins;
 mod demo;
@@ -62,5 +63,6 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Demo => demo::run(&ws),
         Command::Bench { cargo_args } => bench::run(&ws, &cargo_args),
         Command::NewPlugin { id } => new_plugin::run(&ws, &id),
+        Command::AbiCheck { bless } => abi_check::run(bless),
     }
 }
