@@ -147,6 +147,7 @@
 pub mod abi;
 mod author;
 pub mod extension;
+pub mod interop;
 pub mod loading;
 pub mod testing;
 pub mod tokens;

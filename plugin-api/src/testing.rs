@@ -86,6 +86,15 @@ pub struct TestHost {
     state: Arc<State>,
 }
 
+impl std::fmt::Debug for TestHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestHost")
+            .field("logs", &self.logs().len())
+            .field("delegated_compactions", &self.delegated_compactions())
+            .finish()
+    }
+}
+
 struct Services(Arc<State>);
 
 impl HostServicesAbi for Services {
@@ -366,14 +375,19 @@ fn opt<'a>(value: Option<&'a str>) -> ROption<RStr<'a>> {
 }
 
 impl TestEngine {
-    /// Creates engine `E` with `config`, through the factory its library exports
+    /// Creates engine `E` with `config` (`null`: no config), through the factory its library exports
     /// ([`crate::export_engine!`] in the same crate), and reads its info.
     ///
     /// # Errors
     /// What the factory or `info` returns (a panic comes back as [`EngineError::Panicked`]).
     pub fn new<E: Exported>(host: &TestHost, config: serde_json::Value) -> Result<Self, EngineError> {
         crate::author::export::LABEL_ALL_CALLS.store(true, Ordering::Relaxed);
-        let config_json = config.to_string();
+        // `null` stands for an entry without config, which the host passes as empty text.
+        let config_json = if config.is_null() {
+            String::new()
+        } else {
+            config.to_string()
+        };
         let params = abi::FactoryParams {
             engine_id: RStr::from_str(E::ID),
             config_json: RStr::from_str(&config_json),

@@ -116,8 +116,8 @@ pub struct HostParams<'a> {
     pub runtime_context_json: Option<&'a str>,
     /// `runtimeContext.promptCache`.
     pub prompt_cache: Option<PromptCache<'a>>,
-    /// The call's abort signal (one that never fires when the host passed none).
-    pub abort_signal: &'a AbortSignal,
+    /// `abortSignal`: the call's abort signal, unless the host projected it away.
+    pub abort_signal: Option<&'a AbortSignal>,
 }
 
 impl<'a> HostParams<'a> {
@@ -141,13 +141,13 @@ impl<'a> HostParams<'a> {
                 last_cache_touch_at: c.last_cache_touch_at.into_option(),
                 expires_at: c.expires_at.into_option(),
             }),
-            abort_signal: raw.abort_signal.into_option().unwrap_or(AbortSignal::never()),
+            abort_signal: raw.abort_signal.into_option(),
         }
     }
 
-    /// Whether the call's abort signal fired.
+    /// Whether the call's abort signal fired (false without a signal).
     pub fn is_aborted(&self) -> bool {
-        self.abort_signal.is_aborted()
+        self.abort_signal.is_some_and(AbortSignal::is_aborted)
     }
 
     /// `Err(EngineError::Aborted)` once the abort signal fired: `params.host.check_abort()?`
@@ -156,7 +156,10 @@ impl<'a> HostParams<'a> {
     /// # Errors
     /// When the signal fired.
     pub fn check_abort(&self) -> Result<(), EngineError> {
-        self.abort_signal.check()
+        match self.abort_signal {
+            Some(signal) => signal.check(),
+            None => Ok(()),
+        }
     }
 }
 

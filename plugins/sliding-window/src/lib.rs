@@ -115,10 +115,10 @@ impl Engine for SlidingWindow {
         SlidingWindow::new(ctx.config()?, host)
     }
 
-    fn info(&self) -> EngineInfo {
-        EngineInfo::new(Self::ID, "Sliding window", env!("CARGO_PKG_VERSION"))
-            .with_owns_compaction(false)
-            .with_accepted_host_params(&["sessionKey", "abortSignal"])
+    fn info(&self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("Sliding window", env!("CARGO_PKG_VERSION"))
+            .owns_compaction(false)
+            .accepted_host_params(&["sessionKey", "abortSignal"]))
     }
 
     fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
@@ -127,14 +127,12 @@ impl Engine for SlidingWindow {
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
         params.host.check_abort()?;
-        let messages = params.messages.as_slice();
-        let budget = self
-            .config
-            .effective_budget(params.token_budget.into_option());
+        let messages = params.messages;
+        let budget = self.config.effective_budget(params.token_budget);
         let window = select_window(messages, budget, &self.config.window_options());
         let kept = window.len();
         tracing::debug!(
-            session_key = params.host.session_key().unwrap_or(""),
+            session_key = params.host.session_key.unwrap_or(""),
             kept,
             dropped = messages.len() - kept,
             kept_tokens = window.tokens,
@@ -147,7 +145,7 @@ impl Engine for SlidingWindow {
         for range in window.kept {
             context.keep_range(range);
         }
-        Ok(context.finish(window.tokens))
+        Ok(context.estimated_tokens(window.tokens).finish())
     }
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {

@@ -10,8 +10,8 @@
 //! 1. **Pinned system prompt.** With `keep_system`, every [`Role::System`] message before the
 //!    first other message is kept and counted against the budget. Without it they are ordinary
 //!    messages (the oldest, so the first to go).
-//! 2. **Tool pairing.** Every [`ContentBlock::ToolResult`] is paired with the *nearest preceding*
-//!    [`ContentBlock::ToolCall`] of the same id, else with the *nearest following* one (a result
+//! 2. **Tool pairing.** Every `toolResult` message is paired with the *nearest preceding*
+//!    tool call (an assistant message's `toolCall` block) of its `toolCallId`, else with the *nearest following* one (a result
 //!    recorded before its call). So an id reused for a later, different call pairs each result
 //!    with its own call.
 //! 3. **Atomic groups.** The window is a suffix of the transcript (after the pinned system
@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use pincer_plugin_api::tokens::estimate_message_tokens;
-use pincer_plugin_api::{ContentBlock, Message, Role};
+use pincer_plugin_api::{Message, Role};
 
 /// How the window is chosen, besides the budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,14 +130,14 @@ impl Group {
 /// `budget` (see the module docs for every rule). `budget` is `None` when there is none.
 ///
 /// ```
-/// use pincer_plugin_api::{Message, Role};
+/// use pincer_plugin_api::Message;
 /// use sliding_window::{select_window, WindowOptions};
 ///
 /// let messages = [
-///     Message::text(Role::System, "Be brief."),         // 3 tokens
-///     Message::text(Role::User, "an old question"),     // 4
-///     Message::text(Role::Assistant, "an old answer"),  // 4
-///     Message::text(Role::User, "a new question"),      // 4
+///     Message::system("Be brief."),         // 3 tokens
+///     Message::user("an old question"),     // 4
+///     Message::assistant("an old answer"),  // 4
+///     Message::user("a new question"),      // 4
 /// ];
 /// let options = WindowOptions { min_messages: 1, keep_system: true };
 /// let window = select_window(&messages, Some(8), &options);
@@ -149,7 +149,7 @@ pub fn select_window(messages: &[Message], budget: Option<u64>, options: &Window
     let pinned_end = if options.keep_system {
         messages
             .iter()
-            .position(|m| m.role != Role::System)
+            .position(|m| m.role() != Role::System)
             .unwrap_or(n)
     } else {
         0
@@ -175,7 +175,7 @@ pub fn select_window(messages: &[Message], budget: Option<u64>, options: &Window
         reach = reach.min(slots[j].low.max(pinned_end));
         if !dropped(j) {
             group.tokens = group.tokens.saturating_add(slots[j].tokens);
-            group.counted += usize::from(messages[j].role != Role::System);
+            group.counted += usize::from(messages[j].role() != Role::System);
             group.first_kept = Some(j);
         }
         if reach < j {
@@ -197,7 +197,7 @@ pub fn select_window(messages: &[Message], budget: Option<u64>, options: &Window
     let window_start = groups.last().map_or(n, |g| g.start);
     if first_regular.is_some_and(|first| first < window_start) {
         let starts_with_user =
-            |g: &Group| g.first_kept.is_some_and(|k| messages[k].role == Role::User);
+            |g: &Group| g.first_kept.is_some_and(|k| messages[k].role() == Role::User);
         if let Some(target) = groups.iter().rposition(starts_with_user) {
             while groups.len() > target + 1 {
                 let oldest = groups[groups.len() - 1];
@@ -251,46 +251,26 @@ fn analyse(messages: &[Message]) -> Vec<Slot> {
         })
         .collect();
     for (index, message) in messages.iter().enumerate() {
-        let mut results = 0usize;
-        let mut matched = 0usize;
-        let mut makes_calls = false;
-        let mut only_results = true;
-        for block in message.content.iter() {
-            match block {
-                ContentBlock::ToolResult { tool_call_id, .. } => {
-                    results += 1;
-                    let Some(sites) = calls.get(tool_call_id.as_str()) else {
-                        continue;
-                    };
-                    matched += 1;
-                    // Nearest preceding call, else the nearest following one (the first).
-                    let call = sites.latest.unwrap_or(sites.first);
-                    let (early, late) = if call < index {
-                        (call, index)
-                    } else {
-                        (index, call)
-                    };
-                    slots[late].low = slots[late].low.min(early);
-                }
-                ContentBlock::ToolCall { .. } => {
-                    makes_calls = true;
-                    only_results = false;
-                }
-                _ => only_results = false,
+        let mut matched = false;
+        if let Some(id) = message.tool_result_id() {
+            if let Some(sites) = calls.get(id) {
+                matched = true;
+                // Nearest preceding call, else the nearest following one (the first).
+                let call = sites.latest.unwrap_or(sites.first);
+                let (early, late) = if call < index {
+                    (call, index)
+                } else {
+                    (index, call)
+                };
+                slots[late].low = slots[late].low.min(early);
             }
         }
-        if makes_calls {
-            for id in message.tool_call_ids() {
-                if let Some(sites) = calls.get_mut(id) {
-                    sites.latest = Some(index);
-                }
+        for id in message.tool_call_ids() {
+            if let Some(sites) = calls.get_mut(id) {
+                sites.latest = Some(index);
             }
         }
-        let answers = results > 0 || message.role == Role::ToolResult;
-        slots[index].orphan = answers
-            && matched == 0
-            && !makes_calls
-            && (message.role == Role::ToolResult || only_results);
+        slots[index].orphan = message.role() == Role::ToolResult && !matched;
     }
     slots
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{calls, check_window, result, text};
-use pincer_plugin_api::{ContentBlock, Message, Role};
+use pincer_plugin_api::{Message, Role};
 use sliding_window::{select_window, WindowOptions};
 
 /// Knuth's MMIX linear congruential generator: deterministic, no dependency.
@@ -71,14 +71,7 @@ fn transcript(rng: &mut Lcg) -> Vec<Message> {
                     if rng.chance(10) {
                         messages.push(text(Role::Assistant, rng.below(50)));
                     }
-                    if rng.chance(5) {
-                        // Anthropic style: the result travels in a user message.
-                        let mut res = res;
-                        res.role = Role::User;
-                        messages.push(res);
-                    } else {
-                        messages.push(res);
-                    }
+                    messages.push(res);
                 }
             }
             85..=89 => {
@@ -87,12 +80,17 @@ fn transcript(rng: &mut Lcg) -> Vec<Message> {
             }
             90..=94 => messages.push(text(Role::System, rng.below(60))),
             _ => {
-                let mut custom = text(Role::Custom, rng.below(100));
-                if rng.chance(30) {
-                    custom.content.push(ContentBlock::Thinking {
-                        thinking: "hmm".into(),
-                    });
-                }
+                let body = "x".repeat(rng.below(100));
+                let custom = if rng.chance(30) {
+                    // A custom message with blocks, one of them not text.
+                    Message::from_value(serde_json::json!({
+                        "role": "custom", "customType": "note", "display": true,
+                        "content": [{"type": "text", "text": body}, {"type": "thinking", "thinking": "hmm"}],
+                    }))
+                    .expect("a custom message")
+                } else {
+                    Message::custom("note", body, true)
+                };
                 messages.push(custom);
             }
         }
@@ -120,9 +118,9 @@ fn random_transcripts_keep_every_invariant() {
         let label = format!("case {case} (budget {budget:?}, {options:?})");
         check_window(&label, &messages, budget, &options, &window);
         over_budget += usize::from(window.over_budget);
-        let first_body = window.indices().find(|&i| messages[i].role != Role::System);
+        let first_body = window.indices().find(|&i| messages[i].role() != Role::System);
         trimmed_to_user +=
-            usize::from(first_body.is_some_and(|i| i > 0 && messages[i].role == Role::User));
+            usize::from(first_body.is_some_and(|i| i > 0 && messages[i].role() == Role::User));
     }
     // The generator exercises the interesting paths.
     assert!(over_budget > 50, "only {over_budget} forced windows");

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::check_window;
-use pincer_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+use pincer_plugin_api::Message;
 use serde_json::Value;
 use sliding_window::{select_window, WindowOptions};
 
@@ -16,44 +16,15 @@ const DATA: &str = concat!(
     "/../../../shared/data/tau-bench-airline/gpt-4o-airline.shared.json"
 );
 
-fn text_of(value: &Value) -> String {
-    value.as_str().unwrap_or_default().to_owned()
-}
-
-/// One OpenAI chat message as a pincer message.
-fn convert(value: &Value) -> Message {
-    let content = text_of(&value["content"]);
-    match value["role"].as_str() {
-        Some("system") => Message::text(Role::System, content),
-        Some("user") => Message::text(Role::User, content),
-        Some("tool") => Message::with_blocks(
-            Role::ToolResult,
-            vec![ContentBlock::ToolResult {
-                tool_call_id: text_of(&value["tool_call_id"]).into(),
-                content: vec![ToolResultPart::Text {
-                    text: content.into(),
-                }]
-                .into(),
-                is_error: false,
-            }],
-        ),
-        _ => {
-            let mut blocks = Vec::new();
-            if !content.is_empty() {
-                blocks.push(ContentBlock::Text {
-                    text: content.into(),
-                });
-            }
-            for call in value["tool_calls"].as_array().into_iter().flatten() {
-                blocks.push(ContentBlock::ToolCall {
-                    id: text_of(&call["id"]).into(),
-                    name: text_of(&call["function"]["name"]).into(),
-                    arguments_json: text_of(&call["function"]["arguments"]).into(),
-                });
-            }
-            Message::with_blocks(Role::Assistant, blocks)
-        }
+/// A system prompt (OpenClaw keeps it out of the session; this engine pins it when a host
+/// keeps it in the transcript) and the rest of the transcript mapped as OpenClaw's golden data.
+fn convert(traj: &[Value]) -> Vec<Message> {
+    let mut messages = Vec::new();
+    if let Some(system) = traj.first().filter(|m| m["role"] == "system") {
+        messages.push(Message::system(system["content"].as_str().unwrap_or_default()));
     }
+    messages.extend(pincer_plugin_api::interop::openai_chat_messages(traj));
+    messages
 }
 
 #[test]
@@ -72,12 +43,7 @@ fn tau_bench_airline_transcripts_keep_every_invariant() {
     let mut reusing = 0;
     let mut windows = 0;
     for task in &tasks {
-        let messages: Vec<Message> = task["traj"]
-            .as_array()
-            .expect("traj")
-            .iter()
-            .map(convert)
-            .collect();
+        let messages = convert(task["traj"].as_array().expect("traj"));
         let ids: Vec<&str> = messages.iter().flat_map(Message::tool_call_ids).collect();
         let mut unique = ids.clone();
         unique.sort_unstable();

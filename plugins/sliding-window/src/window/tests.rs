@@ -1,13 +1,18 @@
 //! Unit tests of [`select_window`]: one transcript shape per rule.
 
 use pincer_plugin_api::tokens::estimate_message_tokens;
-use pincer_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+use pincer_plugin_api::{ContentBlock, Message, Role};
 
 use super::*;
 
 /// A text message of exactly `tokens` estimated tokens.
 fn text(role: Role, tokens: usize) -> Message {
-    Message::text(role, "x".repeat(tokens * 4))
+    let body = "x".repeat(tokens * 4);
+    match role {
+        Role::User => Message::user(body),
+        Role::Assistant => Message::assistant(body),
+        _ => Message::system(body),
+    }
 }
 
 fn user(tokens: usize) -> Message {
@@ -26,28 +31,14 @@ fn system(tokens: usize) -> Message {
 fn calls(ids: &[&str]) -> Message {
     let blocks = ids
         .iter()
-        .map(|id| ContentBlock::ToolCall {
-            id: (*id).into(),
-            name: "f".into(),
-            arguments_json: r#"{"a":"0123456"}"#.into(),
-        })
+        .map(|id| ContentBlock::tool_call(*id, "f", &serde_json::json!({"a": "0123456"})))
         .collect();
-    Message::with_blocks(Role::Assistant, blocks)
+    Message::assistant_blocks(blocks)
 }
 
 /// A tool-result message answering `id` with `tokens` tokens of output.
 fn result(id: &str, tokens: usize) -> Message {
-    Message::with_blocks(
-        Role::ToolResult,
-        vec![ContentBlock::ToolResult {
-            tool_call_id: id.into(),
-            content: vec![ToolResultPart::Text {
-                text: "r".repeat(tokens * 4).into(),
-            }]
-            .into(),
-            is_error: false,
-        }],
-    )
+    Message::tool_result(id, "f", "r".repeat(tokens * 4), false)
 }
 
 const DEFAULTS: WindowOptions = WindowOptions {
@@ -230,15 +221,13 @@ fn orphans_are_kept_when_they_are_all_there_is() {
 }
 
 #[test]
-fn a_user_message_carrying_only_unmatched_results_is_an_orphan_but_not_one_with_text() {
-    let mut with_text = result("gone", 1);
-    with_text.role = Role::User;
-    with_text.content.push(ContentBlock::Text {
-        text: "and also".into(),
-    });
-    let mut bare = result("gone", 1);
-    bare.role = Role::User;
-    let messages = [user(1), bare, with_text, assistant(1)];
+fn a_tool_result_without_a_call_id_is_an_orphan() {
+    let no_id = Message::from_value(serde_json::json!({
+        "role": "toolResult", "toolName": "f", "content": [{"type": "text", "text": "rrrr"}],
+        "isError": false,
+    }))
+    .unwrap();
+    let messages = [user(1), no_id, user(1), assistant(1)];
     assert_eq!(select(&messages, None, &DEFAULTS), [0, 2, 3]);
 }
 
@@ -387,7 +376,7 @@ fn a_hundred_thousand_messages_is_linear() {
     let window = select_window(&messages, Some(128_000), &DEFAULTS);
     let elapsed = started.elapsed();
     assert!(window.tokens <= 128_000);
-    assert_eq!(messages[window.kept[1].start].role, Role::User);
+    assert_eq!(messages[window.kept[1].start].role(), Role::User);
     // Generous even for an unoptimised debug build; quadratic behaviour takes minutes.
     assert!(elapsed.as_secs() < 5, "took {elapsed:?}");
     let everything = select_window(&messages, None, &DEFAULTS);

@@ -5,40 +5,32 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use pincer_plugin_api::tokens::estimate_message_tokens;
-use pincer_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+use pincer_plugin_api::{ContentBlock, Message, Role};
 use sliding_window::{Window, WindowOptions};
 
 /// A text message of `chars` ASCII characters.
 pub fn text(role: Role, chars: usize) -> Message {
-    Message::text(role, "x".repeat(chars))
+    let body = "x".repeat(chars);
+    match role {
+        Role::User => Message::user(body),
+        Role::Assistant => Message::assistant(body),
+        Role::System => Message::system(body),
+        other => panic!("no text builder for {other}"),
+    }
 }
 
 /// An assistant message calling `ids`.
 pub fn calls(ids: &[&str]) -> Message {
     let blocks = ids
         .iter()
-        .map(|id| ContentBlock::ToolCall {
-            id: (*id).into(),
-            name: "lookup".into(),
-            arguments_json: r#"{"q":1}"#.into(),
-        })
+        .map(|id| ContentBlock::tool_call(*id, "lookup", &serde_json::json!({"q": 1})))
         .collect();
-    Message::with_blocks(Role::Assistant, blocks)
+    Message::assistant_blocks(blocks)
 }
 
 /// A tool-result message answering `id` with `chars` characters.
 pub fn result(id: &str, chars: usize) -> Message {
-    Message::with_blocks(
-        Role::ToolResult,
-        vec![ContentBlock::ToolResult {
-            tool_call_id: id.into(),
-            content: vec![ToolResultPart::Text {
-                text: "r".repeat(chars).into(),
-            }]
-            .into(),
-            is_error: false,
-        }],
-    )
+    Message::tool_result(id, "lookup", "r".repeat(chars), false)
 }
 
 fn call_ids(message: &Message) -> Vec<&str> {
@@ -50,7 +42,7 @@ fn call_ids(message: &Message) -> Vec<&str> {
 pub fn reference_pairs(messages: &[Message]) -> Vec<(usize, usize)> {
     let mut pairs = Vec::new();
     for (j, message) in messages.iter().enumerate() {
-        for id in message.tool_result_ids() {
+        if let Some(id) = message.tool_result_id() {
             let preceding = (0..j).rev().find(|&i| call_ids(&messages[i]).contains(&id));
             let following = || (j..messages.len()).find(|&i| call_ids(&messages[i]).contains(&id));
             if let Some(i) = preceding.or_else(following) {
@@ -63,23 +55,14 @@ pub fn reference_pairs(messages: &[Message]) -> Vec<(usize, usize)> {
     pairs
 }
 
-/// Whether message `j` is an orphan result: it answers calls, none of which is in the
-/// transcript, makes none itself, and is nothing but results.
+/// Whether message `j` is an orphan result: a `toolResult` whose call is nowhere in the
+/// transcript.
 pub fn reference_orphan(messages: &[Message], j: usize) -> bool {
     let message = &messages[j];
-    let results: Vec<&str> = message.tool_result_ids().collect();
-    let answers = !results.is_empty() || message.role == Role::ToolResult;
-    let any_matched = results
-        .iter()
-        .any(|id| messages.iter().any(|m| call_ids(m).contains(id)));
-    let only_results = message
-        .content
-        .iter()
-        .all(|b| matches!(b, ContentBlock::ToolResult { .. }));
-    answers
-        && !any_matched
-        && call_ids(message).is_empty()
-        && (message.role == Role::ToolResult || only_results)
+    message.role() == Role::ToolResult
+        && !message
+            .tool_result_id()
+            .is_some_and(|id| messages.iter().any(|m| call_ids(m).contains(&id)))
 }
 
 /// The pinned prefix: the leading system messages when `keep_system`.
@@ -87,7 +70,7 @@ pub fn pinned_end(messages: &[Message], options: &WindowOptions) -> usize {
     if options.keep_system {
         messages
             .iter()
-            .take_while(|m| m.role == Role::System)
+            .take_while(|m| m.role() == Role::System)
             .count()
     } else {
         0
@@ -130,7 +113,7 @@ pub fn reference_select(
     for &start in &cuts {
         let kept = (start..end).filter(|&j| !dropped(j));
         let group_tokens: u64 = kept.clone().map(tokens).sum();
-        let group_counted = kept.filter(|&j| messages[j].role != Role::System).count();
+        let group_counted = kept.filter(|&j| messages[j].role() != Role::System).count();
         let fits = remaining.is_none_or(|r| total + group_tokens <= r);
         if !fits && counted >= options.min_messages {
             break;
@@ -146,7 +129,7 @@ pub fn reference_select(
     let user_first = |&(s, e, _, _): &(usize, usize, u64, usize)| {
         (s..e)
             .find(|&j| !dropped(j))
-            .is_some_and(|j| messages[j].role == Role::User)
+            .is_some_and(|j| messages[j].role() == Role::User)
     };
     if cut_something {
         if let Some(target) = window.iter().position(user_first) {
@@ -235,7 +218,7 @@ pub fn check_window(
     let body: Vec<usize> = kept.iter().copied().filter(|&i| i >= pinned).collect();
     let counted_from = |from: usize| {
         body.iter()
-            .filter(|&&i| i >= from && messages[i].role != Role::System)
+            .filter(|&&i| i >= from && messages[i].role() != Role::System)
             .count()
     };
     if let Some(budget) = budget {
@@ -264,7 +247,7 @@ pub fn check_window(
     // not count: they are never sent).
     let available = (pinned..n)
         .filter(|&j| {
-            messages[j].role != Role::System && (all_orphans || !reference_orphan(messages, j))
+            messages[j].role() != Role::System && (all_orphans || !reference_orphan(messages, j))
         })
         .count();
     assert!(
@@ -276,8 +259,8 @@ pub fn check_window(
     // kept user message that starts a group would leave fewer than minMessages.
     if let Some(&first) = body.first() {
         let cut_something = (pinned..first).any(|j| all_orphans || !reference_orphan(messages, j));
-        if cut_something && messages[first].role != Role::User {
-            for &u in body.iter().filter(|&&i| messages[i].role == Role::User) {
+        if cut_something && messages[first].role() != Role::User {
+            for &u in body.iter().filter(|&&i| messages[i].role() == Role::User) {
                 if valid_cut(&pairs, pinned, u) {
                     assert!(
                         counted_from(u) < options.min_messages,

@@ -4,7 +4,7 @@
 //!
 //! Config (`plugins.entries.faulty.config`): one key per method (`factory`, `info`, `ingest`,
 //! `ingestBatch`, `assemble`, `compact`, `bootstrap`, `afterTurn`, `maintain`,
-//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `dispose`, `rollback`) with a
+//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`) with a
 //! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pincer_plugin_api::prelude::*;
-use pincer_plugin_api::{HostParams, ToolCallResult};
+use pincer_plugin_api::{AbortSignal, HostParams, ToolCallResult};
 use serde::Deserialize;
 
 /// What a method does when called.
@@ -33,6 +33,9 @@ pub enum Behaviour {
     HangUntilAbort,
     /// Return `EngineError::Aborted` at once, though nothing was aborted.
     AbortError,
+    /// Hostile: write the call's read-only abort signal through a raw pointer (as no safe
+    /// code can), then fail with `EngineError::Aborted`, hoping to dodge the quarantine.
+    ForgeAbort,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -100,6 +103,14 @@ fn act(
         Behaviour::AbortError => Err(EngineError::aborted(format!(
             "faulty: claims {method} was aborted"
         ))),
+        Behaviour::ForgeAbort => {
+            if let Some(signal) = host.and_then(|h| h.abort_signal) {
+                forge_abort(signal);
+            }
+            Err(EngineError::aborted(format!(
+                "faulty: fired the abort signal itself in {method}"
+            )))
+        }
         Behaviour::HangUntilAbort => {
             let start = Instant::now();
             while start.elapsed() < hang {
@@ -111,6 +122,15 @@ fn act(
             Ok(())
         }
     }
+}
+
+/// Sets the signal's flag behind the host's back. The signal's only field is an `AtomicBool`
+/// (`#[repr(C)]`), so a hostile engine can do this; the host must not believe it.
+fn forge_abort(signal: &AbortSignal) {
+    let flag = signal as *const AbortSignal as *const std::sync::atomic::AtomicBool;
+    // SAFETY: `AbortSignal` is `#[repr(C)]` with one `AtomicBool` field; writing an atomic
+    // through a shared reference is allowed. This is the hostile act the test needs.
+    unsafe { (*flag).store(true, Ordering::Release) };
 }
 
 impl Faulty {
@@ -182,26 +202,24 @@ impl Engine for Faulty {
         })
     }
 
-    fn info(&self) -> EngineInfo {
-        if let Err(err) = self.on("info", None) {
-            // `info` cannot return an error in the authoring API; a failure is a panic.
-            panic!("{err}");
-        }
-        let mut info = EngineInfo::new(Self::ID, "Faulty (test only)", env!("CARGO_PKG_VERSION"))
-            .with_owns_compaction(self.owns_compaction)
-            .with_tool(
+    fn info(&self) -> Result<EngineInfo, EngineError> {
+        self.on("info", None)?;
+        let object = serde_json::json!({ "type": "object" });
+        let mut info = EngineInfo::new("Faulty (test only)", env!("CARGO_PKG_VERSION"))
+            .owns_compaction(self.owns_compaction)
+            .tool(
                 "faulty_echo",
                 "Echoes its arguments (test only).",
-                r#"{"type":"object"}"#,
+                object.clone(),
             )
-            .with_tool(
+            .tool(
                 "faulty_calls",
                 "How often each method was called (test only).",
-                r#"{"type":"object"}"#,
+                object,
             );
         if let Some(params) = &self.accepted_host_params {
             let params: Vec<&str> = params.iter().map(String::as_str).collect();
-            info = info.with_accepted_host_params(&params);
+            info = info.accepted_host_params(&params);
         }
         for (operation, req) in &self.host_requirements {
             if let Some(op) = HostOperation::parse(operation) {
@@ -210,10 +228,10 @@ impl Engine for Faulty {
                     .iter()
                     .map(String::as_str)
                     .collect();
-                info = info.with_host_requirement(op, &caps, req.unsupported_message.as_deref());
+                info = info.host_requirement(op, &caps, req.unsupported_message.as_deref());
             }
         }
-        info
+        Ok(info)
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
@@ -223,20 +241,21 @@ impl Engine for Faulty {
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
         self.on("assemble", Some(&params.host))?;
-        let mut context = ContextBuilder::new();
-        context.keep_range(0..params.messages.len());
         // Report which host parameters arrived, so tests can see the host's projection.
-        context.system_prompt_addition(format!(
-            "faulty engine was here; host params: {}",
-            received_host_params(&params.host).join(",")
-        ));
-        Ok(context.finish(self.host.estimate_tokens(&params.messages)))
+        Ok(ContextBuilder::new()
+            .keep_range(0..params.messages.len())
+            .system_prompt_addition(format!(
+                "faulty engine was here; host params: {}",
+                received_host_params(&params.host).join(",")
+            ))
+            .estimated_tokens(self.host.estimate_tokens(params.messages))
+            .finish())
     }
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
         self.on("compact", Some(&params.host))?;
         // Report what arrived instead of compacting: tests read the projection from here.
-        Ok(CompactResult::nothing_to_do(&format!(
+        Ok(CompactResult::nothing_to_do(format!(
             "faulty does not compact; host params: {}",
             received_host_params(&params.host).join(",")
         )))
@@ -301,23 +320,26 @@ impl SubagentEnded for Faulty {
 
 impl Tools for Faulty {
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineError> {
-        if params.tool_name.as_str() == "faulty_calls" {
+        if params.tool_name == "faulty_calls" {
             // How often each method was called, as JSON (not counted itself).
             let counts = self
                 .per_method
                 .lock()
                 .map(|c| c.clone())
                 .unwrap_or_default();
-            return Ok(ToolCallResult {
-                content: serde_json::to_string(&counts).unwrap_or_default().into(),
-                is_error: false,
-            });
+            return Ok(ToolCallResult::ok(
+                serde_json::to_string(&counts).unwrap_or_default(),
+            ));
         }
         self.on("callTool", Some(&params.host))?;
-        Ok(ToolCallResult {
-            content: params.arguments_json.as_str().into(),
-            is_error: false,
-        })
+        Ok(ToolCallResult::ok(params.arguments_json))
+    }
+}
+
+impl CommitTurn for Faulty {
+    fn commit_turn(&self, params: &CommitTurnParams<'_>) -> Result<CommitTurnStatus, EngineError> {
+        self.on("commitTurn", Some(&params.host))?;
+        Ok(CommitTurnStatus::Committed)
     }
 }
 
