@@ -11,8 +11,8 @@ use std::sync::Arc;
 use pincer_plugin_api::prelude::*;
 use pincer_plugin_api::{into_engine_box, optional_fns};
 
-use crate::engine::{EngineCallError, EngineInstance, EngineOrigin};
-use crate::services::HostServices;
+use crate::engines::instance::{EngineCallError, EngineInstance, EngineOrigin};
+use crate::engines::services::HostServices;
 
 /// The id of the legacy engine.
 pub const LEGACY_ENGINE_ID: &str = "legacy";

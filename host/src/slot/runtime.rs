@@ -13,20 +13,21 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::bounded::{self, Deadline, Overrun};
 use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome, DEFAULT_ENGINE_ID};
-use crate::engine::{EngineCallError, EngineInstance, Requirement};
+use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::instance::{EngineCallError, EngineInstance, Requirement};
 use crate::engines::legacy::{create_legacy, LEGACY_ENGINE_ID};
-use crate::guarded::{GuardedEngine, Timeouts};
-use crate::loader::{discover_plugin_dirs, EngineDirs, LoadedLibrary, Loader};
-use crate::quarantine::Quarantine;
-use crate::registry::{
+use crate::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use crate::plugins::discovery::discover_plugin_dirs;
+use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use crate::slot::guarded::{GuardedEngine, Timeouts};
+use crate::slot::quarantine::Quarantine;
+use crate::slot::registry::{
     owner_plugin_id, validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
     Registration, Registry, CORE_OWNER,
 };
-use crate::requirements::HostDescriptor;
-use crate::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
-use crate::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use crate::slot::requirements::HostDescriptor;
+use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
 use pincer_plugin_api::abi::v1::AbortSignal;
 use pincer_plugin_api::abi::v1::{RuntimeSettings, SelectionSource};
 
@@ -603,7 +604,13 @@ impl Runtime {
                     let library = Arc::clone(library);
                     let engine_id = engine_id.clone();
                     Box::new(move || {
-                        library.create_engine(&engine_id, &config, &dirs, services.into_abi())
+                        EngineInstance::from_library(
+                            &library,
+                            &engine_id,
+                            &config,
+                            &dirs,
+                            services.into_abi(),
+                        )
                     })
                 }
             };

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::engine::Requirement;
+use crate::engines::instance::Requirement;
 use crate::engines::legacy::LEGACY_ENGINE_ID;
 
 /// Every capability the embedded runner offers.

@@ -11,12 +11,7 @@
 //!   vanish;
 //! - with `plugins.contextEngineFallback: "strict"`, the error is returned instead of falling back.
 //!
-//! Every call is bounded (see [`crate::bounded`]): `compact` by the compaction safety timeout
-//! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
-//! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
-//! the engine, even when the engine ignores its abort signal and never returns.
-//!
-//! Every call is bounded (see [`crate::bounded`]): `compact` by the compaction safety timeout
+//! Every call is bounded (see [`crate::engines::bounded`]): `compact` by the compaction safety timeout
 //! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
 //! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
 //! the engine, even when the engine ignores its abort signal and never returns.
@@ -34,14 +29,15 @@ use pincer_plugin_api::abi::v1::{
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
-use crate::bounded::{self, Deadline, Overrun};
+use super::projection::project_with;
 use crate::config::{CallTimeouts, FallbackPolicy};
-use crate::engine::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
-use crate::quarantine::Quarantine;
-use crate::request::{
+use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
+use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
 };
+use crate::slot::quarantine::Quarantine;
 
 /// The default compaction safety timeout (reference §9.1).
 pub const DEFAULT_COMPACTION_TIMEOUT: Duration = Duration::from_secs(180);
@@ -200,10 +196,15 @@ impl GuardedEngine {
     pub fn check_host(
         &self,
         operation: &str,
-        host: &crate::requirements::HostDescriptor,
-    ) -> Result<(), crate::requirements::HostSupportError> {
+        host: &crate::slot::requirements::HostDescriptor,
+    ) -> Result<(), crate::slot::requirements::HostSupportError> {
         let info = self.info();
-        crate::requirements::check_host_support(&info.id, &info.host_requirements, operation, host)
+        crate::slot::requirements::check_host_support(
+            &info.id,
+            &info.host_requirements,
+            operation,
+            host,
+        )
     }
 
     /// The configured engine instance (for dispose and diagnostics).
@@ -612,54 +613,5 @@ impl GuardedEngine {
             Box::new(|_, _| Ok(())),
         )
         .map(Some)
-    }
-}
-
-/// Host-parameter projection (§6.1) for an engine's `info`: keep a host param when the engine
-/// declared none, listed it, or — for `compact` — it is the abort signal.
-pub fn project<'a>(info: &EngineDescriptor, method: &str, host: &HostParams<'a>) -> HostParams<'a> {
-    project_with(info.accepted_host_params.as_deref(), method, host)
-}
-
-fn project_with<'a>(
-    accepted: Option<&[String]>,
-    method: &str,
-    host: &HostParams<'a>,
-) -> HostParams<'a> {
-    let Some(accepted) = accepted else {
-        return *host;
-    };
-    let keep = |name: &str| accepted.iter().any(|p| p == name);
-    HostParams {
-        session_key: if keep("sessionKey") {
-            host.session_key
-        } else {
-            ROption::RNone
-        },
-        prompt: if keep("prompt") {
-            host.prompt
-        } else {
-            ROption::RNone
-        },
-        runtime_settings: if keep("runtimeSettings") {
-            host.runtime_settings
-        } else {
-            ROption::RNone
-        },
-        session_target: if keep("sessionTarget") {
-            host.session_target
-        } else {
-            ROption::RNone
-        },
-        runtime_context_json: if keep("runtimeContext") {
-            host.runtime_context_json
-        } else {
-            ROption::RNone
-        },
-        abort_signal: if keep("abortSignal") || method == "compact" {
-            host.abort_signal
-        } else {
-            ROption::RNone
-        },
     }
 }
