@@ -4,14 +4,14 @@
 
 use std::path::Path;
 
-use pincer_host::loader::{LoadError, Loader};
+use pincer_host::plugins::library::{LoadError, Loader};
 use pincer_tests::*;
 use serde_json::json;
 
 fn load(
     dir: &Path,
     cache: &Path,
-) -> Result<std::sync::Arc<pincer_host::loader::LoadedLibrary>, LoadError> {
+) -> Result<std::sync::Arc<pincer_host::plugins::library::LoadedLibrary>, LoadError> {
     Loader::new(cache.to_owned()).load(dir)
 }
 

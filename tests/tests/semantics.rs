@@ -6,20 +6,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pincer_host::config::{PincerHome, DEFAULT_ENGINE_ID};
-use pincer_host::engine::CallErrorKind;
+use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::engines::legacy::create_legacy;
-use pincer_host::quarantine::Quarantine;
-use pincer_host::registry::{
+use pincer_host::slot::quarantine::Quarantine;
+use pincer_host::slot::registry::{
     EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry, CORE_OWNER,
     PUBLIC_SDK_OWNER,
 };
-use pincer_host::request::{
+use pincer_host::engines::request::{
     AssembleRequest, BootstrapRequest, CompactRequest, HostInputs, IngestBatchRequest,
     MaintainRequest,
 };
-use pincer_host::requirements::HostDescriptor;
-use pincer_host::runtime::{ResolveError, Runtime, RuntimeOptions};
-use pincer_host::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::slot::requirements::HostDescriptor;
+use pincer_host::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
+use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::session::Transcript;
 use pincer_plugin_api::abi::v1::{AbortSignal, ToolCallParams};
 use pincer_plugin_api::abi::RStr;
@@ -78,7 +78,7 @@ fn native_legacy_factory() -> EngineFactory {
 }
 
 /// How often each method of the engine behind `resolved` was called (faulty's own count).
-fn faulty_calls(resolved: &pincer_host::runtime::ResolvedEngine) -> Value {
+fn faulty_calls(resolved: &pincer_host::slot::runtime::ResolvedEngine) -> Value {
     let result = resolved
         .engine
         .primary()
@@ -450,7 +450,7 @@ fn a_validator_shaped_failure_is_not_retried_and_quarantines_assemble() {
 
 fn every_host_param(
     runtime: &Runtime,
-    resolved: &pincer_host::runtime::ResolvedEngine,
+    resolved: &pincer_host::slot::runtime::ResolvedEngine,
 ) -> HostInputs {
     HostInputs {
         session_key: Some(Arc::from("key-1")),
@@ -460,7 +460,7 @@ fn every_host_param(
             &HostDescriptor::embedded(),
             Some(4000),
         )),
-        session_target: Some(Arc::new(pincer_host::request::SessionTargetInput {
+        session_target: Some(Arc::new(pincer_host::engines::request::SessionTargetInput {
             agent_id: Some(Arc::from("main")),
             ..Default::default()
         })),
@@ -896,12 +896,12 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
         .register_for_owner(
             "nameless",
             EngineFactory::Native(Arc::new(|_| {
-                pincer_host::engine::EngineInstance::new(
+                pincer_host::engines::instance::EngineInstance::new(
                     pincer_plugin_api::into_engine_box(
                         Nameless,
                         pincer_plugin_api::optional_fns!(Nameless),
                     ),
-                    pincer_host::engine::EngineOrigin::Builtin,
+                    pincer_host::engines::instance::EngineOrigin::Builtin,
                     None,
                 )
             })),
