@@ -8,21 +8,21 @@ use std::time::{Duration, Instant};
 use pincer_host::config::{PincerHome, DEFAULT_ENGINE_ID};
 use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::engines::legacy::create_legacy;
+use pincer_host::engines::request::{
+    AssembleRequest, BootstrapRequest, CompactRequest, HostInputs, IngestBatchRequest,
+    MaintainRequest,
+};
+use pincer_host::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use pincer_host::session::Transcript;
 use pincer_host::slot::quarantine::Quarantine;
 use pincer_host::slot::registry::{
     EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry, CORE_OWNER,
     PUBLIC_SDK_OWNER,
 };
-use pincer_host::engines::request::{
-    AssembleRequest, BootstrapRequest, CompactRequest, HostInputs, IngestBatchRequest,
-    MaintainRequest,
-};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
-use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
-use pincer_host::session::Transcript;
 use pincer_plugin_api::abi::v1::{AbortSignal, ToolCallParams};
-use pincer_plugin_api::abi::RStr;
+use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_tests::*;
 use serde_json::{json, Value};
 
@@ -460,10 +460,12 @@ fn every_host_param(
             &HostDescriptor::embedded(),
             Some(4000),
         )),
-        session_target: Some(Arc::new(pincer_host::engines::request::SessionTargetInput {
-            agent_id: Some(Arc::from("main")),
-            ..Default::default()
-        })),
+        session_target: Some(Arc::new(
+            pincer_host::engines::request::SessionTargetInput {
+                agent_id: Some(Arc::from("main")),
+                ..Default::default()
+            },
+        )),
         runtime_context: Some(Arc::from("{\"cwd\":\"/tmp\"}")),
     }
 }
@@ -829,8 +831,34 @@ fn health_lists_quarantines_from_another_process() {
     );
 }
 
+/// A runtime compactor that records what reached it and answers with a result no engine
+/// would make up.
+#[derive(Default)]
+struct RecordingCompactor {
+    calls: std::sync::Mutex<Vec<(String, usize, bool)>>,
+}
+
+impl RuntimeCompactor for RecordingCompactor {
+    fn compact(
+        &self,
+        params: &pincer_plugin_api::abi::v1::CompactParams<'_>,
+    ) -> Result<pincer_plugin_api::abi::v1::CompactResult, pincer_plugin_api::EngineError> {
+        self.calls.lock().unwrap().push((
+            params.session_id.as_str().to_owned(),
+            params.messages.len(),
+            params.force,
+        ));
+        Ok(pincer_plugin_api::abi::v1::CompactResult {
+            ok: true,
+            compacted: true,
+            reason: ROption::RSome("compacted by the runtime compactor".into()),
+            result: ROption::RNone,
+        })
+    }
+}
+
 #[test]
-fn the_services_of_legacy_delegate_compaction_to_the_runtime() {
+fn legacy_delegates_compaction_to_the_runtime() {
     let services = HostServices::new("legacy", Arc::new(NoRuntimeCompaction), None);
     let legacy = create_legacy(services).unwrap();
     assert_eq!(legacy.descriptor().name, "Legacy Context Engine");
@@ -844,6 +872,46 @@ fn the_services_of_legacy_delegate_compaction_to_the_runtime() {
         6
     );
     assert!(!legacy.descriptor().owns_compaction);
+
+    // `compact` through the guarded legacy engine of a runtime reaches the runtime's compactor,
+    // and its result is what the caller gets.
+    let home = TempDir::new().unwrap();
+    let compactor = Arc::new(RecordingCompactor::default());
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().to_owned()));
+    options.compactor = Some(Arc::clone(&compactor) as Arc<dyn RuntimeCompactor>);
+    let runtime = Runtime::open(options).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(resolved.engine.id(), "legacy");
+    let t = transcript();
+    let compacted = resolved
+        .engine
+        .compact(
+            Arc::new(CompactRequest::manual(
+                Arc::from("s-compact"),
+                Arc::from("s-compact.jsonl"),
+                t.shared_messages(),
+                HostInputs::default(),
+            )),
+            Arc::new(AbortSignal::new()),
+        )
+        .expect("legacy compacts through the runtime");
+    assert_eq!(
+        *compactor.calls.lock().unwrap(),
+        [("s-compact".to_owned(), t.messages().len(), true)],
+        "the runtime compactor was reached once, with the session and its messages"
+    );
+    assert!(compacted.value.ok && compacted.value.compacted);
+    assert_eq!(
+        compacted
+            .value
+            .reason
+            .as_ref()
+            .map(|r| r.as_str())
+            .into_option(),
+        Some("compacted by the runtime compactor")
+    );
+    assert_eq!(compacted.answer.answered_by, "legacy");
+    runtime.shutdown();
 }
 
 /// An engine an embedder links in, whose `info` has no name: a contract failure.
