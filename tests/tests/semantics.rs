@@ -3,7 +3,7 @@
 //! projection, host requirements and bounded calls.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pincer_host::config::{PincerHome, DEFAULT_ENGINE_ID};
 use pincer_host::engines::instance::CallErrorKind;
@@ -673,40 +673,35 @@ fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
     ));
     let resolved = Arc::new(runtime.resolve().unwrap());
     let t = Arc::new(transcript());
-    // Session B assembles over and over while session A's compaction hangs.
-    let (b_engine, b_t) = (Arc::clone(&resolved), Arc::clone(&t));
-    let session_b = std::thread::spawn(move || {
-        let mut ok = 0;
-        let until = Instant::now() + Duration::from_millis(1500);
-        while Instant::now() < until {
-            if b_t.assemble(&b_engine.engine, "session-b", None).is_ok() {
-                ok += 1;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        ok
-    });
-    let started = Instant::now();
-    let err = resolved
-        .engine
-        .compact(
-            compact_request("session-a", t.shared_messages(), HostInputs::default()),
+    // Session A's compaction hangs (for an hour) on another thread...
+    let (a_engine, a_t) = (Arc::clone(&resolved), Arc::clone(&t));
+    let session_a = std::thread::spawn(move || {
+        a_engine.engine.compact(
+            compact_request("session-a", a_t.shared_messages(), HostInputs::default()),
             Arc::new(AbortSignal::new()),
         )
-        .expect_err("times out");
-    let waited = started.elapsed();
+    });
+    // ...while session B is answered, call after call, until A's compaction returns.
+    let mut answered_while_a_hung = 0;
+    while !session_a.is_finished() {
+        let view = t
+            .assemble(&resolved.engine, "session-b", None)
+            .expect("session B is answered while A's compaction hangs");
+        if !session_a.is_finished() {
+            answered_while_a_hung += 1;
+            assert!(view.messages().len() <= t.messages().len());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A's compaction came back (the engine never does: it was its deadline) as a timeout.
+    let err = session_a.join().unwrap().expect_err("times out");
     assert_eq!(err.error.message, "Compaction timed out");
     assert_eq!(err.error.kind, CallErrorKind::TimedOut);
-    assert!(
-        waited < Duration::from_secs(30),
-        "returned at its deadline, not when the engine did ({waited:?})"
-    );
     let record = runtime.quarantine().get("faulty").unwrap();
     assert_eq!(record.operation, "compact");
-    let ok = session_b.join().unwrap();
     assert!(
-        ok >= 5,
-        "session B kept being answered: {ok} successful calls"
+        answered_while_a_hung >= 1,
+        "session B was answered while A's compaction hung"
     );
 }
 
@@ -764,12 +759,16 @@ fn a_dispose_that_never_returns_does_not_block_shutdown_of_the_real_binary() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
+    // The dispose hangs for an hour: the binary exits because the cleanup deadline fired
+    // (the "dispose stalled" line below says so). A bounded number of polls keeps a broken
+    // build from hanging the test suite; it asserts nothing about speed.
+    let mut polls = 0;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        polls += 1;
+        if polls > 1_200 {
             child.kill().unwrap();
             panic!("pincer did not exit: a hung dispose blocked shutdown");
         }
@@ -1016,7 +1015,7 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
         std::thread::sleep(Duration::from_millis(150));
         trigger.abort();
     });
-    let started = Instant::now();
+    let fired = Arc::clone(&abort);
     let err = resolved
         .engine
         .assemble(
@@ -1029,11 +1028,11 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
             abort,
         )
         .expect_err("aborted by the caller");
+    // The engine ignores its signal and hangs for an hour: the call came back because the
+    // caller's abort fired, and the guard (not the engine) ended it.
+    assert!(fired.is_aborted());
     assert_eq!(err.error.kind, CallErrorKind::Aborted);
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "not held until the 60 s deadline"
-    );
+    assert_eq!(err.error.message, "Context engine operation aborted.");
     assert!(!runtime.quarantine().is_quarantined("faulty"));
 }
 
@@ -1072,9 +1071,8 @@ fn a_hung_factory_is_bounded_and_quarantined_as_factory() {
         json!({ "factory": "hang", "hangMs": 3_600_000 }),
         json!({ "plugins": { "callTimeoutsMs": { "factory": 300 } } }),
     );
-    let started = Instant::now();
+    // The factory hangs for an hour: resolution returns because the factory's deadline fired.
     let resolved = runtime.resolve().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(resolved.resolution.resolved, "legacy");
     let record = runtime.quarantine().get("faulty").unwrap();
     assert_eq!(record.operation, "factory");
