@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pincer_host::config::{PincerHome, DEFAULT_ENGINE_ID};
+use pincer_host::config::PincerHome;
 use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::engines::legacy::create_legacy;
 use pincer_host::engines::request::{
@@ -21,6 +21,7 @@ use pincer_host::slot::registry::{
 };
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
+use pincer_host::types::LEGACY_ENGINE_ID;
 use pincer_plugin_api::abi::v1::{AbortSignal, ToolCallParams};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_tests::*;
@@ -101,7 +102,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
     let registry = Registry::new(Arc::new(Quarantine::new(None)));
     registry
         .register_for_owner(
-            DEFAULT_ENGINE_ID,
+            LEGACY_ENGINE_ID,
             native_legacy_factory(),
             CORE_OWNER,
             RegisterOptions::default(),
@@ -110,7 +111,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
     // The legacy steal attempt, from an embedder and from a plugin.
     let err = registry
         .register_for_owner(
-            DEFAULT_ENGINE_ID,
+            LEGACY_ENGINE_ID,
             native_legacy_factory(),
             PUBLIC_SDK_OWNER,
             RegisterOptions::default(),

@@ -38,6 +38,7 @@ use crate::engines::request::{
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
 };
 use crate::slot::quarantine::Quarantine;
+use crate::types::Method;
 
 /// The default compaction safety timeout (reference §9.1).
 pub const DEFAULT_COMPACTION_TIMEOUT: Duration = Duration::from_secs(180);
@@ -56,8 +57,8 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// The deadline window of `method`.
-    pub fn for_method(&self, method: &str) -> Duration {
-        if method == "compact" {
+    pub fn for_method(&self, method: Method) -> Duration {
+        if method == Method::Compact {
             self.compact.unwrap_or(DEFAULT_COMPACTION_TIMEOUT)
         } else {
             self.calls.for_method(method)
@@ -75,7 +76,7 @@ pub struct GuardError {
     /// The engine that failed.
     pub engine_id: String,
     /// The operation.
-    pub operation: &'static str,
+    pub operation: Method,
     /// The original error.
     pub error: EngineCallError,
 }
@@ -215,7 +216,7 @@ impl GuardedEngine {
     /// Runs one call of `instance` under its deadline.
     fn bounded<T: Send + 'static>(
         &self,
-        operation: &'static str,
+        operation: Method,
         instance: &Arc<EngineInstance>,
         abort: &Arc<AbortSignal>,
         call: Call<T>,
@@ -228,7 +229,7 @@ impl GuardedEngine {
     /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
     fn within_deadline<T: Send + 'static>(
         &self,
-        operation: &'static str,
+        operation: Method,
         abort: &Arc<AbortSignal>,
         call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
     ) -> Result<T, EngineCallError> {
@@ -241,7 +242,7 @@ impl GuardedEngine {
             )),
             Err(Overrun::TimedOut { waited }) => Err(EngineCallError::new(
                 CallErrorKind::TimedOut,
-                if operation == "compact" {
+                if operation == Method::Compact {
                     COMPACTION_TIMED_OUT.to_owned()
                 } else {
                     format!("{operation} timed out after {} ms", waited.as_millis())
@@ -255,7 +256,7 @@ impl GuardedEngine {
     /// # Errors
     /// The rollback's error, or its timeout.
     pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline("rollback", &Arc::new(AbortSignal::new()), move || {
+        self.within_deadline(Method::Rollback, &Arc::new(AbortSignal::new()), move || {
             handle
                 .rollback()
                 .into_result()
@@ -270,7 +271,7 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline("dispose", &Arc::new(AbortSignal::new()), move || {
+        self.within_deadline(Method::Dispose, &Arc::new(AbortSignal::new()), move || {
             engine.dispose()
         })
     }
@@ -278,7 +279,7 @@ impl GuardedEngine {
     /// The core of every guarded call.
     fn run<T: Send + 'static>(
         &self,
-        operation: &'static str,
+        operation: Method,
         abort: Arc<AbortSignal>,
         fail_closed: bool,
         primary: Call<T>,
@@ -339,8 +340,12 @@ impl GuardedEngine {
                 Err(fail(error))
             }
             Err(error) => {
-                self.quarantine
-                    .record(&self.id, self.owner.as_deref(), operation, &error.message);
+                self.quarantine.record(
+                    &self.id,
+                    self.owner.as_deref(),
+                    operation.as_str(),
+                    &error.message,
+                );
                 if fail_closed || self.policy == FallbackPolicy::Strict {
                     return Err(fail(error));
                 }
@@ -364,7 +369,7 @@ impl GuardedEngine {
 
     fn projector(
         &self,
-        method: &'static str,
+        method: Method,
     ) -> impl Fn(HostParams<'_>) -> HostParams<'_> + Send + Clone + 'static {
         let accepted = self.primary.descriptor().accepted_host_params.clone();
         move |host| project_with(accepted.as_deref(), method, &host)
@@ -379,10 +384,10 @@ impl GuardedEngine {
         request: Arc<AssembleRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Guarded<AssembleResult>, GuardError> {
-        let project = self.projector("assemble");
+        let project = self.projector(Method::Assemble);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "assemble",
+            Method::Assemble,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.assemble(p))),
@@ -401,10 +406,10 @@ impl GuardedEngine {
         request: Arc<IngestRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Guarded<IngestResult>, GuardError> {
-        let project = self.projector("ingest");
+        let project = self.projector(Method::Ingest);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "ingest",
+            Method::Ingest,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest(p))),
@@ -423,10 +428,10 @@ impl GuardedEngine {
         request: Arc<CompactRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Guarded<CompactResult>, GuardError> {
-        let project = self.projector("compact");
+        let project = self.projector(Method::Compact);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "compact",
+            Method::Compact,
             abort,
             true,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.compact(p))),
@@ -448,10 +453,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::BOOTSTRAP) {
             return Ok(None);
         }
-        let project = self.projector("bootstrap");
+        let project = self.projector(Method::Bootstrap);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "bootstrap",
+            Method::Bootstrap,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.bootstrap(p))),
@@ -482,10 +487,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::INGEST_BATCH) {
             return Ok(None);
         }
-        let project = self.projector("ingestBatch");
+        let project = self.projector(Method::IngestBatch);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "ingestBatch",
+            Method::IngestBatch,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest_batch(p))),
@@ -512,10 +517,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::AFTER_TURN) {
             return Ok(None);
         }
-        let project = self.projector("afterTurn");
+        let project = self.projector(Method::AfterTurn);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "afterTurn",
+            Method::AfterTurn,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.after_turn(p))),
@@ -542,10 +547,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::MAINTAIN) {
             return Ok(None);
         }
-        let project = self.projector("maintain");
+        let project = self.projector(Method::Maintain);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "maintain",
+            Method::Maintain,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.maintain(p))),
@@ -581,7 +586,7 @@ impl GuardedEngine {
             return Ok(None);
         }
         self.run(
-            "prepareSubagentSpawn",
+            Method::PrepareSubagentSpawn,
             Arc::new(AbortSignal::new()),
             true,
             Box::new(move |e, _| request.with_abi(|p| e.prepare_subagent_spawn(p))),
@@ -606,7 +611,7 @@ impl GuardedEngine {
             return Ok(None);
         }
         self.run(
-            "onSubagentEnded",
+            Method::OnSubagentEnded,
             Arc::new(AbortSignal::new()),
             false,
             Box::new(move |e, _| request.with_abi(|p| e.on_subagent_ended(p))),

@@ -6,16 +6,21 @@ use pincer_plugin_api::abi::v1::HostParams;
 use pincer_plugin_api::abi::ROption;
 
 use crate::engines::instance::EngineDescriptor;
+use crate::types::Method;
 
 /// Host-parameter projection (§6.1) for an engine's `info`: keep a host param when the engine
 /// declared none, listed it, or — for `compact` — it is the abort signal.
-pub fn project<'a>(info: &EngineDescriptor, method: &str, host: &HostParams<'a>) -> HostParams<'a> {
+pub fn project<'a>(
+    info: &EngineDescriptor,
+    method: Method,
+    host: &HostParams<'a>,
+) -> HostParams<'a> {
     project_with(info.accepted_host_params.as_deref(), method, host)
 }
 
 pub(crate) fn project_with<'a>(
     accepted: Option<&[String]>,
-    method: &str,
+    method: Method,
     host: &HostParams<'a>,
 ) -> HostParams<'a> {
     let Some(accepted) = accepted else {
@@ -48,7 +53,7 @@ pub(crate) fn project_with<'a>(
         } else {
             ROption::RNone
         },
-        abort_signal: if keep("abortSignal") || method == "compact" {
+        abort_signal: if keep("abortSignal") || method == Method::Compact {
             host.abort_signal
         } else {
             ROption::RNone

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use crate::engines::instance::{EngineCallError, EngineInstance};
-use crate::engines::legacy::LEGACY_ENGINE_ID;
 use crate::engines::services::HostServices;
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::slot::quarantine::Quarantine;
+use crate::types::LEGACY_ENGINE_ID;
 
 /// The owner of the built-in engines.
 pub const CORE_OWNER: &str = "core";

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::engines::instance::Requirement;
-use crate::engines::legacy::LEGACY_ENGINE_ID;
+use crate::types::LEGACY_ENGINE_ID;
 
 /// Every capability the embedded runner offers.
 pub const EMBEDDED_CAPABILITIES: [&str; 7] = [
