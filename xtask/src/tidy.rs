@@ -30,7 +30,7 @@ const DOCUMENTED_ROOTS: &[&str] = &[
 ///
 /// | layer | module    | holds                                                          | may use                       |
 /// |-------|-----------|----------------------------------------------------------------|-------------------------------|
-/// | 0     | `types`   | plugin ids, owners, method names, plugin status, requirements  | —                             |
+/// | 0     | `types`   | the `legacy` id, plugin-id validation, method names            | —                             |
 /// | 1     | `config`  | `$PINCER_HOME`, `pincer.json`                                  | types                         |
 /// | 2     | `plugins` | manifest, discovery, verify, cache, verified library           | types, config                 |
 /// | 3     | `engines` | engine instance and backend seam, requests, bounded calls, services, `legacy` | types … plugins |
