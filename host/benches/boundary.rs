@@ -16,13 +16,13 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use pincer_host::config::FallbackPolicy;
-use pincer_host::engine::{EngineInstance, EngineOrigin};
+use pincer_host::engines::instance::{EngineInstance, EngineOrigin};
 use pincer_host::engines::legacy::shared_legacy;
-use pincer_host::guarded::GuardedEngine;
-use pincer_host::loader::{EngineDirs, Loader};
-use pincer_host::quarantine::Quarantine;
-use pincer_host::request::{AssembleRequest, HostInputs, IngestRequest};
-use pincer_host::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::engines::request::{AssembleRequest, HostInputs, IngestRequest};
+use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::plugins::library::{EngineDirs, Loader};
+use pincer_host::slot::guarded::GuardedEngine;
+use pincer_host::slot::quarantine::Quarantine;
 use pincer_plugin_api::abi::v1::{AbortSignal, AssembleParams, HostParams, IngestParams};
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use pincer_plugin_api::{
@@ -120,14 +120,14 @@ fn engines(budget: u64) -> Engines {
         .load(&staged_dir())
         .expect("staged sliding-window loads: run `cargo xtask bench`");
     let plugin = Arc::new(
-        library
-            .create_engine(
-                "sliding-window",
-                &config(budget),
-                &EngineDirs::default(),
-                services().into_abi(),
-            )
-            .unwrap(),
+        EngineInstance::from_library(
+            &library,
+            "sliding-window",
+            &config(budget),
+            &EngineDirs::default(),
+            services().into_abi(),
+        )
+        .unwrap(),
     );
     let guarded = GuardedEngine::new(
         "sliding-window",
@@ -260,14 +260,14 @@ fn bench_load(c: &mut Criterion) {
                     let library = Loader::new(cache.path().to_owned())
                         .load(&staged_dir())
                         .unwrap();
-                    let engine = library
-                        .create_engine(
-                            "sliding-window",
-                            &config(1000),
-                            &EngineDirs::default(),
-                            services().into_abi(),
-                        )
-                        .unwrap();
+                    let engine = EngineInstance::from_library(
+                        &library,
+                        "sliding-window",
+                        &config(1000),
+                        &EngineDirs::default(),
+                        services().into_abi(),
+                    )
+                    .unwrap();
                     black_box(engine);
                     cache
                 },

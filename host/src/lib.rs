@@ -7,8 +7,7 @@
 //! slot behaves — with panics caught at the boundary and libraries checked before `dlopen`.
 //!
 //! ```no_run
-//! use pincer_host::{config::PincerHome, runtime::{Runtime, RuntimeOptions}};
-//! use pincer_host::session::Transcript;
+//! use pincer_host::{PincerHome, Runtime, RuntimeOptions, Transcript};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Open the runtime: reads $PINCER_HOME/pincer.json, loads every plugin it finds.
@@ -25,31 +24,48 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Layout
+//!
+//! Modules depend one way, each only on those above it in this list (enforced by
+//! `xtask`'s `tidy` test):
+//!
+//! 1. [`types`] — core values: the `legacy` id, the plugin-id validator, method names.
+//! 2. [`config`] — `$PINCER_HOME` and `pincer.json`.
+//! 3. [`plugins`] — plugins on disk: manifest, discovery, verification, cache, library.
+//! 4. [`engines`] — a live engine behind its backend, requests, bounded calls, services,
+//!    the built-in `legacy`.
+//! 5. [`slot`] — registry, resolution, runtime, quarantine, the guard, projection,
+//!    requirements, `runtimeSettings`.
+//! 6. [`session`] — conversations and running an engine over one.
+//! 7. [`report`] — `doctor`, `health` and `check-engine` reports.
+//!
+//! The `pincer` binary sits on top of all of them.
+//!
 //! ## Core concepts
 //!
-//! - [`runtime::Runtime`]: config, registry, quarantine and the loaded plugins; resolves engines.
-//! - [`loader::Loader`]: the verified loading pipeline (manifest → path confinement → size,
+//! - [`Runtime`]: config, registry, quarantine and the loaded plugins; resolves engines.
+//! - [`plugins::Loader`]: the verified loading pipeline (manifest → path confinement → size,
 //!   sha256 and segment bounds → private copy → ABI checks → library manifest).
-//! - [`engine::EngineInstance`]: one live engine and the library that keeps it valid.
-//! - [`guarded::GuardedEngine`]: quarantine, fallback and host-parameter projection around it.
-//! - [`quarantine::Quarantine`]: the process's failed engines, mirrored to disk for `health`.
+//! - [`engines::EngineInstance`]: one live engine behind its [`engines::EngineBackend`].
+//! - [`GuardedEngine`]: quarantine, fallback and host-parameter projection around it.
+//! - [`slot::Quarantine`]: the process's failed engines, mirrored to disk for `health`.
 
 #![warn(missing_docs)]
 
-pub mod bounded;
 pub mod config;
-pub mod doctor;
-pub mod engine;
 pub mod engines;
-pub mod exercise;
-pub mod guarded;
-pub mod loader;
-pub mod manifest;
-pub mod quarantine;
-pub mod registry;
-pub mod request;
-pub mod requirements;
-pub mod runtime;
-pub mod runtime_settings;
-pub mod services;
+pub mod plugins;
+pub mod report;
 pub mod session;
+pub mod slot;
+pub mod types;
+
+pub use config::{ConfigError, PincerHome};
+pub use engines::{EngineCallError, EngineInstance};
+pub use plugins::LoadError;
+pub use report::{doctor, DoctorReport};
+pub use session::{AssembledView, Transcript, TranscriptError};
+pub use slot::{
+    Answer, GuardError, Guarded, GuardedEngine, ResolveError, ResolvedEngine, Runtime,
+    RuntimeOptions,
+};

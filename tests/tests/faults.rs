@@ -4,10 +4,10 @@
 //! says so (`compact` and `prepareSubagentSpawn` fail closed), and the host goes on.
 
 use pincer_host::config::{LoadedConfig, PincerHome};
-use pincer_host::engine::CallErrorKind;
-use pincer_host::exercise::exercise_engine;
-use pincer_host::runtime::{Runtime, RuntimeOptions};
+use pincer_host::engines::instance::CallErrorKind;
+use pincer_host::report::exercise::exercise_engine;
 use pincer_host::session::Transcript;
+use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
 use pincer_tests::*;
 use serde_json::json;
 
@@ -212,8 +212,11 @@ fn the_default_engine_is_legacy_and_passes_messages_through_uncopied() {
     let view = t.assemble(&resolved.engine, "s1", None).unwrap();
     assert_eq!(view.result.estimated_tokens, 0);
     let kept = view.messages();
-    // Same objects, not copies: every kept message is the input message at the same address.
-    for (kept, input) in kept.iter().zip(t.messages()) {
-        assert!(std::ptr::eq(*kept, input));
+    // Every input message is kept, in order, and as the same object, not a copy: each kept
+    // message is the input message at the same address.
+    assert!(!t.messages().is_empty());
+    assert_eq!(kept.len(), t.messages().len(), "legacy keeps every message");
+    for (index, (kept, input)) in kept.iter().zip(t.messages()).enumerate() {
+        assert!(std::ptr::eq(*kept, input), "message {index} was copied");
     }
 }

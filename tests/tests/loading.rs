@@ -4,14 +4,20 @@
 
 use std::path::Path;
 
-use pincer_host::loader::{LoadError, Loader};
+use std::sync::Arc;
+
+use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::engines::EngineInstance;
+use pincer_host::plugins::library::{EngineDirs, LoadError, Loader};
+use pincer_plugin_api::abi::v1::{AbortSignal, AssembleParams, HostParams, Message, Role};
+use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use pincer_tests::*;
 use serde_json::json;
 
 fn load(
     dir: &Path,
     cache: &Path,
-) -> Result<std::sync::Arc<pincer_host::loader::LoadedLibrary>, LoadError> {
+) -> Result<std::sync::Arc<pincer_host::plugins::library::LoadedLibrary>, LoadError> {
     Loader::new(cache.to_owned()).load(dir)
 }
 
@@ -57,9 +63,12 @@ fn missing_library_file() {
     let dir = faulty_copy(&tmp);
     std::fs::remove_file(library_path(&dir)).unwrap();
     let message = expect_code(&dir, "library_missing");
-    assert!(
-        message.contains("build-plugins") || message.contains("library"),
-        "{message}"
+    assert_eq!(
+        message,
+        format!(
+            "library {} does not exist; run `cargo xtask build-plugins`, or check \"library\" in the plugin's pincer.plugin.json",
+            library_path(&dir).display()
+        )
     );
 }
 
@@ -295,11 +304,39 @@ fn a_library_replaced_on_disk_after_loading_does_not_affect_the_loaded_engine() 
     let lib = load(&dir, cache.path()).expect("loads");
     // Overwrite the plugin folder's file in place (what would crash a host that mapped it).
     std::fs::write(library_path(&dir), b"garbage").unwrap();
-    assert_eq!(
-        lib.facts().plugin_id,
+    assert_eq!(std::fs::read(library_path(&dir)).unwrap(), b"garbage");
+    // Only now make an engine and call into the library: the code that runs is the private
+    // copy's, so the factory, `info` and `assemble` all answer.
+    let engine = EngineInstance::from_library(
+        &lib,
         "sliding-window",
-        "still callable: the host mapped its own copy"
-    );
+        &json!({ "tokenBudget": 1_000_000 }),
+        &EngineDirs::default(),
+        HostServices::new("sliding-window", Arc::new(NoRuntimeCompaction), None).into_abi(),
+    )
+    .expect("the factory runs from the private copy");
+    assert_eq!(engine.descriptor().id, "sliding-window");
+    let messages = vec![
+        Message::text(Role::User, "first"),
+        Message::text(Role::Assistant, "second"),
+    ];
+    let abort = AbortSignal::new();
+    let result = engine
+        .assemble(&AssembleParams {
+            session_id: RStr::from_str("s"),
+            messages: RSlice::from_slice(&messages),
+            token_budget: ROption::RNone,
+            available_tools: RSlice::from_slice(&[]),
+            citations_mode: ROption::RNone,
+            model: ROption::RNone,
+            host: HostParams {
+                abort_signal: ROption::RSome(&abort),
+                ..HostParams::default()
+            },
+        })
+        .expect("assemble answers from the private copy");
+    let kept: Vec<&Message> = result.resolve(&messages);
+    assert_eq!(kept, messages.iter().collect::<Vec<_>>());
 }
 
 #[test]

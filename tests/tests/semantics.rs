@@ -3,26 +3,27 @@
 //! projection, host requirements and bounded calls.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pincer_host::config::{PincerHome, DEFAULT_ENGINE_ID};
-use pincer_host::engine::CallErrorKind;
+use pincer_host::config::PincerHome;
+use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::engines::legacy::create_legacy;
-use pincer_host::quarantine::Quarantine;
-use pincer_host::registry::{
-    EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry, CORE_OWNER,
-    PUBLIC_SDK_OWNER,
-};
-use pincer_host::request::{
+use pincer_host::engines::request::{
     AssembleRequest, BootstrapRequest, CompactRequest, HostInputs, IngestBatchRequest,
     MaintainRequest,
 };
-use pincer_host::requirements::HostDescriptor;
-use pincer_host::runtime::{ResolveError, Runtime, RuntimeOptions};
-use pincer_host::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
 use pincer_host::session::Transcript;
+use pincer_host::slot::quarantine::Quarantine;
+use pincer_host::slot::registry::{
+    EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry, CORE_OWNER,
+    PUBLIC_SDK_OWNER,
+};
+use pincer_host::slot::requirements::HostDescriptor;
+use pincer_host::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
+use pincer_host::types::LEGACY_ENGINE_ID;
 use pincer_plugin_api::abi::v1::{AbortSignal, ToolCallParams};
-use pincer_plugin_api::abi::RStr;
+use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_tests::*;
 use serde_json::{json, Value};
 
@@ -78,7 +79,7 @@ fn native_legacy_factory() -> EngineFactory {
 }
 
 /// How often each method of the engine behind `resolved` was called (faulty's own count).
-fn faulty_calls(resolved: &pincer_host::runtime::ResolvedEngine) -> Value {
+fn faulty_calls(resolved: &pincer_host::slot::runtime::ResolvedEngine) -> Value {
     let result = resolved
         .engine
         .primary()
@@ -101,7 +102,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
     let registry = Registry::new(Arc::new(Quarantine::new(None)));
     registry
         .register_for_owner(
-            DEFAULT_ENGINE_ID,
+            LEGACY_ENGINE_ID,
             native_legacy_factory(),
             CORE_OWNER,
             RegisterOptions::default(),
@@ -110,7 +111,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
     // The legacy steal attempt, from an embedder and from a plugin.
     let err = registry
         .register_for_owner(
-            DEFAULT_ENGINE_ID,
+            LEGACY_ENGINE_ID,
             native_legacy_factory(),
             PUBLIC_SDK_OWNER,
             RegisterOptions::default(),
@@ -450,7 +451,7 @@ fn a_validator_shaped_failure_is_not_retried_and_quarantines_assemble() {
 
 fn every_host_param(
     runtime: &Runtime,
-    resolved: &pincer_host::runtime::ResolvedEngine,
+    resolved: &pincer_host::slot::runtime::ResolvedEngine,
 ) -> HostInputs {
     HostInputs {
         session_key: Some(Arc::from("key-1")),
@@ -460,10 +461,12 @@ fn every_host_param(
             &HostDescriptor::embedded(),
             Some(4000),
         )),
-        session_target: Some(Arc::new(pincer_host::request::SessionTargetInput {
-            agent_id: Some(Arc::from("main")),
-            ..Default::default()
-        })),
+        session_target: Some(Arc::new(
+            pincer_host::engines::request::SessionTargetInput {
+                agent_id: Some(Arc::from("main")),
+                ..Default::default()
+            },
+        )),
         runtime_context: Some(Arc::from("{\"cwd\":\"/tmp\"}")),
     }
 }
@@ -671,40 +674,35 @@ fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
     ));
     let resolved = Arc::new(runtime.resolve().unwrap());
     let t = Arc::new(transcript());
-    // Session B assembles over and over while session A's compaction hangs.
-    let (b_engine, b_t) = (Arc::clone(&resolved), Arc::clone(&t));
-    let session_b = std::thread::spawn(move || {
-        let mut ok = 0;
-        let until = Instant::now() + Duration::from_millis(1500);
-        while Instant::now() < until {
-            if b_t.assemble(&b_engine.engine, "session-b", None).is_ok() {
-                ok += 1;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        ok
-    });
-    let started = Instant::now();
-    let err = resolved
-        .engine
-        .compact(
-            compact_request("session-a", t.shared_messages(), HostInputs::default()),
+    // Session A's compaction hangs (for an hour) on another thread...
+    let (a_engine, a_t) = (Arc::clone(&resolved), Arc::clone(&t));
+    let session_a = std::thread::spawn(move || {
+        a_engine.engine.compact(
+            compact_request("session-a", a_t.shared_messages(), HostInputs::default()),
             Arc::new(AbortSignal::new()),
         )
-        .expect_err("times out");
-    let waited = started.elapsed();
+    });
+    // ...while session B is answered, call after call, until A's compaction returns.
+    let mut answered_while_a_hung = 0;
+    while !session_a.is_finished() {
+        let view = t
+            .assemble(&resolved.engine, "session-b", None)
+            .expect("session B is answered while A's compaction hangs");
+        if !session_a.is_finished() {
+            answered_while_a_hung += 1;
+            assert!(view.messages().len() <= t.messages().len());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A's compaction came back (the engine never does: it was its deadline) as a timeout.
+    let err = session_a.join().unwrap().expect_err("times out");
     assert_eq!(err.error.message, "Compaction timed out");
     assert_eq!(err.error.kind, CallErrorKind::TimedOut);
-    assert!(
-        waited < Duration::from_secs(30),
-        "returned at its deadline, not when the engine did ({waited:?})"
-    );
     let record = runtime.quarantine().get("faulty").unwrap();
     assert_eq!(record.operation, "compact");
-    let ok = session_b.join().unwrap();
     assert!(
-        ok >= 5,
-        "session B kept being answered: {ok} successful calls"
+        answered_while_a_hung >= 1,
+        "session B was answered while A's compaction hung"
     );
 }
 
@@ -762,12 +760,16 @@ fn a_dispose_that_never_returns_does_not_block_shutdown_of_the_real_binary() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
+    // The dispose hangs for an hour: the binary exits because the cleanup deadline fired
+    // (the "dispose stalled" line below says so). A bounded number of polls keeps a broken
+    // build from hanging the test suite; it asserts nothing about speed.
+    let mut polls = 0;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        polls += 1;
+        if polls > 1_200 {
             child.kill().unwrap();
             panic!("pincer did not exit: a hung dispose blocked shutdown");
         }
@@ -829,8 +831,34 @@ fn health_lists_quarantines_from_another_process() {
     );
 }
 
+/// A runtime compactor that records what reached it and answers with a result no engine
+/// would make up.
+#[derive(Default)]
+struct RecordingCompactor {
+    calls: std::sync::Mutex<Vec<(String, usize, bool)>>,
+}
+
+impl RuntimeCompactor for RecordingCompactor {
+    fn compact(
+        &self,
+        params: &pincer_plugin_api::abi::v1::CompactParams<'_>,
+    ) -> Result<pincer_plugin_api::abi::v1::CompactResult, pincer_plugin_api::EngineError> {
+        self.calls.lock().unwrap().push((
+            params.session_id.as_str().to_owned(),
+            params.messages.len(),
+            params.force,
+        ));
+        Ok(pincer_plugin_api::abi::v1::CompactResult {
+            ok: true,
+            compacted: true,
+            reason: ROption::RSome("compacted by the runtime compactor".into()),
+            result: ROption::RNone,
+        })
+    }
+}
+
 #[test]
-fn the_services_of_legacy_delegate_compaction_to_the_runtime() {
+fn legacy_delegates_compaction_to_the_runtime() {
     let services = HostServices::new("legacy", Arc::new(NoRuntimeCompaction), None);
     let legacy = create_legacy(services).unwrap();
     assert_eq!(legacy.descriptor().name, "Legacy Context Engine");
@@ -844,6 +872,46 @@ fn the_services_of_legacy_delegate_compaction_to_the_runtime() {
         6
     );
     assert!(!legacy.descriptor().owns_compaction);
+
+    // `compact` through the guarded legacy engine of a runtime reaches the runtime's compactor,
+    // and its result is what the caller gets.
+    let home = TempDir::new().unwrap();
+    let compactor = Arc::new(RecordingCompactor::default());
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().to_owned()));
+    options.compactor = Some(Arc::clone(&compactor) as Arc<dyn RuntimeCompactor>);
+    let runtime = Runtime::open(options).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(resolved.engine.id(), "legacy");
+    let t = transcript();
+    let compacted = resolved
+        .engine
+        .compact(
+            Arc::new(CompactRequest::manual(
+                Arc::from("s-compact"),
+                Arc::from("s-compact.jsonl"),
+                t.shared_messages(),
+                HostInputs::default(),
+            )),
+            Arc::new(AbortSignal::new()),
+        )
+        .expect("legacy compacts through the runtime");
+    assert_eq!(
+        *compactor.calls.lock().unwrap(),
+        [("s-compact".to_owned(), t.messages().len(), true)],
+        "the runtime compactor was reached once, with the session and its messages"
+    );
+    assert!(compacted.value.ok && compacted.value.compacted);
+    assert_eq!(
+        compacted
+            .value
+            .reason
+            .as_ref()
+            .map(|r| r.as_str())
+            .into_option(),
+        Some("compacted by the runtime compactor")
+    );
+    assert_eq!(compacted.answer.answered_by, "legacy");
+    runtime.shutdown();
 }
 
 /// An engine an embedder links in, whose `info` has no name: a contract failure.
@@ -896,12 +964,12 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
         .register_for_owner(
             "nameless",
             EngineFactory::Native(Arc::new(|_| {
-                pincer_host::engine::EngineInstance::new(
+                pincer_host::engines::instance::EngineInstance::new(
                     pincer_plugin_api::into_engine_box(
                         Nameless,
                         pincer_plugin_api::optional_fns!(Nameless),
                     ),
-                    pincer_host::engine::EngineOrigin::Builtin,
+                    pincer_host::engines::instance::EngineOrigin::Builtin,
                     None,
                 )
             })),
@@ -948,7 +1016,7 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
         std::thread::sleep(Duration::from_millis(150));
         trigger.abort();
     });
-    let started = Instant::now();
+    let fired = Arc::clone(&abort);
     let err = resolved
         .engine
         .assemble(
@@ -961,11 +1029,11 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
             abort,
         )
         .expect_err("aborted by the caller");
+    // The engine ignores its signal and hangs for an hour: the call came back because the
+    // caller's abort fired, and the guard (not the engine) ended it.
+    assert!(fired.is_aborted());
     assert_eq!(err.error.kind, CallErrorKind::Aborted);
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "not held until the 60 s deadline"
-    );
+    assert_eq!(err.error.message, "Context engine operation aborted.");
     assert!(!runtime.quarantine().is_quarantined("faulty"));
 }
 
@@ -1004,9 +1072,8 @@ fn a_hung_factory_is_bounded_and_quarantined_as_factory() {
         json!({ "factory": "hang", "hangMs": 3_600_000 }),
         json!({ "plugins": { "callTimeoutsMs": { "factory": 300 } } }),
     );
-    let started = Instant::now();
+    // The factory hangs for an hour: resolution returns because the factory's deadline fired.
     let resolved = runtime.resolve().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(resolved.resolution.resolved, "legacy");
     let record = runtime.quarantine().get("faulty").unwrap();
     assert_eq!(record.operation, "factory");

@@ -5,6 +5,8 @@
 //! - Only `plugin-api/Cargo.toml` names `abi_stable` as a dependency: the ABI stays behind the API crate.
 //! - Every `.rs` file of the crates and tests starts with a `//!` doc.
 //! - No `.rs` file has trailing whitespace.
+//! - The host's top-level modules depend one way (see [`HOST_LAYERS`]): a `crate::<module>`
+//!   path in `host/src/<module>/…` may name only modules of lower layers (or its own).
 //!
 //! Each problem is printed as `path:line: rule`; the test lists them all, then fails.
 
@@ -23,6 +25,25 @@ const DOCUMENTED_ROOTS: &[&str] = &[
     "tests",
 ];
 
+/// The layering of `host/src`, lowest first. A module may name (`crate::<module>`, in a `use`
+/// or inline) only itself and the modules listed before it:
+///
+/// | layer | module    | holds                                                          | may use                       |
+/// |-------|-----------|----------------------------------------------------------------|-------------------------------|
+/// | 0     | `types`   | the `legacy` id, plugin-id validation, method names            | —                             |
+/// | 1     | `config`  | `$PINCER_HOME`, `pincer.json`                                  | types                         |
+/// | 2     | `plugins` | manifest, discovery, verify, cache, verified library           | types, config                 |
+/// | 3     | `engines` | engine instance and backend seam, requests, bounded calls, services, `legacy` | types … plugins |
+/// | 4     | `slot`    | registry, runtime, resolution, quarantine, guard, projection, requirements | types … engines   |
+/// | 5     | `session` | transcripts, running an engine over one                        | types … slot                  |
+/// | 6     | `report`  | `doctor`, `health`, `check-engine` reports                     | types … session               |
+///
+/// The binary (`host/src/bin/`) uses the library through `pincer_host::` and sits above all.
+/// A new top-level module must be added here (which says where it belongs) before it is used.
+const HOST_LAYERS: &[&str] = &[
+    "types", "config", "plugins", "engines", "slot", "session", "report",
+];
+
 /// The only manifest allowed to depend on `abi_stable`.
 const ABI_STABLE_OWNER: &str = "plugin-api/Cargo.toml";
 
@@ -34,6 +55,7 @@ fn tidy() {
     check_abi_stable_is_confined(&root, &mut problems);
     check_module_docs(&root, &mut problems);
     check_trailing_whitespace(&root, &mut problems);
+    check_host_layering(&root, &mut problems);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
         panic!(
@@ -205,6 +227,126 @@ fn starts_with_module_doc(text: &str) -> bool {
         .is_some_and(|line| line.starts_with("//!"))
 }
 
+fn check_host_layering(root: &Path, problems: &mut Vec<Problem>) {
+    let src = root.join("host/src");
+    for file in files_named(&src, |name| name.ends_with(".rs")) {
+        let relative_to_src = relative(&src, &file);
+        let Some(module) = host_module_of(&relative_to_src) else {
+            continue;
+        };
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue;
+        };
+        let Some(layer) = HOST_LAYERS.iter().position(|m| *m == module) else {
+            problems.push(problem(
+                root,
+                &file,
+                1,
+                format!("host module `{module}` is not in tidy's HOST_LAYERS table; add it where it belongs"),
+            ));
+            continue;
+        };
+        for (line, used) in crate_paths(&text) {
+            if used == module {
+                continue;
+            }
+            match HOST_LAYERS.iter().position(|m| *m == used) {
+                Some(used_layer) if used_layer < layer => {}
+                Some(_) => problems.push(problem(
+                    root,
+                    &file,
+                    line,
+                    format!(
+                        "host module `{module}` uses `crate::{used}`, a module of a higher layer; \
+                         dependencies run {} (see HOST_LAYERS in xtask/src/tidy.rs)",
+                        HOST_LAYERS.join(" <- ")
+                    ),
+                )),
+                None => problems.push(problem(
+                    root,
+                    &file,
+                    line,
+                    format!("`crate::{used}` is not a host module in tidy's HOST_LAYERS table"),
+                )),
+            }
+        }
+    }
+}
+
+/// The top-level module a file of `host/src` belongs to (`slot/guarded.rs` → `slot`,
+/// `types.rs` → `types`); `None` for the crate root and the binary.
+fn host_module_of(relative_to_src: &str) -> Option<String> {
+    let first = relative_to_src.split('/').next()?;
+    if first == "lib.rs" || first == "bin" {
+        return None;
+    }
+    Some(first.trim_end_matches(".rs").to_owned())
+}
+
+/// Every top-level module named by a `crate::` path outside comments, with its 1-based line:
+/// `crate::a::b` gives `a`; `crate::{a::x, b}` gives `a` and `b`.
+fn crate_paths(text: &str) -> Vec<(usize, String)> {
+    // Comments removed, lines kept (so that positions map back to lines).
+    let code: String = text
+        .lines()
+        .map(|line| line.find("//").map_or(line, |at| &line[..at]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let ident = |rest: &str| -> String {
+        rest.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    let push_item = |found: &mut Vec<(usize, String)>, at: usize, item: &str| {
+        let name = ident(item.trim_start());
+        if !name.is_empty() {
+            found.push((line_of(at + item.len() - item.trim_start().len()), name));
+        }
+    };
+    for (at, _) in code.match_indices("crate::") {
+        if code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue; // `pincer_host::crate::…` never happens; `$crate::` does not either here
+        }
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level items of the brace group, up to its matching `}`.
+            let mut depth = 0usize;
+            let mut item_start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        push_item(
+                            &mut found,
+                            at + "crate::{".len() + item_start,
+                            &group[item_start..i],
+                        );
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        push_item(
+                            &mut found,
+                            at + "crate::{".len() + item_start,
+                            &group[item_start..i],
+                        );
+                        item_start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                found.push((line_of(at), name));
+            }
+        }
+    }
+    found
+}
+
 fn check_trailing_whitespace(root: &Path, problems: &mut Vec<Problem>) {
     for file in files_named(root, |name| name.ends_with(".rs")) {
         let Ok(text) = fs::read_to_string(&file) else {
@@ -296,4 +438,27 @@ fn module_doc_must_come_first() {
     assert!(!starts_with_module_doc("// A plain comment.\n//! Doc.\n"));
     assert!(!starts_with_module_doc("#![allow(dead_code)]\n//! Doc.\n"));
     assert!(!starts_with_module_doc(""));
+}
+
+#[test]
+fn finds_crate_paths_in_uses_groups_and_inline() {
+    let text = "//! Doc naming crate::report.\nuse crate::config::Config;\nuse crate::{\n    engines::x,\n    plugins::{a, b},\n};\nfn f() { crate::slot::g(); } // crate::session\n";
+    let found = crate_paths(text);
+    assert_eq!(
+        found,
+        vec![
+            (2, "config".to_owned()),
+            (4, "engines".to_owned()),
+            (5, "plugins".to_owned()),
+            (7, "slot".to_owned()),
+        ]
+    );
+}
+
+#[test]
+fn host_module_of_a_file() {
+    assert_eq!(host_module_of("slot/guarded.rs").as_deref(), Some("slot"));
+    assert_eq!(host_module_of("types.rs").as_deref(), Some("types"));
+    assert_eq!(host_module_of("lib.rs"), None);
+    assert_eq!(host_module_of("bin/pincer.rs"), None);
 }

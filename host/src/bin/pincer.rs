@@ -10,13 +10,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
-use pincer_host::doctor::doctor;
-use pincer_host::exercise::exercise_engine;
-use pincer_host::quarantine::{health_line, process_alive, Quarantine};
-use pincer_host::request::HostInputs;
-use pincer_host::requirements::HostDescriptor;
-use pincer_host::runtime::{Resolution, Runtime, RuntimeOptions};
+use pincer_host::engines::request::HostInputs;
+use pincer_host::report::doctor::doctor;
+use pincer_host::report::exercise::exercise_engine;
 use pincer_host::session::Transcript;
+use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
+use pincer_host::slot::requirements::HostDescriptor;
+use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
 use pincer_plugin_api::{ContentBlock, Message};
 
 /// Native context-engine plugins for agent hosts.

@@ -11,11 +11,9 @@ use std::sync::Arc;
 use pincer_plugin_api::prelude::*;
 use pincer_plugin_api::{into_engine_box, optional_fns};
 
-use crate::engine::{EngineCallError, EngineInstance, EngineOrigin};
-use crate::services::HostServices;
-
-/// The id of the legacy engine.
-pub const LEGACY_ENGINE_ID: &str = "legacy";
+use crate::engines::instance::{EngineCallError, EngineInstance, EngineOrigin};
+use crate::engines::services::HostServices;
+use crate::types::LEGACY_ENGINE_ID;
 
 /// Every host parameter of reference §6.1, which legacy accepts.
 pub const ALL_HOST_PARAMS: [&str; 6] = [

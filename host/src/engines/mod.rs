@@ -1,4 +1,19 @@
-//! Engines built into the host. Today: `legacy`, the default and the fallback of every
-//! quarantined engine.
+//! Engines as the host runs them: one live [`EngineInstance`] behind the
+//! [`EngineBackend`] seam (today in-process; later a child process or a reloadable one),
+//! owned requests a bounded call can borrow from, bounded calls themselves, the host services
+//! engines see, and the engines built into the host (`legacy`).
+//!
+//! Depends on [`crate::plugins`] (a library backend keeps its library mapped), never on the
+//! slot: quarantine, fallback and projection live in [`crate::slot`].
 
+pub mod backend;
+pub mod bounded;
+pub mod instance;
 pub mod legacy;
+pub mod request;
+pub mod services;
+
+pub use backend::{EngineBackend, InProcess};
+pub use instance::{
+    CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, EngineOrigin, EngineTool,
+};

@@ -11,12 +11,7 @@
 //!   vanish;
 //! - with `plugins.contextEngineFallback: "strict"`, the error is returned instead of falling back.
 //!
-//! Every call is bounded (see [`crate::bounded`]): `compact` by the compaction safety timeout
-//! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
-//! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
-//! the engine, even when the engine ignores its abort signal and never returns.
-//!
-//! Every call is bounded (see [`crate::bounded`]): `compact` by the compaction safety timeout
+//! Every call is bounded (see [`crate::engines::bounded`]): `compact` by the compaction safety timeout
 //! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
 //! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
 //! the engine, even when the engine ignores its abort signal and never returns.
@@ -34,14 +29,16 @@ use pincer_plugin_api::abi::v1::{
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
-use crate::bounded::{self, Deadline, Overrun};
+use super::projection::project_with;
 use crate::config::{CallTimeouts, FallbackPolicy};
-use crate::engine::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
-use crate::quarantine::Quarantine;
-use crate::request::{
+use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
+use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
 };
+use crate::slot::quarantine::Quarantine;
+use crate::types::Method;
 
 /// The default compaction safety timeout (reference §9.1).
 pub const DEFAULT_COMPACTION_TIMEOUT: Duration = Duration::from_secs(180);
@@ -60,8 +57,8 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// The deadline window of `method`.
-    pub fn for_method(&self, method: &str) -> Duration {
-        if method == "compact" {
+    pub fn for_method(&self, method: Method) -> Duration {
+        if method == Method::Compact {
             self.compact.unwrap_or(DEFAULT_COMPACTION_TIMEOUT)
         } else {
             self.calls.for_method(method)
@@ -79,7 +76,7 @@ pub struct GuardError {
     /// The engine that failed.
     pub engine_id: String,
     /// The operation.
-    pub operation: &'static str,
+    pub operation: Method,
     /// The original error.
     pub error: EngineCallError,
 }
@@ -200,10 +197,15 @@ impl GuardedEngine {
     pub fn check_host(
         &self,
         operation: &str,
-        host: &crate::requirements::HostDescriptor,
-    ) -> Result<(), crate::requirements::HostSupportError> {
+        host: &crate::slot::requirements::HostDescriptor,
+    ) -> Result<(), crate::slot::requirements::HostSupportError> {
         let info = self.info();
-        crate::requirements::check_host_support(&info.id, &info.host_requirements, operation, host)
+        crate::slot::requirements::check_host_support(
+            &info.id,
+            &info.host_requirements,
+            operation,
+            host,
+        )
     }
 
     /// The configured engine instance (for dispose and diagnostics).
@@ -214,7 +216,7 @@ impl GuardedEngine {
     /// Runs one call of `instance` under its deadline.
     fn bounded<T: Send + 'static>(
         &self,
-        operation: &'static str,
+        operation: Method,
         instance: &Arc<EngineInstance>,
         abort: &Arc<AbortSignal>,
         call: Call<T>,
@@ -227,7 +229,7 @@ impl GuardedEngine {
     /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
     fn within_deadline<T: Send + 'static>(
         &self,
-        operation: &'static str,
+        operation: Method,
         abort: &Arc<AbortSignal>,
         call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
     ) -> Result<T, EngineCallError> {
@@ -240,7 +242,7 @@ impl GuardedEngine {
             )),
             Err(Overrun::TimedOut { waited }) => Err(EngineCallError::new(
                 CallErrorKind::TimedOut,
-                if operation == "compact" {
+                if operation == Method::Compact {
                     COMPACTION_TIMED_OUT.to_owned()
                 } else {
                     format!("{operation} timed out after {} ms", waited.as_millis())
@@ -254,7 +256,7 @@ impl GuardedEngine {
     /// # Errors
     /// The rollback's error, or its timeout.
     pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline("rollback", &Arc::new(AbortSignal::new()), move || {
+        self.within_deadline(Method::Rollback, &Arc::new(AbortSignal::new()), move || {
             handle
                 .rollback()
                 .into_result()
@@ -269,7 +271,7 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline("dispose", &Arc::new(AbortSignal::new()), move || {
+        self.within_deadline(Method::Dispose, &Arc::new(AbortSignal::new()), move || {
             engine.dispose()
         })
     }
@@ -277,7 +279,7 @@ impl GuardedEngine {
     /// The core of every guarded call.
     fn run<T: Send + 'static>(
         &self,
-        operation: &'static str,
+        operation: Method,
         abort: Arc<AbortSignal>,
         fail_closed: bool,
         primary: Call<T>,
@@ -338,8 +340,12 @@ impl GuardedEngine {
                 Err(fail(error))
             }
             Err(error) => {
-                self.quarantine
-                    .record(&self.id, self.owner.as_deref(), operation, &error.message);
+                self.quarantine.record(
+                    &self.id,
+                    self.owner.as_deref(),
+                    operation.as_str(),
+                    &error.message,
+                );
                 if fail_closed || self.policy == FallbackPolicy::Strict {
                     return Err(fail(error));
                 }
@@ -363,7 +369,7 @@ impl GuardedEngine {
 
     fn projector(
         &self,
-        method: &'static str,
+        method: Method,
     ) -> impl Fn(HostParams<'_>) -> HostParams<'_> + Send + Clone + 'static {
         let accepted = self.primary.descriptor().accepted_host_params.clone();
         move |host| project_with(accepted.as_deref(), method, &host)
@@ -378,10 +384,10 @@ impl GuardedEngine {
         request: Arc<AssembleRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Guarded<AssembleResult>, GuardError> {
-        let project = self.projector("assemble");
+        let project = self.projector(Method::Assemble);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "assemble",
+            Method::Assemble,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.assemble(p))),
@@ -400,10 +406,10 @@ impl GuardedEngine {
         request: Arc<IngestRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Guarded<IngestResult>, GuardError> {
-        let project = self.projector("ingest");
+        let project = self.projector(Method::Ingest);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "ingest",
+            Method::Ingest,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest(p))),
@@ -422,10 +428,10 @@ impl GuardedEngine {
         request: Arc<CompactRequest>,
         abort: Arc<AbortSignal>,
     ) -> Result<Guarded<CompactResult>, GuardError> {
-        let project = self.projector("compact");
+        let project = self.projector(Method::Compact);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "compact",
+            Method::Compact,
             abort,
             true,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.compact(p))),
@@ -447,10 +453,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::BOOTSTRAP) {
             return Ok(None);
         }
-        let project = self.projector("bootstrap");
+        let project = self.projector(Method::Bootstrap);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "bootstrap",
+            Method::Bootstrap,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.bootstrap(p))),
@@ -481,10 +487,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::INGEST_BATCH) {
             return Ok(None);
         }
-        let project = self.projector("ingestBatch");
+        let project = self.projector(Method::IngestBatch);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "ingestBatch",
+            Method::IngestBatch,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest_batch(p))),
@@ -511,10 +517,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::AFTER_TURN) {
             return Ok(None);
         }
-        let project = self.projector("afterTurn");
+        let project = self.projector(Method::AfterTurn);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "afterTurn",
+            Method::AfterTurn,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.after_turn(p))),
@@ -541,10 +547,10 @@ impl GuardedEngine {
         if !self.primary.descriptor().has(OptionalMethods::MAINTAIN) {
             return Ok(None);
         }
-        let project = self.projector("maintain");
+        let project = self.projector(Method::Maintain);
         let fallback_request = Arc::clone(&request);
         self.run(
-            "maintain",
+            Method::Maintain,
             abort,
             false,
             Box::new(move |e, abort| request.with_abi(abort, project, |p| e.maintain(p))),
@@ -580,7 +586,7 @@ impl GuardedEngine {
             return Ok(None);
         }
         self.run(
-            "prepareSubagentSpawn",
+            Method::PrepareSubagentSpawn,
             Arc::new(AbortSignal::new()),
             true,
             Box::new(move |e, _| request.with_abi(|p| e.prepare_subagent_spawn(p))),
@@ -605,61 +611,12 @@ impl GuardedEngine {
             return Ok(None);
         }
         self.run(
-            "onSubagentEnded",
+            Method::OnSubagentEnded,
             Arc::new(AbortSignal::new()),
             false,
             Box::new(move |e, _| request.with_abi(|p| e.on_subagent_ended(p))),
             Box::new(|_, _| Ok(())),
         )
         .map(Some)
-    }
-}
-
-/// Host-parameter projection (§6.1) for an engine's `info`: keep a host param when the engine
-/// declared none, listed it, or — for `compact` — it is the abort signal.
-pub fn project<'a>(info: &EngineDescriptor, method: &str, host: &HostParams<'a>) -> HostParams<'a> {
-    project_with(info.accepted_host_params.as_deref(), method, host)
-}
-
-fn project_with<'a>(
-    accepted: Option<&[String]>,
-    method: &str,
-    host: &HostParams<'a>,
-) -> HostParams<'a> {
-    let Some(accepted) = accepted else {
-        return *host;
-    };
-    let keep = |name: &str| accepted.iter().any(|p| p == name);
-    HostParams {
-        session_key: if keep("sessionKey") {
-            host.session_key
-        } else {
-            ROption::RNone
-        },
-        prompt: if keep("prompt") {
-            host.prompt
-        } else {
-            ROption::RNone
-        },
-        runtime_settings: if keep("runtimeSettings") {
-            host.runtime_settings
-        } else {
-            ROption::RNone
-        },
-        session_target: if keep("sessionTarget") {
-            host.session_target
-        } else {
-            ROption::RNone
-        },
-        runtime_context_json: if keep("runtimeContext") {
-            host.runtime_context_json
-        } else {
-            ROption::RNone
-        },
-        abort_signal: if keep("abortSignal") || method == "compact" {
-            host.abort_signal
-        } else {
-            ROption::RNone
-        },
     }
 }

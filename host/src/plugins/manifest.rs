@@ -24,15 +24,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::types::validate_plugin_id;
+
 /// File name of the manifest inside a plugin folder.
 pub const MANIFEST_FILE_NAME: &str = "pincer.plugin.json";
 
 /// Host operations a manifest may state requirements for (keys of `hostRequirements`).
 pub const HOST_REQUIREMENT_OPERATIONS: [&str; 3] =
     ["agent-run", "manual-compact", "subagent-spawn"];
-
-/// Longest accepted plugin id, in characters (ids become file and folder names).
-pub const MAX_ID_LEN: usize = 128;
 
 /// Top-level manifest keys this host understands; any other key is reported in
 /// [`PluginManifest::unknown_keys`].
@@ -324,7 +323,8 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
     let fields = Fields { obj: &obj, path };
 
     let id = fields.required_str("id")?;
-    check_id(id).map_err(|expected| fields.invalid("id", &Value::String(id.into()), expected))?;
+    validate_plugin_id(id)
+        .map_err(|expected| fields.invalid("id", &Value::String(id.into()), expected))?;
     let id = id.to_string();
 
     let name = match fields.optional_str("name")? {
@@ -525,28 +525,6 @@ fn build_validator(schema: &Value) -> Result<jsonschema::Validator, String> {
 
 fn compile_schema(schema: &Value) -> Result<(), String> {
     build_validator(schema).map(drop)
-}
-
-/// Checks a plugin id; on failure returns what was expected.
-fn check_id(id: &str) -> Result<(), &'static str> {
-    const EXPECTED: &str = "a non-empty id of characters a-z, 0-9, '.', '_' or '-' that starts with a letter or digit (e.g. \"sliding-window\")";
-    if id.trim().is_empty() {
-        return Err(EXPECTED);
-    }
-    let first_ok = id
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    let rest_ok = id
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
-    if !first_ok || !rest_ok {
-        return Err(EXPECTED);
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err("an id of at most 128 characters");
-    }
-    Ok(())
 }
 
 /// Typed access to the manifest's top-level fields with precise errors.
@@ -865,7 +843,7 @@ mod tests {
             );
             assert_one_line(&err);
         }
-        let long = "a".repeat(MAX_ID_LEN + 1);
+        let long = "a".repeat(crate::types::MAX_PLUGIN_ID_LEN + 1);
         assert!(read_json(with("id", json!(long))).is_err());
     }
 

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The engine id used when no slot is configured.
-pub const DEFAULT_ENGINE_ID: &str = "legacy";
+use crate::types::Method;
 
 /// Where pincer keeps its files: config, installed plugins, the library cache, state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,11 +121,11 @@ pub const DEFAULT_DISPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 impl CallTimeouts {
     /// The deadline for `method`: its own entry, else `default`, else 60 s (10 s for
     /// `dispose`, which `PINCER_CLEANUP_TIMEOUT_MS` may also set).
-    pub fn for_method(&self, method: &str) -> Duration {
-        if let Some(ms) = self.0.get(method) {
+    pub fn for_method(&self, method: Method) -> Duration {
+        if let Some(ms) = self.0.get(method.as_str()) {
             return Duration::from_millis(*ms);
         }
-        if method == "dispose" {
+        if method == Method::Dispose {
             return std::env::var("PINCER_CLEANUP_TIMEOUT_MS")
                 .ok()
                 .and_then(|v| v.parse::<u64>().ok())
@@ -266,7 +265,7 @@ impl Config {
             .as_deref()
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .unwrap_or(DEFAULT_ENGINE_ID)
+            .unwrap_or(crate::types::LEGACY_ENGINE_ID)
     }
 
     /// Whether the slot was set explicitly.

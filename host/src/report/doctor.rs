@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::quarantine::{health_line, QuarantineRecord};
-use crate::requirements::{incompatibilities, HostDescriptor, HostSupportError};
-use crate::runtime::{PluginStatus, Resolution, ResolveError, Runtime};
+use crate::slot::quarantine::{health_line, QuarantineRecord};
+use crate::slot::requirements::{incompatibilities, HostDescriptor, HostSupportError};
+use crate::slot::runtime::{PluginStatus, Resolution, ResolveError, Runtime};
 
 /// The doctor report.
 #[derive(Debug, Clone, Serialize)]

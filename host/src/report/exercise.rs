@@ -13,15 +13,15 @@ use pincer_plugin_api::abi::v1::{
 };
 use serde::Serialize;
 
-use crate::request::{
+use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
     IngestBatchRequest, IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
 };
 
-use crate::engine::EngineCallError;
-use crate::guarded::{Answer, GuardError, Guarded, GuardedEngine};
-use crate::quarantine::Quarantine;
+use crate::engines::instance::EngineCallError;
 use crate::session::Transcript;
+use crate::slot::guarded::{Answer, GuardError, Guarded, GuardedEngine};
+use crate::slot::quarantine::Quarantine;
 
 /// What one method call did.
 #[derive(Debug, Clone, Serialize)]

@@ -58,7 +58,7 @@ impl fmt::Display for BinaryFormat {
 
 /// A library that passed every check, with the exact bytes that were checked.
 ///
-/// Load only a copy written from [`VerifiedLibrary::bytes`] (see `crate::loader::cache`), never
+/// Load only a copy written from [`VerifiedLibrary::bytes`] (see `crate::plugins::cache`), never
 /// [`VerifiedLibrary::source_path`] itself.
 #[derive(Clone)]
 pub struct VerifiedLibrary {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::loader::verify::{sha256_hex, VerifiedLibrary};
+use crate::plugins::verify::{sha256_hex, VerifiedLibrary};
 
 /// How many fresh `<file_name>.<8 hex>` names are tried before giving up.
 const MAX_ALTERNATE_TRIES: u32 = 16;
@@ -360,7 +360,7 @@ fn random_hex8() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loader::verify::BinaryFormat;
+    use crate::plugins::verify::BinaryFormat;
     use std::sync::{Arc, Barrier};
 
     fn library(bytes: &[u8]) -> VerifiedLibrary {

@@ -1,16 +1,14 @@
-//! One live engine instance as the host holds it: the FFI object, a host-owned copy of its
-//! info, and the library that must stay mapped while the object lives.
+//! One live engine instance as the host holds it: its backend (see [`super::backend`]), a
+//! host-owned copy of its info, and where it came from.
 //!
 //! Everything that comes back from a call is turned into host-owned data (errors, info) or
 //! kept next to the library handle (results), so nothing from a plugin outlives its code.
-//!
-//! **Architecture Invariant:** `EngineInstance` drops its engine object before its library
-//! handle (field order), and libraries are never unloaded.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use pincer_plugin_api::abi::v1::HostServicesArc;
 use pincer_plugin_api::abi::v1::{
     AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
     BootstrapResult, CompactParams, CompactResult, EngineBox, EngineError, IngestBatchParams,
@@ -18,10 +16,10 @@ use pincer_plugin_api::abi::v1::{
     OptionalMethods, SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
     ToolCallResult, TurnMaintenanceMode,
 };
-use pincer_plugin_api::abi::RResult;
 use serde::Serialize;
 
-use crate::loader::LoadedLibrary;
+use super::backend::{EngineBackend, InProcess};
+use crate::plugins::library::{EngineDirs, LoadedLibrary};
 
 /// The kind of an engine call's failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -82,10 +80,6 @@ impl From<EngineError> for EngineCallError {
     }
 }
 
-fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError> {
-    result.into_result().map_err(EngineCallError::from)
-}
-
 /// A host requirement, host-owned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,7 +131,7 @@ pub struct EngineDescriptor {
 }
 
 impl EngineDescriptor {
-    fn from_abi(info: &pincer_plugin_api::EngineInfo) -> Self {
+    pub(super) fn from_abi(info: &pincer_plugin_api::EngineInfo) -> Self {
         let mut host_requirements = BTreeMap::new();
         for req in info.host_requirements.iter() {
             host_requirements.insert(
@@ -210,14 +204,12 @@ pub enum EngineOrigin {
     },
 }
 
-/// A live engine: the FFI object plus the library that keeps it valid.
+/// A live engine: its backend plus the host-owned copy of its info.
 pub struct EngineInstance {
-    // Field order matters: the object (and its vtable) is dropped before the library handle.
-    object: EngineBox,
+    backend: Box<dyn EngineBackend>,
     descriptor: EngineDescriptor,
     origin: EngineOrigin,
     disposed: AtomicBool,
-    _library: Option<Arc<LoadedLibrary>>,
 }
 
 impl std::fmt::Debug for EngineInstance {
@@ -230,7 +222,8 @@ impl std::fmt::Debug for EngineInstance {
 }
 
 impl EngineInstance {
-    /// Wraps a created engine object, reading its info once.
+    /// Wraps a created in-process engine object, reading its info once. `library` is the
+    /// library the object came from (`None` when linked into the host).
     ///
     /// # Errors
     /// When `info` fails or panics (a contract failure).
@@ -239,16 +232,47 @@ impl EngineInstance {
         origin: EngineOrigin,
         library: Option<Arc<LoadedLibrary>>,
     ) -> Result<Self, EngineCallError> {
-        let info = host_result(object.info())?;
-        let descriptor = EngineDescriptor::from_abi(&info);
-        drop(info);
+        Self::with_backend(Box::new(InProcess::new(object, library)), origin)
+    }
+
+    /// Wraps any backend, reading its info once.
+    ///
+    /// # Errors
+    /// When `info` fails or panics (a contract failure).
+    pub fn with_backend(
+        backend: Box<dyn EngineBackend>,
+        origin: EngineOrigin,
+    ) -> Result<Self, EngineCallError> {
+        let descriptor = backend.describe()?;
         Ok(EngineInstance {
-            object,
+            backend,
             descriptor,
             origin,
             disposed: AtomicBool::new(false),
-            _library: library,
         })
+    }
+
+    /// Creates engine `engine_id` of a verified `library` with `config` (already validated
+    /// against the manifest's schema by the caller) and the host's services.
+    ///
+    /// # Errors
+    /// The factory's error or panic, or a failing `info`.
+    pub fn from_library(
+        library: &Arc<LoadedLibrary>,
+        engine_id: &str,
+        config: &serde_json::Value,
+        dirs: &EngineDirs,
+        host: HostServicesArc,
+    ) -> Result<Self, EngineCallError> {
+        let object = library.new_engine_object(engine_id, config, dirs, host)?;
+        Self::new(
+            object,
+            EngineOrigin::Plugin {
+                plugin_id: library.manifest().id.clone(),
+                library: library.copy_path().display().to_string(),
+            },
+            Some(Arc::clone(library)),
+        )
     }
 
     /// The engine's info.
@@ -266,7 +290,7 @@ impl EngineInstance {
     /// # Errors
     /// The engine's error.
     pub fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
-        host_result(self.object.ingest(params))
+        self.backend.ingest(params)
     }
 
     /// `assemble`. The result refers to `params.messages` by index; see [`resolve_assembled`].
@@ -274,7 +298,7 @@ impl EngineInstance {
     /// # Errors
     /// The engine's error, or a contract failure when an index is out of range.
     pub fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
-        let result = host_result(self.object.assemble(params))?;
+        let result = self.backend.assemble(params)?;
         let len = params.messages.len() as u64;
         for item in result.items.iter() {
             if let AssembledItem::Input { start, end } = item {
@@ -296,7 +320,7 @@ impl EngineInstance {
     /// # Errors
     /// The engine's error.
     pub fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
-        host_result(self.object.compact(params))
+        self.backend.compact(params)
     }
 
     /// `bootstrap`.
@@ -307,7 +331,7 @@ impl EngineInstance {
         &self,
         params: &BootstrapParams<'_>,
     ) -> Result<BootstrapResult, EngineCallError> {
-        host_result(self.object.bootstrap(params))
+        self.backend.bootstrap(params)
     }
 
     /// `ingestBatch`.
@@ -318,7 +342,7 @@ impl EngineInstance {
         &self,
         params: &IngestBatchParams<'_>,
     ) -> Result<IngestBatchResult, EngineCallError> {
-        host_result(self.object.ingest_batch(params))
+        self.backend.ingest_batch(params)
     }
 
     /// `afterTurn`.
@@ -326,7 +350,7 @@ impl EngineInstance {
     /// # Errors
     /// The engine's error; `NotImplemented` when it has none.
     pub fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
-        host_result(self.object.after_turn(params))
+        self.backend.after_turn(params)
     }
 
     /// `maintain`.
@@ -334,7 +358,7 @@ impl EngineInstance {
     /// # Errors
     /// The engine's error; `NotImplemented` when it has none.
     pub fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
-        host_result(self.object.maintain(params))
+        self.backend.maintain(params)
     }
 
     /// `prepareSubagentSpawn`.
@@ -345,7 +369,7 @@ impl EngineInstance {
         &self,
         params: &SubagentSpawnParams<'_>,
     ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
-        host_result(self.object.prepare_subagent_spawn(params)).map(|r| r.into_option())
+        self.backend.prepare_subagent_spawn(params)
     }
 
     /// `onSubagentEnded`.
@@ -356,7 +380,7 @@ impl EngineInstance {
         &self,
         params: &SubagentEndedParams<'_>,
     ) -> Result<(), EngineCallError> {
-        host_result(self.object.on_subagent_ended(params))
+        self.backend.on_subagent_ended(params)
     }
 
     /// `callTool`.
@@ -367,7 +391,7 @@ impl EngineInstance {
         &self,
         params: &ToolCallParams<'_>,
     ) -> Result<ToolCallResult, EngineCallError> {
-        host_result(self.object.call_tool(params))
+        self.backend.call_tool(params)
     }
 
     /// `dispose`, at most once per instance; later calls are no-ops returning `Ok`.
@@ -378,7 +402,7 @@ impl EngineInstance {
         if self.disposed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        host_result(self.object.dispose())
+        self.backend.dispose()
     }
 
     /// Whether `dispose` was called.

@@ -12,24 +12,21 @@
 //!    with `panic = "unwind"` — an abort build is refused before any call.
 //!
 //! Each step has its own error (see [`LoadError`]), whose message says what to do.
-//! Discovery of plugin folders lives here too.
 //!
 //! **Architecture Invariant:** the host never `dlopen`s a file it has not verified, and never a
 //! path a user can rewrite: only the private copies made in step 4.
 
-pub mod cache;
-pub mod verify;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{FactoryParams, HostServicesArc};
+use pincer_plugin_api::abi::v1::{EngineBox, EngineError, FactoryParams, HostServicesArc};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::loading::{open_library, OpenError, OpenedLibrary};
 use serde::Serialize;
 
-use crate::engine::{EngineCallError, EngineInstance, EngineOrigin};
-use crate::manifest::{read_manifest, ManifestError, PluginManifest, MANIFEST_FILE_NAME};
+use super::cache;
+use super::verify;
+use crate::plugins::manifest::{read_manifest, ManifestError, PluginManifest, MANIFEST_FILE_NAME};
 
 /// The `pincer-plugin-api` version this host is built against.
 pub fn host_api_version() -> semver::Version {
@@ -166,18 +163,19 @@ impl LoadedLibrary {
         &self.sha256
     }
 
-    /// Creates engine `engine_id` with `config` (already validated against the manifest's
-    /// schema by the caller) and the host's services.
+    /// Creates the FFI object of engine `engine_id` with `config` (already validated against
+    /// the manifest's schema by the caller) and the host's services. The object must not
+    /// outlive this library: [`crate::engines`] keeps an `Arc` of it next to the object.
     ///
     /// # Errors
-    /// The factory's error or panic, or a failing `info`.
-    pub fn create_engine(
-        self: &Arc<Self>,
+    /// The factory's error or panic.
+    pub fn new_engine_object(
+        &self,
         engine_id: &str,
         config: &serde_json::Value,
         dirs: &EngineDirs,
         host: HostServicesArc,
-    ) -> Result<EngineInstance, EngineCallError> {
+    ) -> Result<EngineBox, EngineError> {
         let config_json = config.to_string();
         let plugin_dir = self.manifest.dir.to_string_lossy().into_owned();
         let params = FactoryParams {
@@ -187,15 +185,7 @@ impl LoadedLibrary {
             workspace_dir: opt_str(dirs.workspace_dir.as_deref()),
             plugin_dir: ROption::RSome(RStr::from_str(&plugin_dir)),
         };
-        let object = self.opened.new_engine(&params, host)?;
-        EngineInstance::new(
-            object,
-            EngineOrigin::Plugin {
-                plugin_id: self.manifest.id.clone(),
-                library: self.copy_path.display().to_string(),
-            },
-            Some(Arc::clone(self)),
-        )
+        self.opened.new_engine(&params, host)
     }
 }
 
@@ -311,28 +301,4 @@ impl Loader {
             opened,
         }))
     }
-}
-
-/// The plugin folders under `roots`, sorted within each root and in root order: a root that
-/// itself holds a `pincer.plugin.json` is one plugin; otherwise each immediate subfolder that
-/// holds one is. Roots that do not exist are skipped.
-pub fn discover_plugin_dirs(roots: &[PathBuf]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for root in roots {
-        if root.join(MANIFEST_FILE_NAME).is_file() {
-            found.push(root.clone());
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(root) else {
-            continue;
-        };
-        let mut dirs: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .filter(|p| p.is_dir() && p.join(MANIFEST_FILE_NAME).is_file())
-            .collect();
-        dirs.sort();
-        found.extend(dirs);
-    }
-    found
 }

@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use crate::engine::{EngineCallError, EngineInstance};
-use crate::engines::legacy::LEGACY_ENGINE_ID;
-use crate::loader::{EngineDirs, LoadedLibrary};
-use crate::quarantine::Quarantine;
-use crate::services::HostServices;
+use crate::engines::instance::{EngineCallError, EngineInstance};
+use crate::engines::services::HostServices;
+use crate::plugins::library::{EngineDirs, LoadedLibrary};
+use crate::slot::quarantine::Quarantine;
+use crate::types::LEGACY_ENGINE_ID;
 
 /// The owner of the built-in engines.
 pub const CORE_OWNER: &str = "core";

@@ -83,7 +83,7 @@ impl Quarantine {
             count: AtomicUsize::new(0),
             mirror: state_dir.map(|d| d.join(MIRROR_FILE_NAME)),
             mirror_lock: Mutex::new(()),
-            default_engine_id: crate::config::DEFAULT_ENGINE_ID.to_owned(),
+            default_engine_id: crate::types::LEGACY_ENGINE_ID.to_owned(),
         }
     }
 

@@ -13,20 +13,22 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::bounded::{self, Deadline, Overrun};
-use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome, DEFAULT_ENGINE_ID};
-use crate::engine::{EngineCallError, EngineInstance, Requirement};
-use crate::engines::legacy::{create_legacy, LEGACY_ENGINE_ID};
-use crate::guarded::{GuardedEngine, Timeouts};
-use crate::loader::{discover_plugin_dirs, EngineDirs, LoadedLibrary, Loader};
-use crate::quarantine::Quarantine;
-use crate::registry::{
+use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome};
+use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::instance::{EngineCallError, EngineInstance, Requirement};
+use crate::engines::legacy::create_legacy;
+use crate::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use crate::plugins::discovery::discover_plugin_dirs;
+use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use crate::slot::guarded::{GuardedEngine, Timeouts};
+use crate::slot::quarantine::Quarantine;
+use crate::slot::registry::{
     owner_plugin_id, validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
     Registration, Registry, CORE_OWNER,
 };
-use crate::requirements::HostDescriptor;
-use crate::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
-use crate::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use crate::slot::requirements::HostDescriptor;
+use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
+use crate::types::{Method, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::v1::AbortSignal;
 use pincer_plugin_api::abi::v1::{RuntimeSettings, SelectionSource};
 
@@ -389,8 +391,8 @@ impl Runtime {
         prompt_token_budget: Option<u64>,
     ) -> Arc<RuntimeSettings> {
         // §7.4: an explicit "legacy" is the default engine, not a configured choice.
-        let configured = self.config.config.engine_is_configured()
-            && resolution.selected != crate::config::DEFAULT_ENGINE_ID;
+        let configured =
+            self.config.config.engine_is_configured() && resolution.selected != LEGACY_ENGINE_ID;
         Arc::new(build_runtime_settings(&RuntimeSettingsInput {
             selected_engine: Some(&resolution.selected),
             selection_source: Some(if configured {
@@ -453,7 +455,7 @@ impl Runtime {
                 reason,
             },
         };
-        if selected == DEFAULT_ENGINE_ID {
+        if selected == LEGACY_ENGINE_ID {
             return Ok(to_legacy(None));
         }
         let registration = self.registry.get(selected);
@@ -503,7 +505,7 @@ impl Runtime {
             tracing::warn!(
                 target: "pincer::registry",
                 engine_id = selected,
-                "[context-engine] Context engine \"{selected}\" is not registered; falling back to default engine \"{DEFAULT_ENGINE_ID}\"."
+                "[context-engine] Context engine \"{selected}\" is not registered; falling back to default engine \"{LEGACY_ENGINE_ID}\"."
             );
             return fail(
                 "resolve",
@@ -521,7 +523,7 @@ impl Runtime {
         let owner = registration.owner.clone();
         if registration.lifecycle == Lifecycle::ReadOnlyDiscovery {
             tracing::warn!(
-                "[context-engine] Context engine \"{selected}\" owner={owner} is registered for read-only discovery only; falling back to default engine \"{DEFAULT_ENGINE_ID}\" without quarantine until runtime activation registers it."
+                "[context-engine] Context engine \"{selected}\" owner={owner} is registered for read-only discovery only; falling back to default engine \"{LEGACY_ENGINE_ID}\" without quarantine until runtime activation registers it."
             );
             return Ok(to_legacy(Some(
                 "registered for read-only discovery only".into(),
@@ -603,11 +605,17 @@ impl Runtime {
                     let library = Arc::clone(library);
                     let engine_id = engine_id.clone();
                     Box::new(move || {
-                        library.create_engine(&engine_id, &config, &dirs, services.into_abi())
+                        EngineInstance::from_library(
+                            &library,
+                            &engine_id,
+                            &config,
+                            &dirs,
+                            services.into_abi(),
+                        )
                     })
                 }
             };
-        let window = self.timeouts().calls.for_method("factory");
+        let window = self.timeouts().calls.for_method(Method::Factory);
         let instance =
             match bounded::run(Deadline::new(window), Arc::new(AbortSignal::new()), created) {
                 Ok(created) => created.map_err(|err| ("factory", err.message))?,
@@ -647,7 +655,7 @@ impl Runtime {
 
     /// `dispose` of one instance under the cleanup deadline; a stall or failure is logged.
     fn dispose_bounded(&self, instance: &Arc<EngineInstance>) {
-        let window = self.timeouts().calls.for_method("dispose");
+        let window = self.timeouts().calls.for_method(Method::Dispose);
         let engine = Arc::clone(instance);
         let id = instance.descriptor().id.clone();
         match bounded::run(

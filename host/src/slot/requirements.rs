@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::engine::Requirement;
-use crate::engines::legacy::LEGACY_ENGINE_ID;
+use crate::engines::instance::Requirement;
+use crate::types::LEGACY_ENGINE_ID;
 
 /// Every capability the embedded runner offers.
 pub const EMBEDDED_CAPABILITIES: [&str; 7] = [

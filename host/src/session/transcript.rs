@@ -3,20 +3,14 @@
 //! transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on read.
 //!
 //! The append-only JSONL session tree of reference §10 is a later issue; this module only
-//! turns a file into the `Message`s an engine sees.
+//! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
+//! over a transcript is [`super::assemble`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{
-    AbortSignal, AssembleResult, ContentBlock, Message, Role, ToolResultPart,
-};
+use pincer_plugin_api::abi::v1::{ContentBlock, Message, Role, ToolResultPart};
 use serde_json::Value;
-
-use crate::request::{AssembleRequest, HostInputs};
-
-use crate::engine::resolve_assembled;
-use crate::guarded::{Answer, GuardError, GuardedEngine};
 
 /// Why a conversation file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -43,36 +37,6 @@ pub enum TranscriptError {
 #[derive(Debug, Clone, Default)]
 pub struct Transcript {
     messages: Arc<[Message]>,
-}
-
-/// The answer of one `assemble` over a transcript.
-pub struct AssembledView {
-    /// The engine's result.
-    pub result: AssembleResult,
-    /// Who answered.
-    pub answer: Answer,
-    input: Arc<[Message]>,
-}
-
-impl AssembledView {
-    /// The messages the model would see, in order (references, no copies).
-    pub fn messages(&self) -> Vec<&Message> {
-        resolve_assembled(&self.result, &self.input)
-    }
-
-    /// For each message the model would see: its index in the input, or `None` if new.
-    pub fn origins(&self) -> Vec<Option<usize>> {
-        let mut out = Vec::new();
-        for item in self.result.items.iter() {
-            match item {
-                pincer_plugin_api::AssembledItem::Input { start, end } => {
-                    out.extend((*start as usize..*end as usize).map(Some))
-                }
-                pincer_plugin_api::AssembledItem::New(_) => out.push(None),
-            }
-        }
-        out
-    }
 }
 
 impl Transcript {
@@ -140,48 +104,6 @@ impl Transcript {
             messages.push(message);
         }
         Ok(Transcript::new(messages))
-    }
-
-    /// Runs `assemble` of `engine` over the transcript.
-    ///
-    /// # Errors
-    /// What the guard returns (abort, strict policy, both engines failing).
-    pub fn assemble(
-        &self,
-        engine: &GuardedEngine,
-        session_id: &str,
-        token_budget: Option<u64>,
-    ) -> Result<AssembledView, GuardError> {
-        self.assemble_with(engine, session_id, token_budget, HostInputs::default())
-    }
-
-    /// Runs `assemble` with the given host parameters (`sessionKey` defaults to the session id).
-    ///
-    /// # Errors
-    /// What the guard returns.
-    pub fn assemble_with(
-        &self,
-        engine: &GuardedEngine,
-        session_id: &str,
-        token_budget: Option<u64>,
-        mut host: HostInputs,
-    ) -> Result<AssembledView, GuardError> {
-        let session_id: Arc<str> = Arc::from(session_id);
-        if host.session_key.is_none() {
-            host.session_key = Some(Arc::clone(&session_id));
-        }
-        let request = Arc::new(AssembleRequest {
-            session_id,
-            messages: Arc::clone(&self.messages),
-            token_budget,
-            host,
-        });
-        let guarded = engine.assemble(request, Arc::new(AbortSignal::new()))?;
-        Ok(AssembledView {
-            result: guarded.value,
-            answer: guarded.answer,
-            input: Arc::clone(&self.messages),
-        })
     }
 }
 

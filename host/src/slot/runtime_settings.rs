@@ -9,7 +9,7 @@ use pincer_plugin_api::abi::v1::{
 };
 use pincer_plugin_api::abi::{ROption, RString};
 
-use crate::requirements::HostDescriptor;
+use crate::slot::requirements::HostDescriptor;
 
 /// What the host knows about a run, loosely typed, as callers have it.
 #[derive(Debug, Clone, Default)]

@@ -1,0 +1,176 @@
+//! The backend seam: how an [`EngineInstance`](super::EngineInstance) reaches the engine's
+//! code. Everything above this trait (the instance, the guard, the slot) calls through it and
+//! never names a library or an FFI object.
+//!
+//! Today there is one implementation, [`InProcess`]: an engine object living in this process
+//! (a verified plugin library's, or one linked into the host like `legacy`). A child-process
+//! backend (an isolation tier) and hot reload (swapping the backend of a slot) plug in here
+//! without touching callers.
+//!
+//! The seam costs one dynamic call per engine call (the instance holds a
+//! `Box<dyn EngineBackend>`), the same as the `#[sabi_trait]` call behind it.
+
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::v1::{
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CompactParams, CompactResult, EngineBox, EngineError, EngineInfo, IngestBatchParams,
+    IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult,
+    SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams, ToolCallParams, ToolCallResult,
+};
+use pincer_plugin_api::abi::RResult;
+
+use super::instance::{EngineCallError, EngineDescriptor};
+use crate::plugins::library::LoadedLibrary;
+
+/// Where an engine's code runs, as the host calls it. Results are host-owned or owned
+/// next to whatever keeps the engine's code valid; errors are host memory.
+pub trait EngineBackend: Send + Sync + 'static {
+    /// The engine's `info`, copied into host memory (read once, when the instance is made).
+    ///
+    /// # Errors
+    /// When `info` fails or panics (a contract failure).
+    fn describe(&self) -> Result<EngineDescriptor, EngineCallError>;
+    /// `ingest`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError>;
+    /// `assemble` (unchecked: the instance checks the indices).
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError>;
+    /// `compact`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError>;
+    /// `bootstrap`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError>;
+    /// `ingestBatch`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineCallError>;
+    /// `afterTurn`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError>;
+    /// `maintain`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError>;
+    /// `prepareSubagentSpawn`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollbackBox>, EngineCallError>;
+    /// `onSubagentEnded`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError>;
+    /// `callTool`.
+    ///
+    /// # Errors
+    /// The engine's error; `NotImplemented` when it has none.
+    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError>;
+    /// `dispose` (the instance makes sure it runs at most once).
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn dispose(&self) -> Result<(), EngineCallError>;
+}
+
+fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError> {
+    result.into_result().map_err(EngineCallError::from)
+}
+
+/// An engine object in this process: from a verified plugin library (kept mapped by the
+/// `Arc` held here), or linked into the host (`legacy`, statically linked engines).
+///
+/// **Architecture Invariant:** the object (and its vtable) is dropped before the library
+/// handle (field order), and libraries are never unloaded.
+pub struct InProcess {
+    object: EngineBox,
+    _library: Option<Arc<LoadedLibrary>>,
+}
+
+impl InProcess {
+    /// Wraps `object`; `library` is the library it came from (`None` when linked in).
+    pub fn new(object: EngineBox, library: Option<Arc<LoadedLibrary>>) -> Self {
+        InProcess {
+            object,
+            _library: library,
+        }
+    }
+}
+
+impl EngineBackend for InProcess {
+    fn describe(&self) -> Result<EngineDescriptor, EngineCallError> {
+        let info: EngineInfo = host_result(self.object.info())?;
+        Ok(EngineDescriptor::from_abi(&info))
+    }
+
+    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
+        host_result(self.object.ingest(params))
+    }
+
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
+        host_result(self.object.assemble(params))
+    }
+
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
+        host_result(self.object.compact(params))
+    }
+
+    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
+        host_result(self.object.bootstrap(params))
+    }
+
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineCallError> {
+        host_result(self.object.ingest_batch(params))
+    }
+
+    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
+        host_result(self.object.after_turn(params))
+    }
+
+    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
+        host_result(self.object.maintain(params))
+    }
+
+    fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
+        host_result(self.object.prepare_subagent_spawn(params)).map(|r| r.into_option())
+    }
+
+    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
+        host_result(self.object.on_subagent_ended(params))
+    }
+
+    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
+        host_result(self.object.call_tool(params))
+    }
+
+    fn dispose(&self) -> Result<(), EngineCallError> {
+        host_result(self.object.dispose())
+    }
+}

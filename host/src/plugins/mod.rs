@@ -1,0 +1,16 @@
+//! Plugins on disk, before any of their code runs as an engine: the manifest
+//! (`pincer.plugin.json`), discovery of plugin folders, verification of a library file, the
+//! private content-addressed cache, and the verified library itself.
+//!
+//! Depends only on [`crate::types`] and [`crate::config`]; nothing here knows engines, the
+//! slot or quarantine.
+
+pub mod cache;
+pub mod discovery;
+pub mod library;
+pub mod manifest;
+pub mod verify;
+
+pub use discovery::discover_plugin_dirs;
+pub use library::{host_api_version, EngineDirs, LibraryFacts, LoadError, LoadedLibrary, Loader};
+pub use manifest::{read_manifest, ManifestError, PluginManifest, MANIFEST_FILE_NAME};

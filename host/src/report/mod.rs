@@ -1,0 +1,8 @@
+//! Reports over a runtime: [`doctor`] (what `pincer doctor` and `pincer health` print) and
+//! [`exercise`] (every method of one engine, what `pincer check-engine` prints).
+
+pub mod doctor;
+pub mod exercise;
+
+pub use doctor::{doctor, DoctorReport};
+pub use exercise::{exercise_engine, MethodOutcome};
