@@ -23,7 +23,7 @@ use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::plugins::library::{EngineDirs, Loader};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::quarantine::Quarantine;
-use pincer_plugin_api::abi::v1::{AbortSignal, AssembleParams, HostParams, IngestParams};
+use pincer_plugin_api::abi::latest::{AbortSignal, AssembleParams, HostParams, IngestParams};
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use pincer_plugin_api::{
     into_engine_box, optional_fns, ContentBlock, Engine, Host, Message, Role, ToolResultPart,

@@ -17,7 +17,7 @@ use pincer_host::session::Transcript;
 use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
-use pincer_plugin_api::{ContentBlock, Message};
+use pincer_plugin_api::{BlockKind, Content, Message};
 
 /// Native context-engine plugins for agent hosts.
 #[derive(Parser, Debug)]
@@ -274,17 +274,29 @@ fn print_resolution(r: &Resolution) {
 
 fn preview(message: &Message) -> String {
     let mut parts = Vec::new();
-    for block in message.blocks() {
-        parts.push(match block {
-            ContentBlock::Text { text } => text.to_string(),
-            ContentBlock::Thinking { .. } => "[thinking]".to_owned(),
-            ContentBlock::ToolCall { id, name, .. } => format!("[toolCall {name} id={id}]"),
-            ContentBlock::ToolResult { tool_call_id, .. } => {
-                format!("[toolResult id={tool_call_id}]")
+    if let Some(id) = message.tool_result_id() {
+        parts.push(format!("[toolResult id={id}]"));
+    }
+    if let Some(summary) = message.summary() {
+        parts.push(summary.to_owned());
+    }
+    match message.content() {
+        Content::None => {}
+        Content::Text(text) => parts.push(text.to_owned()),
+        Content::Blocks(blocks) => {
+            for block in blocks {
+                parts.push(match block.kind() {
+                    BlockKind::Text => block.as_text().unwrap_or_default().to_owned(),
+                    BlockKind::Thinking => "[thinking]".to_owned(),
+                    BlockKind::ToolCall => block
+                        .as_tool_call()
+                        .map(|call| format!("[toolCall {} id={}]", call.name, call.id))
+                        .unwrap_or_default(),
+                    BlockKind::Image => "[image]".to_owned(),
+                    BlockKind::Other => format!("[{}]", block.type_name()),
+                });
             }
-            ContentBlock::Image { .. } => "[image]".to_owned(),
-            ContentBlock::Other { kind, .. } => format!("[{kind}]"),
-        });
+        }
     }
     let text = parts.join(" ").replace('\n', " ");
     if text.chars().count() > 90 {
@@ -387,7 +399,7 @@ fn assemble(
             "failure": view.answer.failure,
             "inputMessages": transcript.messages().len(),
             "keptMessages": kept,
-            "estimatedTokens": view.result.estimated_tokens,
+            "estimatedTokens": view.result.estimated_tokens.unwrap_or(0),
             "systemPromptAddition": view.result.system_prompt_addition.as_ref().map(|s| s.to_string()).into_option(),
             "quarantine": quarantine,
             "health": health_line(&quarantine),
@@ -410,8 +422,8 @@ fn assemble(
         "kept {} of {} messages, estimated {} tokens{}",
         messages.len(),
         transcript.messages().len(),
-        view.result.estimated_tokens,
-        if view.result.estimated_tokens == 0 {
+        view.result.estimated_tokens.unwrap_or(0),
+        if view.result.estimated_tokens.unwrap_or(0) == 0 {
             " (0: the engine leaves estimation to the caller)"
         } else {
             ""
@@ -423,7 +435,7 @@ fn assemble(
             .unwrap_or_else(|| "new ".to_owned());
         println!(
             "  {index} {:<10} {}",
-            message.role.as_str(),
+            message.role_name(),
             preview(message)
         );
     }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{
+use pincer_plugin_api::abi::latest::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CompactParams, CompactResult, EngineBox, EngineError, EngineInfo, IngestBatchParams,
     IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult,

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use pincer_plugin_api::abi::v1::AbortSignal;
+use pincer_plugin_api::abi::latest::AbortController;
 
 /// The most windows a deadline can be stretched to.
 pub const MAX_WINDOWS: u32 = 10;
@@ -254,7 +254,7 @@ const ABORT_POLL: Duration = Duration::from_millis(10);
 /// [`Overrun`] when the call did not finish in time or was aborted.
 pub fn run<T: Send + 'static>(
     deadline: Arc<Deadline>,
-    abort: Arc<AbortSignal>,
+    abort: Arc<AbortController>,
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Overrun> {
     let slot = Arc::new(Slot {
@@ -290,7 +290,7 @@ pub fn run<T: Send + 'static>(
                 return finish(outcome);
             }
         }
-        if abort.is_aborted() {
+        if abort.fired() {
             return Err(Overrun::Aborted);
         }
         let now = Instant::now();
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_call_that_never_returns_is_abandoned_at_its_deadline() {
-        let abort = Arc::new(AbortSignal::new());
+        let abort = Arc::new(AbortController::new());
         let returned = Arc::new(AtomicBool::new(false));
         let call_returned = Arc::clone(&returned);
         let result = run(
@@ -327,7 +327,7 @@ mod tests {
             matches!(result, Err(Overrun::TimedOut { .. })),
             "{result:?}"
         );
-        assert!(abort.is_aborted(), "the signal fired");
+        assert!(abort.fired() && abort.signal().is_aborted(), "the signal fired");
         assert!(
             !returned.load(Ordering::SeqCst),
             "the caller got its answer while the call still runs: the worker was abandoned"
@@ -335,7 +335,7 @@ mod tests {
         // Other calls are still served.
         let ok = run(
             Deadline::new(Duration::from_secs(5)),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
             || 42,
         );
         assert_eq!(ok, Ok(42));
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_caller_abort_ends_the_wait_and_a_host_panic_reaches_the_caller() {
-        let abort = Arc::new(AbortSignal::new());
+        let abort = Arc::new(AbortController::new());
         let trigger = Arc::clone(&abort);
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
@@ -356,7 +356,7 @@ mod tests {
         let panicked = std::panic::catch_unwind(|| {
             run(
                 Deadline::new(Duration::from_secs(60)),
-                Arc::new(AbortSignal::new()),
+                Arc::new(AbortController::new()),
                 || {
                     let v: Vec<u8> = Vec::new();
                     v[3]
@@ -367,7 +367,7 @@ mod tests {
         // The worker that caught it keeps working.
         let ok = run(
             Deadline::new(Duration::from_secs(5)),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
             || 7,
         );
         assert_eq!(ok, Ok(7));

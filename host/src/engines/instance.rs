@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::HostServicesArc;
-use pincer_plugin_api::abi::v1::{
+use pincer_plugin_api::abi::latest::HostServicesArc;
+use pincer_plugin_api::abi::latest::{
     AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
     BootstrapResult, CompactParams, CompactResult, EngineBox, EngineError, IngestBatchParams,
     IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult, Message,
@@ -131,7 +131,7 @@ pub struct EngineDescriptor {
 }
 
 impl EngineDescriptor {
-    pub(super) fn from_abi(info: &pincer_plugin_api::EngineInfo) -> Self {
+    pub(super) fn from_abi(info: &pincer_plugin_api::abi::latest::EngineInfo) -> Self {
         let mut host_requirements = BTreeMap::new();
         for req in info.host_requirements.iter() {
             host_requirements.insert(

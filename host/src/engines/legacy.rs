@@ -1,6 +1,6 @@
 //! The built-in `legacy` engine (reference §9.2): owner `core`, `ingest` keeps nothing,
-//! `assemble` passes every message through (one range, no copy) with `estimatedTokens` 0
-//! ("the caller estimates"), `compact` delegates to the runtime's compaction, `afterTurn` and
+//! `assemble` passes every message through (one range, no copy) with no token estimate
+//! (`estimatedTokens` 0: "the caller estimates"), `compact` delegates to the runtime's compaction, `afterTurn` and
 //! `dispose` do nothing. It accepts every host parameter.
 //!
 //! It is written against the same authoring API as any plugin and wrapped by the same adapter
@@ -37,9 +37,8 @@ impl Engine for LegacyEngine {
         Ok(LegacyEngine { host })
     }
 
-    fn info(&self) -> EngineInfo {
-        EngineInfo::new(LEGACY_ENGINE_ID, "Legacy Context Engine", "1.0.0")
-            .with_accepted_host_params(&ALL_HOST_PARAMS)
+    fn info(&self) -> Result<EngineInfo, EngineError> {
+        Ok(EngineInfo::new("Legacy Context Engine", "1.0.0").accepted_host_params(&ALL_HOST_PARAMS))
     }
 
     fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
@@ -73,7 +72,7 @@ impl Dispose for LegacyEngine {
 /// Never in practice; the signature matches every other factory.
 pub fn create_legacy(services: HostServices) -> Result<EngineInstance, EngineCallError> {
     let engine = LegacyEngine {
-        host: Host::new(services.into_abi()),
+        host: Host::from_services(services.into_abi()),
     };
     EngineInstance::new(
         into_engine_box(engine, optional_fns!(LegacyEngine)),

@@ -9,8 +9,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{
-    AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
+use pincer_plugin_api::abi::latest::{
+    AbortSignal, AfterTurnParams, EntryId, PromptCache, Usage, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
     HostParams, IngestBatchParams, IngestParams, MaintainParams, Message, RuntimeSettings,
     SessionTarget, SubagentContextMode, SubagentEndReason, SubagentEndedParams,
     SubagentSpawnParams,
@@ -26,6 +26,36 @@ fn rstr(value: &Option<Arc<str>>) -> ROption<RStr<'_>> {
 
 fn ropt<T: Copy>(value: Option<T>) -> ROption<T> {
     value.map_or(ROption::RNone, ROption::RSome)
+}
+
+/// The entry ids to pass beside `messages[range]`: none when the ids do not cover the messages
+/// (a caller that has no session passes an empty list).
+fn entry_ids<'a>(ids: &'a [EntryId], message_count: usize, range: Range<usize>) -> RSlice<'a, EntryId> {
+    if ids.len() == message_count {
+        RSlice::from_slice(&ids[range])
+    } else {
+        RSlice::from_slice(&[])
+    }
+}
+
+/// No entry ids: messages that live in no session.
+pub fn no_entry_ids() -> Arc<[EntryId]> {
+    Arc::from(Vec::new())
+}
+
+/// `runtimeContext.promptCache`, owned.
+#[derive(Debug, Clone, Default)]
+pub struct PromptCacheInput {
+    /// The cache retention asked for.
+    pub retention: Option<Arc<str>>,
+    /// The last model call's usage.
+    pub last_call_usage: Option<Usage>,
+    /// Whether the last call broke the cache.
+    pub broke: Option<bool>,
+    /// When the cache was last touched, ms since the Unix epoch.
+    pub last_cache_touch_at: Option<i64>,
+    /// When it is expected to expire, ms since the Unix epoch.
+    pub expires_at: Option<i64>,
 }
 
 /// `sessionTarget`, owned.
@@ -56,6 +86,8 @@ pub struct HostInputs {
     pub session_target: Option<Arc<SessionTargetInput>>,
     /// `runtimeContext`, a JSON object text.
     pub runtime_context: Option<Arc<str>>,
+    /// `runtimeContext.promptCache`.
+    pub prompt_cache: Option<Arc<PromptCacheInput>>,
 }
 
 impl HostInputs {
@@ -68,7 +100,15 @@ impl HostInputs {
             store_path: rstr(&t.store_path),
             thread_id: rstr(&t.thread_id),
         });
+        let prompt_cache = self.prompt_cache.as_ref().map(|c| PromptCache {
+            retention: rstr(&c.retention),
+            last_call_usage: ropt(c.last_call_usage),
+            broke: ropt(c.broke),
+            last_cache_touch_at: ropt(c.last_cache_touch_at),
+            expires_at: ropt(c.expires_at),
+        });
         f(HostParams {
+            prompt_cache: prompt_cache.as_ref().map_or(ROption::RNone, ROption::RSome),
             session_key: rstr(&self.session_key),
             prompt: rstr(&self.prompt),
             runtime_settings: self
@@ -89,6 +129,8 @@ pub struct AssembleRequest {
     pub session_id: Arc<str>,
     /// The session's messages.
     pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
     /// The prompt's token budget.
     pub token_budget: Option<u64>,
     /// Host parameters.
@@ -107,6 +149,7 @@ impl AssembleRequest {
             f(&AssembleParams {
                 session_id: RStr::from_str(&self.session_id),
                 messages: RSlice::from_slice(&self.messages),
+                entry_ids: entry_ids(&self.entry_ids, self.messages.len(), 0..self.messages.len()),
                 token_budget: ropt(self.token_budget),
                 available_tools: RSlice::from_slice(&[]),
                 citations_mode: ROption::RNone,
@@ -124,6 +167,8 @@ pub struct IngestRequest {
     pub session_id: Arc<str>,
     /// The messages holding the one to ingest.
     pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
     /// Which one.
     pub index: usize,
     /// Whether the turn is a heartbeat.
@@ -147,6 +192,11 @@ impl IngestRequest {
             f(&IngestParams {
                 session_id: RStr::from_str(&self.session_id),
                 message: &self.messages[self.index],
+                entry_id: self
+                    .entry_ids
+                    .get(self.index)
+                    .filter(|_| self.entry_ids.len() == self.messages.len())
+                    .unwrap_or(&EntryId::NONE),
                 is_heartbeat: self.is_heartbeat,
                 host: project(host),
             })
@@ -161,6 +211,8 @@ pub struct IngestBatchRequest {
     pub session_id: Arc<str>,
     /// The messages.
     pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
     /// Which ones.
     pub range: Range<usize>,
     /// Whether the turn is a heartbeat.
@@ -181,6 +233,7 @@ impl IngestBatchRequest {
             f(&IngestBatchParams {
                 session_id: RStr::from_str(&self.session_id),
                 messages: RSlice::from_slice(&self.messages[self.range.clone()]),
+                entry_ids: entry_ids(&self.entry_ids, self.messages.len(), self.range.clone()),
                 is_heartbeat: self.is_heartbeat,
                 host: project(host),
             })
@@ -258,6 +311,8 @@ pub struct AfterTurnRequest {
     pub session_file: Arc<str>,
     /// The whole snapshot after the turn.
     pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
     /// How many messages existed before the prompt.
     pub pre_prompt_message_count: u64,
     /// An auto-compaction summary produced during the turn.
@@ -283,6 +338,7 @@ impl AfterTurnRequest {
                 session_id: RStr::from_str(&self.session_id),
                 session_file: RStr::from_str(&self.session_file),
                 messages: RSlice::from_slice(&self.messages),
+                entry_ids: entry_ids(&self.entry_ids, self.messages.len(), 0..self.messages.len()),
                 pre_prompt_message_count: self.pre_prompt_message_count,
                 auto_compaction_summary: rstr(&self.auto_compaction_summary),
                 is_heartbeat: self.is_heartbeat,
@@ -304,6 +360,8 @@ pub struct CompactRequest {
     pub agent_id: Option<Arc<str>>,
     /// The session's current context.
     pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
     /// The prompt's token budget.
     pub token_budget: Option<u64>,
     /// Compact even below the threshold.
@@ -327,6 +385,7 @@ impl CompactRequest {
         session_id: Arc<str>,
         session_file: Arc<str>,
         messages: Arc<[Message]>,
+        entry_ids: Arc<[EntryId]>,
         host: HostInputs,
     ) -> Self {
         CompactRequest {
@@ -334,6 +393,7 @@ impl CompactRequest {
             session_file,
             agent_id: None,
             messages,
+            entry_ids,
             token_budget: None,
             force: true,
             force_reason: Some(Arc::from("manual")),
@@ -357,6 +417,7 @@ impl CompactRequest {
                 session_file: RStr::from_str(&self.session_file),
                 agent_id: rstr(&self.agent_id),
                 messages: RSlice::from_slice(&self.messages),
+                entry_ids: entry_ids(&self.entry_ids, self.messages.len(), 0..self.messages.len()),
                 token_budget: ropt(self.token_budget),
                 force: self.force,
                 force_reason: rstr(&self.force_reason),

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{
+use pincer_plugin_api::abi::latest::{
     CompactParams, CompactResult, EngineError, ExtensionRef, HostServicesAbi, HostServicesArc,
     LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord, Message,
 };

@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{EngineBox, EngineError, FactoryParams, HostServicesArc};
+use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::loading::{open_library, OpenError, OpenedLibrary};
 use serde::Serialize;
@@ -178,7 +178,11 @@ impl LoadedLibrary {
     ) -> Result<EngineBox, EngineError> {
         let config_json = config.to_string();
         let plugin_dir = self.manifest.dir.to_string_lossy().into_owned();
+        let state_dir = dirs
+            .engine_state_dir(engine_id)
+            .map(|d| d.to_string_lossy().into_owned());
         let params = FactoryParams {
+            state_dir: opt_str(state_dir.as_deref()),
             engine_id: RStr::from_str(engine_id),
             config_json: RStr::from_str(&config_json),
             agent_dir: opt_str(dirs.agent_dir.as_deref()),
@@ -203,6 +207,28 @@ pub struct EngineDirs {
     pub agent_dir: Option<String>,
     /// The workspace directory.
     pub workspace_dir: Option<String>,
+    /// Where each engine gets its own state directory, `<root>/<engine id>/`
+    /// (`$PINCER_HOME/state/engines` by default).
+    pub engine_state_root: Option<PathBuf>,
+}
+
+impl EngineDirs {
+    /// Creates (owner-only) and returns engine `engine_id`'s state directory; `None` when
+    /// there is no root or it cannot be created (logged).
+    pub fn engine_state_dir(&self, engine_id: &str) -> Option<PathBuf> {
+        let dir = self.engine_state_root.as_ref()?.join(engine_id);
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        match builder.create(&dir) {
+            Ok(()) => Some(dir),
+            Err(err) => {
+                tracing::warn!(engine_id, dir = %dir.display(), %err, "cannot create the engine's state directory; the engine gets none");
+                None
+            }
+        }
+    }
 }
 
 /// Loads plugins into a private cache.

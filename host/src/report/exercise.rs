@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{
-    AbortSignal, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
+use pincer_plugin_api::abi::latest::{
+    AbortController, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 
@@ -128,7 +128,9 @@ pub fn exercise_engine(
         session_key: Some(Arc::clone(&session)),
         ..HostInputs::default()
     };
-    let abort = || Arc::new(AbortSignal::new());
+    let abort = || Arc::new(AbortController::new());
+    // A conversation file has no session entries: nothing to pass beside the messages.
+    let entry_ids = crate::engines::request::no_entry_ids();
     let mut record = Recorder {
         quarantine,
         id: engine.id().to_owned(),
@@ -145,6 +147,7 @@ pub fn exercise_engine(
         let ingest = IngestRequest {
             session_id: Arc::clone(&session),
             messages: Arc::clone(&messages),
+            entry_ids: Arc::clone(&entry_ids),
             index: 0,
             is_heartbeat: false,
             host: host.clone(),
@@ -154,6 +157,7 @@ pub fn exercise_engine(
     let batch = IngestBatchRequest {
         session_id: Arc::clone(&session),
         messages: Arc::clone(&messages),
+        entry_ids: Arc::clone(&entry_ids),
         range: 0..messages.len(),
         is_heartbeat: false,
         host: host.clone(),
@@ -162,6 +166,7 @@ pub fn exercise_engine(
     let assemble = AssembleRequest {
         session_id: Arc::clone(&session),
         messages: Arc::clone(&messages),
+        entry_ids: Arc::clone(&entry_ids),
         token_budget: None,
         host: host.clone(),
     };
@@ -173,6 +178,7 @@ pub fn exercise_engine(
         session_id: Arc::clone(&session),
         session_file: Arc::clone(&file),
         messages: Arc::clone(&messages),
+        entry_ids: Arc::clone(&entry_ids),
         pre_prompt_message_count: messages.len().saturating_sub(1) as u64,
         auto_compaction_summary: None,
         is_heartbeat: false,
@@ -190,7 +196,13 @@ pub fn exercise_engine(
         host: host.clone(),
     };
     record.guarded("maintain", engine.maintain(Arc::new(maintain), abort()));
-    let compact = CompactRequest::manual(Arc::clone(&session), file, Arc::clone(&messages), host);
+    let compact = CompactRequest::manual(
+        Arc::clone(&session),
+        file,
+        Arc::clone(&messages),
+        entry_ids,
+        host,
+    );
     record.guarded(
         "compact",
         engine.compact(Arc::new(compact), abort()).map(Some),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{AbortSignal, AssembleResult, Message};
+use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
 
 use super::transcript::Transcript;
 use crate::engines::instance::resolve_assembled;
@@ -30,10 +30,10 @@ impl AssembledView {
         let mut out = Vec::new();
         for item in self.result.items.iter() {
             match item {
-                pincer_plugin_api::AssembledItem::Input { start, end } => {
+                pincer_plugin_api::abi::latest::AssembledItem::Input { start, end } => {
                     out.extend((*start as usize..*end as usize).map(Some))
                 }
-                pincer_plugin_api::AssembledItem::New(_) => out.push(None),
+                pincer_plugin_api::abi::latest::AssembledItem::New(_) => out.push(None),
             }
         }
         out
@@ -72,10 +72,11 @@ impl Transcript {
         let request = Arc::new(AssembleRequest {
             session_id,
             messages: self.shared_messages(),
+            entry_ids: self.entry_ids(),
             token_budget,
             host,
         });
-        let guarded = engine.assemble(request, Arc::new(AbortSignal::new()))?;
+        let guarded = engine.assemble(request, Arc::new(AbortController::new()))?;
         Ok(AssembledView {
             result: guarded.value,
             answer: guarded.answer,

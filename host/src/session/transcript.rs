@@ -1,6 +1,7 @@
 //! Conversations as the host reads them for one-off operations (`pincer assemble`, tests):
-//! a JSON array of messages in pincer's format, `{"messages": [...]}`, or an OpenAI-style chat
-//! transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on read.
+//! a JSON array of OpenClaw messages, `{"messages": [...]}` (an OpenClaw `*.context.json`), or
+//! an OpenAI-style chat transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on
+//! read with the mapping of OpenClaw's golden data.
 //!
 //! The append-only JSONL session tree of reference §10 is a later issue; this module only
 //! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
@@ -9,7 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::v1::{ContentBlock, Message, Role, ToolResultPart};
+use pincer_plugin_api::abi::latest::{EntryId, Message};
+use pincer_plugin_api::interop;
 use serde_json::Value;
 
 /// Why a conversation file could not be read.
@@ -57,6 +59,12 @@ impl Transcript {
         Arc::clone(&self.messages)
     }
 
+    /// The session entry ids beside the messages: none, for a conversation read from a file
+    /// (a session store gives them).
+    pub fn entry_ids(&self) -> Arc<[EntryId]> {
+        Arc::from(Vec::new())
+    }
+
     /// Reads a conversation file.
     ///
     /// # Errors
@@ -96,7 +104,7 @@ impl Transcript {
         let mut messages = Vec::with_capacity(list.len());
         for (index, item) in list.into_iter().enumerate() {
             let message = if openai {
-                from_openai(&item)
+                from_openai(&item, index)
             } else {
                 serde_json::from_value::<Message>(item).map_err(|e| e.to_string())
             }
@@ -107,57 +115,18 @@ impl Transcript {
     }
 }
 
-fn text_of(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// One OpenAI chat message to pincer's model.
-fn from_openai(item: &Value) -> Result<Message, String> {
+/// One OpenAI chat message as OpenClaw's message, by the golden data's mapping
+/// ([`pincer_plugin_api::interop::openai_chat_to_openclaw`]); a system message is kept as
+/// `{role:"system"}` (OpenClaw leaves it out of the session; engines here may pin it).
+fn from_openai(item: &Value, index: usize) -> Result<Message, String> {
     let role = item
         .get("role")
         .and_then(Value::as_str)
         .ok_or("missing \"role\"")?;
-    let content = text_of(item.get("content"));
-    Ok(match role {
-        "system" => Message::text(Role::System, content),
-        "user" => Message::text(Role::User, content),
-        "assistant" => {
-            let mut blocks = Vec::new();
-            if !content.is_empty() {
-                blocks.push(ContentBlock::Text {
-                    text: content.into(),
-                });
-            }
-            for call in item
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let function = call.get("function").unwrap_or(&Value::Null);
-                blocks.push(ContentBlock::ToolCall {
-                    id: text_of(call.get("id")).into(),
-                    name: text_of(function.get("name")).into(),
-                    arguments_json: text_of(function.get("arguments")).into(),
-                });
-            }
-            Message::with_blocks(Role::Assistant, blocks)
-        }
-        "tool" => Message::with_blocks(
-            Role::ToolResult,
-            vec![ContentBlock::ToolResult {
-                tool_call_id: text_of(item.get("tool_call_id")).into(),
-                content: vec![ToolResultPart::Text {
-                    text: content.into(),
-                }]
-                .into(),
-                is_error: false,
-            }],
-        ),
-        other => return Err(format!("unknown role \"{other}\"")),
-    })
+    if role == "system" {
+        return Ok(Message::system(item["content"].as_str().unwrap_or_default()));
+    }
+    let value = interop::openai_chat_to_openclaw(item, index)
+        .ok_or_else(|| format!("unknown role \"{role}\""))?;
+    Message::from_value(value).map_err(|e| e.to_string())
 }

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use pincer_plugin_api::abi::v1::{
-    AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams, IngestBatchResult,
+use pincer_plugin_api::abi::latest::{
+    AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams, IngestBatchResult,
     IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
 };
 use pincer_plugin_api::abi::ROption;
@@ -122,10 +122,12 @@ impl std::fmt::Debug for GuardedEngine {
     }
 }
 
-/// Whether `err` is an abort: an `Aborted` error, or any error while the signal had fired whose
-/// message says abort/cancel (§4.4a).
-fn is_abort(err: &EngineCallError, signal: &AbortSignal) -> bool {
-    if !signal.is_aborted() {
+/// Whether `err` is an abort: an `Aborted` error, or any error whose message says
+/// abort/cancel (§4.4a) — and only when *the host* fired the call's signal. The engine sees a
+/// read-only signal, and even an engine that forges it (writing through a raw pointer) cannot
+/// make its failure pass for an abort: the evidence is the controller's own record.
+fn is_abort(err: &EngineCallError, abort: &AbortController) -> bool {
+    if !abort.fired() {
         // An engine cannot opt out of quarantine by calling its failures aborts.
         return false;
     }
@@ -218,19 +220,19 @@ impl GuardedEngine {
         &self,
         operation: Method,
         instance: &Arc<EngineInstance>,
-        abort: &Arc<AbortSignal>,
+        abort: &Arc<AbortController>,
         call: Call<T>,
     ) -> Result<T, EngineCallError> {
         let engine = Arc::clone(instance);
-        let signal = Arc::clone(abort);
-        self.within_deadline(operation, abort, move || call(&engine, &signal))
+        let controller = Arc::clone(abort);
+        self.within_deadline(operation, abort, move || call(&engine, controller.signal()))
     }
 
     /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
     fn within_deadline<T: Send + 'static>(
         &self,
         operation: Method,
-        abort: &Arc<AbortSignal>,
+        abort: &Arc<AbortController>,
         call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
     ) -> Result<T, EngineCallError> {
         let window = self.timeouts.for_method(operation);
@@ -256,7 +258,7 @@ impl GuardedEngine {
     /// # Errors
     /// The rollback's error, or its timeout.
     pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline(Method::Rollback, &Arc::new(AbortSignal::new()), move || {
+        self.within_deadline(Method::Rollback, &Arc::new(AbortController::new()), move || {
             handle
                 .rollback()
                 .into_result()
@@ -271,7 +273,7 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline(Method::Dispose, &Arc::new(AbortSignal::new()), move || {
+        self.within_deadline(Method::Dispose, &Arc::new(AbortController::new()), move || {
             engine.dispose()
         })
     }
@@ -280,7 +282,7 @@ impl GuardedEngine {
     fn run<T: Send + 'static>(
         &self,
         operation: Method,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
         fail_closed: bool,
         primary: Call<T>,
         fallback: Call<T>,
@@ -295,7 +297,7 @@ impl GuardedEngine {
             failure,
             was_quarantined,
         };
-        if abort.is_aborted() {
+        if abort.fired() {
             return Err(fail(EngineCallError::new(
                 CallErrorKind::Aborted,
                 "Context engine operation aborted.",
@@ -353,7 +355,7 @@ impl GuardedEngine {
                 match self.bounded(
                     operation,
                     &self.fallback,
-                    &Arc::new(AbortSignal::new()),
+                    &Arc::new(AbortController::new()),
                     fallback,
                 ) {
                     Ok(value) => Ok(Guarded {
@@ -382,7 +384,7 @@ impl GuardedEngine {
     pub fn assemble(
         &self,
         request: Arc<AssembleRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Guarded<AssembleResult>, GuardError> {
         let project = self.projector(Method::Assemble);
         let fallback_request = Arc::clone(&request);
@@ -404,7 +406,7 @@ impl GuardedEngine {
     pub fn ingest(
         &self,
         request: Arc<IngestRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Guarded<IngestResult>, GuardError> {
         let project = self.projector(Method::Ingest);
         let fallback_request = Arc::clone(&request);
@@ -426,7 +428,7 @@ impl GuardedEngine {
     pub fn compact(
         &self,
         request: Arc<CompactRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Guarded<CompactResult>, GuardError> {
         let project = self.projector(Method::Compact);
         let fallback_request = Arc::clone(&request);
@@ -448,7 +450,7 @@ impl GuardedEngine {
     pub fn bootstrap(
         &self,
         request: Arc<BootstrapRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<BootstrapResult>>, GuardError> {
         if !self.primary.descriptor().has(OptionalMethods::BOOTSTRAP) {
             return Ok(None);
@@ -482,7 +484,7 @@ impl GuardedEngine {
     pub fn ingest_batch(
         &self,
         request: Arc<IngestBatchRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<IngestBatchResult>>, GuardError> {
         if !self.primary.descriptor().has(OptionalMethods::INGEST_BATCH) {
             return Ok(None);
@@ -512,7 +514,7 @@ impl GuardedEngine {
     pub fn after_turn(
         &self,
         request: Arc<AfterTurnRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
         if !self.primary.descriptor().has(OptionalMethods::AFTER_TURN) {
             return Ok(None);
@@ -542,7 +544,7 @@ impl GuardedEngine {
     pub fn maintain(
         &self,
         request: Arc<MaintainRequest>,
-        abort: Arc<AbortSignal>,
+        abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<MaintainResult>>, GuardError> {
         if !self.primary.descriptor().has(OptionalMethods::MAINTAIN) {
             return Ok(None);
@@ -587,7 +589,7 @@ impl GuardedEngine {
         }
         self.run(
             Method::PrepareSubagentSpawn,
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
             true,
             Box::new(move |e, _| request.with_abi(|p| e.prepare_subagent_spawn(p))),
             Box::new(|_, _| Ok(None)),
@@ -612,7 +614,7 @@ impl GuardedEngine {
         }
         self.run(
             Method::OnSubagentEnded,
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
             false,
             Box::new(move |e, _| request.with_abi(|p| e.on_subagent_ended(p))),
             Box::new(|_, _| Ok(())),

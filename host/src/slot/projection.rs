@@ -2,7 +2,7 @@
 //! `acceptedHostParams` sees only those host parameters (and, for `compact`, always the abort
 //! signal).
 
-use pincer_plugin_api::abi::v1::HostParams;
+use pincer_plugin_api::abi::latest::HostParams;
 use pincer_plugin_api::abi::ROption;
 
 use crate::engines::instance::EngineDescriptor;
@@ -50,6 +50,12 @@ pub(crate) fn project_with<'a>(
         },
         runtime_context_json: if keep("runtimeContext") {
             host.runtime_context_json
+        } else {
+            ROption::RNone
+        },
+        // `promptCache` lives inside `runtimeContext` (§1): it goes with it.
+        prompt_cache: if keep("runtimeContext") {
+            host.prompt_cache
         } else {
             ROption::RNone
         },

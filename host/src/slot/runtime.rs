@@ -29,8 +29,8 @@ use crate::slot::registry::{
 use crate::slot::requirements::HostDescriptor;
 use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
 use crate::types::{Method, LEGACY_ENGINE_ID};
-use pincer_plugin_api::abi::v1::AbortSignal;
-use pincer_plugin_api::abi::v1::{RuntimeSettings, SelectionSource};
+use pincer_plugin_api::abi::latest::AbortController;
+use pincer_plugin_api::abi::latest::{RuntimeSettings, SelectionSource};
 
 /// How a runtime is opened.
 pub struct RuntimeOptions {
@@ -185,6 +185,10 @@ impl Runtime {
                 RegisterOptions::default(),
             )
             .expect("legacy registers first");
+        let mut dirs = options.dirs;
+        if dirs.engine_state_root.is_none() {
+            dirs.engine_state_root = Some(options.home.state_dir().join("engines"));
+        }
         let mut runtime = Runtime {
             home: options.home,
             config,
@@ -192,7 +196,7 @@ impl Runtime {
             quarantine,
             plugins: Vec::new(),
             compactor,
-            dirs: options.dirs,
+            dirs,
             legacy,
             instances: Mutex::new(BTreeMap::new()),
             missing_plugin_dirs: Vec::new(),
@@ -617,7 +621,7 @@ impl Runtime {
             };
         let window = self.timeouts().calls.for_method(Method::Factory);
         let instance =
-            match bounded::run(Deadline::new(window), Arc::new(AbortSignal::new()), created) {
+            match bounded::run(Deadline::new(window), Arc::new(AbortController::new()), created) {
                 Ok(created) => created.map_err(|err| ("factory", err.message))?,
                 Err(Overrun::TimedOut { waited }) => {
                     return Err((
@@ -660,7 +664,7 @@ impl Runtime {
         let id = instance.descriptor().id.clone();
         match bounded::run(
             Deadline::new(window),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
             move || engine.dispose(),
         ) {
             Ok(Ok(())) => {}

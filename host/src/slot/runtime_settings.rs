@@ -3,7 +3,7 @@
 //! `source` derived when not given. Nullable fields are always present; discriminators never
 //! null.
 
-use pincer_plugin_api::abi::v1::{
+use pincer_plugin_api::abi::latest::{
     Diagnostics, EngineSelection, ExecutionHost, Limits, ModelInfo, ReasonCode, RuntimeInfo,
     RuntimeMode, RuntimeSettings, SelectionSource, RUNTIME_SETTINGS_SCHEMA_VERSION,
 };

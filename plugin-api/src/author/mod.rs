@@ -346,6 +346,12 @@ impl Host {
         Host { services }
     }
 
+    /// Wraps a host's services object: for hosts that link an engine statically (pincer's
+    /// built-in `legacy`, benchmarks) and so create it without a library's factory.
+    pub fn from_services(services: abi::HostServicesArc) -> Self {
+        Host { services }
+    }
+
     /// Runs the host runtime's compaction: what an engine that does not own compaction
     /// answers `compact` with.
     ///
