@@ -23,11 +23,12 @@ use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::plugins::library::{EngineDirs, Loader};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::quarantine::Quarantine;
-use pincer_plugin_api::abi::latest::{AbortSignal, AssembleParams, HostParams, IngestParams};
-use pincer_plugin_api::abi::{ROption, RSlice, RStr};
-use pincer_plugin_api::{
-    into_engine_box, optional_fns, ContentBlock, Engine, Host, Message, Role, ToolResultPart,
+use pincer_host::engines::request::no_entry_ids;
+use pincer_plugin_api::abi::latest::{
+    AbortController, AbortSignal, AssembleParams, EntryId, HostParams, IngestParams,
 };
+use pincer_plugin_api::abi::{ROption, RSlice, RStr};
+use pincer_plugin_api::{into_engine_box, optional_fns, ContentBlock, Engine, Host, Message};
 use sliding_window::{Config, SlidingWindow};
 
 fn staged_dir() -> PathBuf {
@@ -40,43 +41,28 @@ fn staged_dir() -> PathBuf {
 /// An airline-support-like conversation of `n` messages: user, assistant with a tool call,
 /// tool result, assistant answer, repeated.
 fn conversation(n: usize) -> Vec<Message> {
-    let mut out = vec![Message::text(
-        Role::System,
-        "You are an airline agent. ".repeat(40),
-    )];
+    let mut out = vec![Message::system("You are an airline agent. ".repeat(40))];
     let mut i = 0;
     while out.len() < n {
         let id = format!("call_{}", i % 97);
-        out.push(Message::text(
-            Role::User,
-            format!(
-                "Please check reservation R{i} and the flights on May {}.",
-                i % 28 + 1
-            ),
+        out.push(Message::user(format!(
+            "Please check reservation R{i} and the flights on May {}.",
+            i % 28 + 1
+        )));
+        out.push(Message::assistant_blocks(vec![ContentBlock::tool_call(
+            id.clone(),
+            "get_reservation_details",
+            &serde_json::json!({ "reservation_id": format!("R{i}") }),
+        )]));
+        out.push(Message::tool_result(
+            id,
+            "get_reservation_details",
+            format!("{{\"reservation_id\":\"R{i}\",\"flights\":[\"HAT{i:03}\"],\"cabin\":\"economy\"}}"),
+            false,
         ));
-        out.push(Message::with_blocks(
-            Role::Assistant,
-            vec![ContentBlock::ToolCall {
-                id: id.clone().into(),
-                name: "get_reservation_details".into(),
-                arguments_json: format!("{{\"reservation_id\":\"R{i}\"}}").into(),
-            }],
-        ));
-        out.push(Message::with_blocks(
-            Role::ToolResult,
-            vec![ContentBlock::ToolResult {
-                tool_call_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    text: format!("{{\"reservation_id\":\"R{i}\",\"flights\":[\"HAT{i:03}\"],\"cabin\":\"economy\"}}").into(),
-                }]
-                .into(),
-                is_error: false,
-            }],
-        ));
-        out.push(Message::text(
-            Role::Assistant,
-            format!("Reservation R{i} is on HAT{i:03} in economy. Anything else?"),
-        ));
+        out.push(Message::assistant(format!(
+            "Reservation R{i} is on HAT{i:03} in economy. Anything else?"
+        )));
         i += 1;
     }
     out.truncate(n);
@@ -105,10 +91,10 @@ fn engines(budget: u64) -> Engines {
         min_messages: 1,
         keep_system: true,
     };
-    let direct = SlidingWindow::new(cfg.clone(), Host::new(services().into_abi())).unwrap();
+    let direct = SlidingWindow::new(cfg.clone(), Host::from_services(services().into_abi())).unwrap();
     let adapter = EngineInstance::new(
         into_engine_box(
-            SlidingWindow::new(cfg, Host::new(services().into_abi())).unwrap(),
+            SlidingWindow::new(cfg, Host::from_services(services().into_abi())).unwrap(),
             optional_fns!(SlidingWindow),
         ),
         EngineOrigin::Builtin,
@@ -156,17 +142,22 @@ fn host_params(abort: &AbortSignal) -> HostParams<'_> {
 
 fn bench_ingest(c: &mut Criterion) {
     let e = engines(10_000);
-    let message = Message::text(Role::User, "Please change my flight to May 21.");
-    let abort = AbortSignal::new();
+    let message = Message::user("Please change my flight to May 21.");
+    let abort = AbortController::new();
+    let entry_id = EntryId::new("e1");
     let params = IngestParams {
         session_id: RStr::from_str("bench"),
         message: &message,
+        entry_id: &entry_id,
         is_heartbeat: false,
-        host: host_params(&abort),
+        host: host_params(abort.signal()),
     };
     let mut group = c.benchmark_group("ingest/one-message");
     group.bench_function("static-direct", |b| {
-        b.iter(|| black_box(e.direct.ingest(black_box(&params)).unwrap()))
+        b.iter(|| {
+            let view = pincer_plugin_api::IngestParams::from_abi(black_box(&params));
+            black_box(e.direct.ingest(&view).unwrap())
+        })
     });
     group.bench_function("static-adapter", |b| {
         b.iter(|| black_box(e.adapter.ingest(black_box(&params)).unwrap()))
@@ -177,6 +168,7 @@ fn bench_ingest(c: &mut Criterion) {
     let request = Arc::new(IngestRequest {
         session_id: Arc::from("bench"),
         messages: Arc::from(vec![message.clone()]),
+        entry_ids: no_entry_ids(),
         index: 0,
         is_heartbeat: false,
         host: HostInputs::default(),
@@ -185,7 +177,7 @@ fn bench_ingest(c: &mut Criterion) {
         b.iter(|| {
             black_box(
                 e.guarded
-                    .ingest(Arc::clone(&request), Arc::new(AbortSignal::new()))
+                    .ingest(Arc::clone(&request), Arc::new(AbortController::new()))
                     .unwrap()
                     .value,
             )
@@ -201,21 +193,25 @@ fn bench_assemble(c: &mut Criterion) {
         let total = pincer_plugin_api::tokens::estimate_tokens(&messages);
         let budget = (total / 3).max(1);
         let e = engines(budget);
-        let abort = AbortSignal::new();
+        let abort = AbortController::new();
         let params = AssembleParams {
             session_id: RStr::from_str("bench"),
             messages: RSlice::from_slice(&messages),
+            entry_ids: RSlice::from_slice(&[]),
             token_budget: ROption::RNone,
             available_tools: RSlice::from_slice(&[]),
             citations_mode: ROption::RNone,
             model: ROption::RNone,
-            host: host_params(&abort),
+            host: host_params(abort.signal()),
         };
         if n == 100_000 {
             group.sample_size(20);
         }
         group.bench_with_input(BenchmarkId::new("static-direct", n), &n, |b, _| {
-            b.iter(|| black_box(e.direct.assemble(black_box(&params)).unwrap()))
+            b.iter(|| {
+                let view = pincer_plugin_api::AssembleParams::from_abi(black_box(&params));
+                black_box(e.direct.assemble(&view).unwrap())
+            })
         });
         group.bench_with_input(BenchmarkId::new("static-adapter", n), &n, |b, _| {
             b.iter(|| black_box(e.adapter.assemble(black_box(&params)).unwrap()))
@@ -226,6 +222,7 @@ fn bench_assemble(c: &mut Criterion) {
         let request = Arc::new(AssembleRequest {
             session_id: Arc::from("bench"),
             messages: Arc::from(messages.clone()),
+            entry_ids: no_entry_ids(),
             token_budget: None,
             host: HostInputs::default(),
         });
@@ -233,7 +230,7 @@ fn bench_assemble(c: &mut Criterion) {
             b.iter(|| {
                 black_box(
                     e.guarded
-                        .assemble(Arc::clone(&request), Arc::new(AbortSignal::new()))
+                        .assemble(Arc::clone(&request), Arc::new(AbortController::new()))
                         .unwrap()
                         .value,
                 )

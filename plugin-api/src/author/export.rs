@@ -386,7 +386,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
 
     fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<IngestResult, EngineError> {
         let _scope = self.scope();
-        guard("ingest", || self.engine.ingest(&IngestParams::new(params)))
+        guard("ingest", || self.engine.ingest(&IngestParams::from_abi(params)))
     }
 
     fn assemble(
@@ -396,7 +396,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         let _scope = self.scope();
         guard("assemble", || {
             self.engine
-                .assemble(&AssembleParams::new(params))
+                .assemble(&AssembleParams::from_abi(params))
                 .map(|r| r.0)
         })
     }
@@ -405,7 +405,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         let _scope = self.scope();
         guard("compact", || {
             self.engine
-                .compact(&CompactParams::new(params))
+                .compact(&CompactParams::from_abi(params))
                 .map(|r| r.0)
         })
     }
@@ -420,7 +420,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "bootstrap",
             self.fns.bootstrap,
             params,
-            BootstrapParams::new,
+            BootstrapParams::from_abi,
             BootstrapResult::into_abi,
         )
     }
@@ -435,7 +435,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "ingestBatch",
             self.fns.ingest_batch,
             params,
-            IngestBatchParams::new,
+            IngestBatchParams::from_abi,
             |r| r,
         )
     }
@@ -447,7 +447,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "afterTurn",
             self.fns.after_turn,
             params,
-            AfterTurnParams::new,
+            AfterTurnParams::from_abi,
             |r| r,
         )
     }
@@ -462,7 +462,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "maintain",
             self.fns.maintain,
             params,
-            MaintainParams::new,
+            MaintainParams::from_abi,
             MaintainResult::into_abi,
         )
     }
@@ -477,7 +477,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "prepareSubagentSpawn",
             self.fns.prepare_subagent_spawn,
             params,
-            SubagentSpawnParams::new,
+            SubagentSpawnParams::from_abi,
             |rollback| match rollback {
                 Some(r) => ROption::RSome(SpawnRollbackAbi_TO::from_value(r, TD_Opaque)),
                 None => ROption::RNone,
@@ -495,7 +495,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "onSubagentEnded",
             self.fns.on_subagent_ended,
             params,
-            SubagentEndedParams::new,
+            SubagentEndedParams::from_abi,
             |r| r,
         )
     }
@@ -510,7 +510,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "callTool",
             self.fns.call_tool,
             params,
-            ToolCallParams::new,
+            ToolCallParams::from_abi,
             ToolCallResult::into_abi,
         )
     }
@@ -534,7 +534,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
             "commitTurn",
             self.fns.commit_turn,
             params,
-            CommitTurnParams::new,
+            CommitTurnParams::from_abi,
             |r| r,
         )
     }

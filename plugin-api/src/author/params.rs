@@ -121,7 +121,9 @@ pub struct HostParams<'a> {
 }
 
 impl<'a> HostParams<'a> {
-    pub(crate) fn new(raw: &abi::HostParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::HostParams<'a>) -> Self {
         HostParams {
             session_key: opt_str(raw.session_key),
             prompt: opt_str(raw.prompt),
@@ -180,13 +182,15 @@ pub struct IngestParams<'a> {
 }
 
 impl<'a> IngestParams<'a> {
-    pub(crate) fn new(raw: &abi::IngestParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::IngestParams<'a>) -> Self {
         IngestParams {
             session_id: raw.session_id.as_str(),
             message: raw.message,
             entry_id: raw.entry_id.as_str(),
             is_heartbeat: raw.is_heartbeat,
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 }
@@ -208,13 +212,15 @@ pub struct IngestBatchParams<'a> {
 }
 
 impl<'a> IngestBatchParams<'a> {
-    pub(crate) fn new(raw: &abi::IngestBatchParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::IngestBatchParams<'a>) -> Self {
         IngestBatchParams {
             session_id: raw.session_id.as_str(),
             messages: raw.messages.as_slice(),
             entry_ids: EntryIds::new(raw.entry_ids.as_slice(), raw.messages.len()),
             is_heartbeat: raw.is_heartbeat,
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 }
@@ -254,7 +260,9 @@ pub struct AssembleParams<'a> {
 }
 
 impl<'a> AssembleParams<'a> {
-    pub(crate) fn new(raw: &abi::AssembleParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::AssembleParams<'a>) -> Self {
         AssembleParams {
             session_id: raw.session_id.as_str(),
             messages: raw.messages.as_slice(),
@@ -267,7 +275,7 @@ impl<'a> AssembleParams<'a> {
                 id: m.id.as_str(),
                 context_window: m.context_window.into_option(),
             }),
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 }
@@ -305,7 +313,9 @@ pub struct CompactParams<'a> {
 }
 
 impl<'a> CompactParams<'a> {
-    pub(crate) fn new(raw: &'a abi::CompactParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &'a abi::CompactParams<'a>) -> Self {
         CompactParams {
             session_id: raw.session_id.as_str(),
             session_file: raw.session_file.as_str(),
@@ -318,7 +328,7 @@ impl<'a> CompactParams<'a> {
             current_token_count: raw.current_token_count.into_option(),
             compaction_target: raw.compaction_target,
             custom_instructions: opt_str(raw.custom_instructions),
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
             raw,
         }
     }
@@ -337,11 +347,13 @@ pub struct BootstrapParams<'a> {
 }
 
 impl<'a> BootstrapParams<'a> {
-    pub(crate) fn new(raw: &abi::BootstrapParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::BootstrapParams<'a>) -> Self {
         BootstrapParams {
             session_id: raw.session_id.as_str(),
             session_file: raw.session_file.as_str(),
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 }
@@ -372,7 +384,9 @@ pub struct MaintainParams<'a> {
 }
 
 impl<'a> MaintainParams<'a> {
-    pub(crate) fn new(raw: &abi::MaintainParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::MaintainParams<'a>) -> Self {
         MaintainParams {
             session_id: raw.session_id.as_str(),
             session_file: raw.session_file.as_str(),
@@ -381,7 +395,7 @@ impl<'a> MaintainParams<'a> {
                 "turn" => MaintainReason::Turn,
                 other => MaintainReason::Other(other),
             },
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 }
@@ -411,7 +425,9 @@ pub struct AfterTurnParams<'a> {
 }
 
 impl<'a> AfterTurnParams<'a> {
-    pub(crate) fn new(raw: &abi::AfterTurnParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::AfterTurnParams<'a>) -> Self {
         let messages = raw.messages.as_slice();
         AfterTurnParams {
             session_id: raw.session_id.as_str(),
@@ -424,7 +440,7 @@ impl<'a> AfterTurnParams<'a> {
             auto_compaction_summary: opt_str(raw.auto_compaction_summary),
             is_heartbeat: raw.is_heartbeat,
             token_budget: raw.token_budget.into_option(),
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 
@@ -461,7 +477,7 @@ pub struct TranscriptAnchor<'a> {
 }
 
 impl<'a> TranscriptAnchor<'a> {
-    fn new(raw: &abi::TranscriptAnchor<'a>) -> Self {
+    fn from_abi(raw: &abi::TranscriptAnchor<'a>) -> Self {
         TranscriptAnchor {
             agent_id: raw.agent_id.as_str(),
             session_id: raw.session_id.as_str(),
@@ -502,17 +518,19 @@ pub struct CommitTurnParams<'a> {
 }
 
 impl<'a> CommitTurnParams<'a> {
-    pub(crate) fn new(raw: &abi::CommitTurnParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::CommitTurnParams<'a>) -> Self {
         CommitTurnParams {
             session_id: raw.session_id.as_str(),
             advancement_key: raw.advancement_key.as_str(),
             logical_turn_id: raw.logical_turn_id.as_str(),
-            admission: TranscriptAnchor::new(&raw.admission),
-            terminal: TranscriptAnchor::new(&raw.terminal),
+            admission: TranscriptAnchor::from_abi(&raw.admission),
+            terminal: TranscriptAnchor::from_abi(&raw.terminal),
             messages: raw.messages.as_slice(),
             entry_ids: EntryIds::new(raw.entry_ids.as_slice(), raw.messages.len()),
             is_heartbeat: raw.is_heartbeat,
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 }
@@ -540,7 +558,9 @@ pub struct SubagentSpawnParams<'a> {
 }
 
 impl<'a> SubagentSpawnParams<'a> {
-    pub(crate) fn new(raw: &abi::SubagentSpawnParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::SubagentSpawnParams<'a>) -> Self {
         SubagentSpawnParams {
             parent_session_key: raw.parent_session_key.as_str(),
             child_session_key: raw.child_session_key.as_str(),
@@ -565,7 +585,9 @@ pub struct SubagentEndedParams<'a> {
 }
 
 impl<'a> SubagentEndedParams<'a> {
-    pub(crate) fn new(raw: &abi::SubagentEndedParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::SubagentEndedParams<'a>) -> Self {
         SubagentEndedParams {
             child_session_key: raw.child_session_key.as_str(),
             reason: raw.reason,
@@ -588,12 +610,14 @@ pub struct ToolCallParams<'a> {
 }
 
 impl<'a> ToolCallParams<'a> {
-    pub(crate) fn new(raw: &abi::ToolCallParams<'a>) -> Self {
+    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
+    /// engine statically use it too).
+    pub fn from_abi(raw: &abi::ToolCallParams<'a>) -> Self {
         ToolCallParams {
             session_id: raw.session_id.as_str(),
             tool_name: raw.tool_name.as_str(),
             arguments_json: raw.arguments_json.as_str(),
-            host: HostParams::new(&raw.host),
+            host: HostParams::from_abi(&raw.host),
         }
     }
 
