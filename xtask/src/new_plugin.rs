@@ -77,6 +77,9 @@ fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
             .replace("{{id}}", id)
             .replace("{{lib}}", &lib_name)
             .replace("{{Type}}", &type_name)
+            .replace("NewEngine", &type_name)
+            .replace("new-engine", id)
+            .replace("new_engine", &lib_name)
     };
     fs::create_dir_all(dir.join("src"))
         .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -110,6 +113,9 @@ pincer-plugin-api = { workspace = true }
 serde = { workspace = true }
 tracing = { workspace = true }
 
+[dev-dependencies]
+serde_json = { workspace = true }
+
 [lints]
 workspace = true
 "#;
@@ -131,79 +137,10 @@ const MANIFEST: &str = r#"{
 }
 "#;
 
-const LIB_RS: &str = r#"//! `{{id}}` — a pincer context engine.
-//!
-//! `assemble` keeps the newest messages that fit `keepTokens` (by reference: nothing is
-//! copied); `compact` is delegated to the host runtime, which an engine that does not own
-//! compaction must do so that `/compact` and overflow recovery keep working.
-
-use pincer_plugin_api::prelude::*;
-use pincer_plugin_api::tokens::estimate_message_tokens;
-use serde::Deserialize;
-
-/// The engine's config (`plugins.entries.{{id}}.config`).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Config {
-    /// Keep the newest messages that fit this many tokens.
-    #[serde(default = "default_keep_tokens")]
-    pub keep_tokens: u64,
-}
-
-fn default_keep_tokens() -> u64 {
-    8_000
-}
-
-/// The engine.
-pub struct {{Type}} {
-    config: Config,
-    host: Host,
-}
-
-impl Engine for {{Type}} {
-    const ID: &'static str = "{{id}}";
-
-    fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
-        Ok({{Type}} {
-            config: ctx.config()?,
-            host,
-        })
-    }
-
-    fn info(&self) -> EngineInfo {
-        EngineInfo::new(Self::ID, "{{Type}}", env!("CARGO_PKG_VERSION"))
-            .with_accepted_host_params(&["sessionKey", "abortSignal"])
-    }
-
-    fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
-        Ok(IngestResult { ingested: false })
-    }
-
-    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
-        let messages = params.messages.as_slice();
-        let mut tokens = 0;
-        let mut start = messages.len();
-        while start > 0 {
-            let cost = estimate_message_tokens(&messages[start - 1]);
-            if tokens + cost > self.config.keep_tokens {
-                break;
-            }
-            tokens += cost;
-            start -= 1;
-        }
-        tracing::debug!(kept = messages.len() - start, tokens, "{{id}}: assembled");
-        let mut context = ContextBuilder::new();
-        context.keep_range(start..messages.len());
-        Ok(context.finish(tokens))
-    }
-
-    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-        self.host.delegate_compaction_to_runtime(params)
-    }
-}
-
-pincer_plugin_api::export_engine!({{Type}});
-"#;
+/// The engine's source. It is a real Rust file, compiled and tested as it is by
+/// `plugin-api/tests/new_plugin_template.rs` under the id `new-engine` (type `NewEngine`),
+/// which [`create`] replaces.
+const LIB_RS: &str = include_str!("templates/engine.rs");
 
 #[cfg(test)]
 mod tests {
@@ -223,6 +160,11 @@ mod tests {
         let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
         assert!(lib.contains("pub struct MyEngine") && lib.contains("export_engine!(MyEngine)"));
         assert!(!lib.contains("{{"), "every placeholder filled");
+        assert!(
+            !lib.contains("NewEngine") && !lib.contains("new-engine"),
+            "the template's own names are all replaced"
+        );
+        assert!(lib.contains("const ID: &'static str = \"my-engine\";"));
         assert!(create(&tmp, "my-engine").is_err(), "never overwrites");
         let _ = fs::remove_dir_all(&tmp);
     }
