@@ -5,23 +5,29 @@
 //! 2. confine `library` to the plugin folder;
 //! 3. read the library once, check size, sha256 and that every loadable segment lies inside
 //!    the file (a truncated library would kill the host with SIGBUS inside `dlopen`);
-//! 4. write those same bytes to a private content-addressed cache (never overwriting a file
+//! 4. read the manifest the library embeds as data (`.pincer_manifest`) from those bytes and
+//!    compare it with the sidecar — id, version, API major, `panic = "unwind"` — so a library
+//!    that claims to be something else, needs another API, or was built with `panic = "abort"`
+//!    is refused before any of its code runs (its constructors included);
+//! 5. write those same bytes to a private content-addressed cache (never overwriting a file
 //!    that may be mapped);
-//! 5. open the *copy* and check abi_stable's header, the API major and every layout;
-//! 6. compare the library's own manifest with the sidecar: same id and version, and built
-//!    with `panic = "unwind"` — an abort build is refused before any call.
+//! 6. open the *copy* and check abi_stable's header, the API major and every layout;
+//! 7. compare the manifest the loaded library returns with the embedded one and the sidecar.
 //!
 //! Each step has its own error (see [`LoadError`]), whose message says what to do.
 //!
 //! **Architecture Invariant:** the host never `dlopen`s a file it has not verified, and never a
-//! path a user can rewrite: only the private copies made in step 4.
+//! path a user can rewrite: only the private copies made in step 5.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
 use pincer_plugin_api::abi::{ROption, RStr};
-use pincer_plugin_api::loading::{open_library, OpenError, OpenedLibrary};
+use pincer_plugin_api::loading::{
+    open_library, read_embedded_manifest, EmbeddedManifest, EmbeddedManifestError, OpenError,
+    OpenedLibrary,
+};
 use serde::Serialize;
 
 use super::cache;
@@ -82,6 +88,18 @@ pub enum LoadError {
         /// The sidecar's path.
         manifest: PathBuf,
     },
+    /// The library embeds no pincer manifest, or several: it is not a pincer plugin built with
+    /// `export_engine!`, or it was tampered with. Found before it is loaded.
+    #[error(
+        "not a pincer plugin: {}: {error} (checked before loading it)",
+        path.display()
+    )]
+    EmbeddedManifest {
+        /// The library.
+        path: PathBuf,
+        /// What was found.
+        error: EmbeddedManifestError,
+    },
     /// The library was built with `panic = "abort"`.
     #[error(
         "plugin \"{plugin_id}\" was built with panic = \"abort\": its first panic would abort the \
@@ -104,6 +122,10 @@ impl LoadError {
             LoadError::Open { source, .. } => source.code(),
             LoadError::ManifestMismatch { .. } => "manifest_mismatch",
             LoadError::PanicAbort { .. } => "panic_abort",
+            LoadError::EmbeddedManifest { error, .. } => match error {
+                EmbeddedManifestError::Missing => "not_a_plugin",
+                EmbeddedManifestError::Several(_) => error.code(),
+            },
         }
     }
 }
@@ -193,6 +215,48 @@ impl LoadedLibrary {
     }
 }
 
+/// Step 4: what the library's bytes say it is, against the sidecar and this host, before any
+/// of its code runs.
+fn check_embedded(
+    manifest: &PluginManifest,
+    embedded: &EmbeddedManifest,
+    library: &Path,
+) -> Result<(), LoadError> {
+    let host = host_api_version();
+    let major = |v: &str| v.split('.').next().unwrap_or("").to_owned();
+    if major(&embedded.api_version) != host.major.to_string() {
+        return Err(LoadError::Open {
+            path: library.to_owned(),
+            source: OpenError::ApiMajorMismatch {
+                found: embedded.api_version.clone(),
+                host: host.to_string(),
+            },
+        });
+    }
+    let mismatch = |field, sidecar: String, library: String| LoadError::ManifestMismatch {
+        field,
+        sidecar,
+        library,
+        manifest: manifest.dir.join(MANIFEST_FILE_NAME),
+    };
+    if embedded.plugin_id != manifest.id {
+        return Err(mismatch("id", manifest.id.clone(), embedded.plugin_id.clone()));
+    }
+    if embedded.plugin_version != manifest.version.to_string() {
+        return Err(mismatch(
+            "version",
+            manifest.version.to_string(),
+            embedded.plugin_version.clone(),
+        ));
+    }
+    if !embedded.panic_unwind {
+        return Err(LoadError::PanicAbort {
+            plugin_id: manifest.id.clone(),
+        });
+    }
+    Ok(())
+}
+
 fn opt_str(value: Option<&str>) -> ROption<RStr<'_>> {
     match value {
         Some(v) => ROption::RSome(RStr::from_str(v)),
@@ -273,6 +337,13 @@ impl Loader {
         let manifest = self.read_checked_manifest(plugin_dir)?;
         let source = verify::resolve_library_path(&manifest.dir, &manifest.library)?;
         let verified = verify::verify_library(&source, manifest.sha256.as_deref(), &self.limits)?;
+        let embedded = read_embedded_manifest(&verified.bytes).map_err(|error| {
+            LoadError::EmbeddedManifest {
+                path: source.clone(),
+                error,
+            }
+        })?;
+        check_embedded(&manifest, &embedded, &source)?;
         let file_name = Path::new(&manifest.library)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -297,6 +368,21 @@ impl Loader {
             panic_unwind: lib.panic_unwind,
         };
         drop(lib);
+        if facts.plugin_id != embedded.plugin_id
+            || facts.plugin_version != embedded.plugin_version
+            || facts.api_version != embedded.api_version
+            || facts.engine_ids != embedded.engine_ids
+            || facts.panic_unwind != embedded.panic_unwind
+        {
+            // The bytes said one thing and the running code another: tampering, or a
+            // hand-made library. Either way it is not what was verified.
+            return Err(LoadError::ManifestMismatch {
+                field: "manifest (as loaded, against the one embedded in the file)",
+                sidecar: format!("{embedded:?}"),
+                library: format!("{facts:?}"),
+                manifest: source,
+            });
+        }
         let manifest_path = manifest.dir.join(MANIFEST_FILE_NAME);
         let mismatch = |field, sidecar: String, library: String| LoadError::ManifestMismatch {
             field,

@@ -21,3 +21,19 @@ extern "C" fn root_module_ctor() -> p::RootModuleResult {
 #[no_mangle]
 pub static _1as_0lib_1header_0root_bmodule_bloader: p::LibHeader =
     p::lib_header::<bad_layout::BadLayoutModuleRef>(root_module_ctor);
+
+// The manifest record every library embeds (as `export_engine!` writes it), so the host's
+// check before `dlopen` reads what this fixture claims: API 1.0.0.
+const MANIFEST_PARTS: &[&str] = &[
+    p::MANIFEST_MAGIC,
+    r#"{"pluginId":"bad-layout","pluginVersion":"0.1.0","apiVersion":"1.0.0","engineIds":["bad-layout"],"panicUnwind":true,"abiStableVersion":"0.11.3"}"#,
+];
+const MANIFEST_LEN: usize = p::record_len(MANIFEST_PARTS);
+
+#[used]
+#[no_mangle]
+#[cfg_attr(
+    not(any(target_vendor = "apple", target_os = "windows")),
+    link_section = ".pincer_manifest"
+)]
+pub static PINCER_LIBRARY_MANIFEST: [u8; MANIFEST_LEN] = p::record::<MANIFEST_LEN>(MANIFEST_PARTS);
