@@ -129,7 +129,7 @@
 //!
 //! | enum | direction | why it is closed |
 //! |---|---|---|
-//! | [`Role`], [`BlockKind`] | host → engine | OpenClaw adds roles and block types; they arrive as `Other`, with their name and JSON kept, so nothing is lost and nothing needs a new variant |
+//! | [`Role`], [`BlockKind`], the private content representation | host → engine | OpenClaw adds roles and block types; they arrive as `Other`, with their name and JSON kept, so nothing is lost and nothing needs a new variant |
 //! | [`HostOperation`] | engine → host | the contract's three operations; a new one is a new host-requirements extension |
 //! | [`TurnMaintenanceMode`], [`abi::v1::PromptAuthority`] | engine → host | two values each, fixed by the contract |
 //! | [`CompactionTarget`], [`SubagentContextMode`], [`SubagentEndReason`] | host → engine | fixed by the contract; a new value would be unreadable to 1.0 engines, so it goes to an extension |
