@@ -33,7 +33,10 @@ pub fn openai_chat_to_openclaw(value: &Value, index: usize) -> Option<Value> {
             if !text.is_empty() {
                 content.push(json!({"type": "text", "text": text}));
             }
-            let calls = value["tool_calls"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let calls = value["tool_calls"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
             for call in calls {
                 let arguments = match &call["function"]["arguments"] {
                     Value::String(s) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
@@ -47,7 +50,8 @@ pub fn openai_chat_to_openclaw(value: &Value, index: usize) -> Option<Value> {
                     "arguments": arguments,
                 }));
             }
-            let zero = json!({"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0});
+            let zero =
+                json!({"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0});
             Some(json!({
                 "role": "assistant",
                 "content": content,

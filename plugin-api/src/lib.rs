@@ -155,18 +155,18 @@ pub mod tokens;
 pub use abi::v1::{
     AbortSignal, BlockKind, CommitTurnStatus, CompactionTarget, Content, ContentBlock, Cost,
     EngineError, EntryId, HostOperation, IngestBatchResult, IngestResult, Message, MessageError,
-    PromptAuthority, Role, RuntimeSettings, SubagentContextMode, SubagentEndReason,
-    ToolCallRef, TurnMaintenanceMode, Usage,
+    PromptAuthority, ReasonCode, Role, RuntimeMode, SelectionSource, SubagentContextMode,
+    SubagentEndReason, ToolCallRef, TurnMaintenanceMode, Usage,
 };
 pub use author::{
     into_engine_box, AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap,
     BootstrapParams, BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult,
-    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineInfo, EntryIds,
-    FactoryContext, Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest,
-    Maintain, MaintainParams, MaintainReason, MaintainResult, ModelRef, OptionalFns,
-    PromptCache, SessionTarget, SpawnRollback, SubagentEnded, SubagentEndedParams,
-    SubagentSpawn, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolNames, ToolSpec,
-    Tools, TranscriptAnchor,
+    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineInfo, EntryIds, FactoryContext,
+    Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest, Maintain,
+    MaintainParams, MaintainReason, MaintainResult, ModelRef, OptionalFns, PromptCache,
+    RuntimeSettings, SessionTarget, SpawnRollback, SubagentEnded, SubagentEndedParams,
+    SubagentSpawn, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolNames, ToolSpec, Tools,
+    TranscriptAnchor,
 };
 
 /// The version of this crate, compiled into every plugin's manifest.

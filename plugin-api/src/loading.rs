@@ -372,7 +372,8 @@ pub fn read_embedded_manifest(bytes: &[u8]) -> Result<EmbeddedManifest, Embedded
         let Some(len) = bytes[start..].iter().take(64 * 1024).position(|b| *b == 0) else {
             continue;
         };
-        if let Ok(manifest) = serde_json::from_slice::<EmbeddedManifest>(&bytes[start..start + len]) {
+        if let Ok(manifest) = serde_json::from_slice::<EmbeddedManifest>(&bytes[start..start + len])
+        {
             found.push(manifest);
         }
     }
@@ -413,10 +414,16 @@ mod tests {
         let manifest = read_embedded_manifest(&file).unwrap();
         assert_eq!(manifest.engine_ids, ["p"]);
         assert!(manifest.panic_unwind);
-        assert_eq!(read_embedded_manifest(b"no manifest"), Err(EmbeddedManifestError::Missing));
+        assert_eq!(
+            read_embedded_manifest(b"no manifest"),
+            Err(EmbeddedManifestError::Missing)
+        );
         let mut twice = file.clone();
         twice.extend_from_slice(&file);
-        assert_eq!(read_embedded_manifest(&twice), Err(EmbeddedManifestError::Several(2)));
+        assert_eq!(
+            read_embedded_manifest(&twice),
+            Err(EmbeddedManifestError::Several(2))
+        );
     }
 
     #[test]

@@ -124,7 +124,12 @@ impl HostServicesAbi for Services {
         if let Ok(mut requests) = self.0.model_requests.lock() {
             requests.push(request.messages.to_vec());
         }
-        let reply = self.0.model_replies.lock().ok().and_then(|mut r| r.pop_front());
+        let reply = self
+            .0
+            .model_replies
+            .lock()
+            .ok()
+            .and_then(|mut r| r.pop_front());
         match reply {
             Some(Ok(message)) => RResult::ROk(abi::LlmCompleteResponse { message }),
             Some(Err(error)) => RResult::RErr(EngineError::failed(error)),
@@ -380,7 +385,10 @@ impl TestEngine {
     ///
     /// # Errors
     /// What the factory or `info` returns (a panic comes back as [`EngineError::Panicked`]).
-    pub fn new<E: Exported>(host: &TestHost, config: serde_json::Value) -> Result<Self, EngineError> {
+    pub fn new<E: Exported>(
+        host: &TestHost,
+        config: serde_json::Value,
+    ) -> Result<Self, EngineError> {
         crate::author::export::LABEL_ALL_CALLS.store(true, Ordering::Relaxed);
         // `null` stands for an entry without config, which the host passes as empty text.
         let config_json = if config.is_null() {
@@ -533,7 +541,11 @@ impl TestEngine {
     ///
     /// # Errors
     /// The engine's error.
-    pub fn ingest(&self, message: &Message, entry_id: Option<&str>) -> Result<IngestResult, EngineError> {
+    pub fn ingest(
+        &self,
+        message: &Message,
+        entry_id: Option<&str>,
+    ) -> Result<IngestResult, EngineError> {
         let abort = self.controller();
         let entry_id = entry_id.map_or(EntryId::NONE, EntryId::new);
         let params = abi::IngestParams {
@@ -550,7 +562,10 @@ impl TestEngine {
     ///
     /// # Errors
     /// The engine's error ([`EngineError::NotImplemented`] without the method).
-    pub fn ingest_batch(&self, conversation: &Conversation) -> Result<IngestBatchResult, EngineError> {
+    pub fn ingest_batch(
+        &self,
+        conversation: &Conversation,
+    ) -> Result<IngestBatchResult, EngineError> {
         let abort = self.controller();
         let params = abi::IngestBatchParams {
             session_id: RStr::from_str(&self.session_id),
@@ -643,7 +658,11 @@ impl TestEngine {
     ///
     /// # Errors
     /// The engine's error.
-    pub fn on_subagent_ended(&self, child_session_key: &str, reason: SubagentEndReason) -> Result<(), EngineError> {
+    pub fn on_subagent_ended(
+        &self,
+        child_session_key: &str,
+        reason: SubagentEndReason,
+    ) -> Result<(), EngineError> {
         let params = abi::SubagentEndedParams {
             child_session_key: RStr::from_str(child_session_key),
             reason,
@@ -719,7 +738,10 @@ mod tests {
         }
         fn assemble(&self, p: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
             p.host.check_abort()?;
-            tracing::warn!(first_entry = p.entry_ids.get(0).unwrap_or("-"), "assembling");
+            tracing::warn!(
+                first_entry = p.entry_ids.get(0).unwrap_or("-"),
+                "assembling"
+            );
             Ok(AssembleResult::pass_through(p.messages.len()))
         }
         fn compact(&self, p: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
@@ -733,11 +755,17 @@ mod tests {
     fn the_exported_entry_point_forwards_logs_catches_panics_and_delegates() {
         let host = TestHost::new();
         let engine = TestEngine::new::<Delegating>(&host, serde_json::json!({})).unwrap();
-        assert_eq!(engine.info().id.as_str(), "delegating", "the id comes from Engine::ID");
+        assert_eq!(
+            engine.info().id.as_str(),
+            "delegating",
+            "the id comes from Engine::ID"
+        );
         let conversation = Conversation::new().user("hi");
         assert!(engine.compact(&conversation).unwrap().is_ok());
         assert_eq!(host.delegated_compactions(), 1);
-        let err = engine.ingest(&conversation.messages()[0], None).unwrap_err();
+        let err = engine
+            .ingest(&conversation.messages()[0], None)
+            .unwrap_err();
         assert!(
             matches!(&err, EngineError::Panicked(m) if m.contains("ingest is broken") && m.contains("testing.rs")),
             "{err}"
@@ -746,9 +774,15 @@ mod tests {
         let events = host.log_events();
         assert_eq!(host.logs(), ["created", "assembling"]);
         assert_eq!(events[0].fields, [("answer".to_owned(), "42".to_owned())]);
-        assert_eq!(events[1].fields, [("first_entry".to_owned(), "e1".to_owned())]);
+        assert_eq!(
+            events[1].fields,
+            [("first_entry".to_owned(), "e1".to_owned())]
+        );
         engine.abort_calls(true);
-        assert!(matches!(engine.assemble(&conversation, None), Err(EngineError::Aborted(_))));
+        assert!(matches!(
+            engine.assemble(&conversation, None),
+            Err(EngineError::Aborted(_))
+        ));
     }
 
     #[test]

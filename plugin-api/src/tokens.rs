@@ -41,22 +41,25 @@ pub fn message_chars(message: &Message) -> u64 {
         return 0;
     }
     match message.role() {
-        Role::Assistant => message
-            .blocks()
-            .iter()
-            .map(|block| match block.kind() {
-                BlockKind::Text => estimate_string_chars(block.as_text().unwrap_or("")),
-                BlockKind::Thinking => estimate_string_chars(block.as_thinking().unwrap_or("")),
-                BlockKind::ToolCall => block.as_tool_call().map_or(0, |call| {
-                    estimate_string_chars(call.name) + estimate_string_chars(call.arguments_json)
-                }),
-                BlockKind::Image | BlockKind::Other => 0,
-            })
-            .sum::<u64>()
-            + match message.content() {
-                Content::Text(text) => estimate_string_chars(text),
-                _ => 0,
-            },
+        Role::Assistant => {
+            message
+                .blocks()
+                .iter()
+                .map(|block| match block.kind() {
+                    BlockKind::Text => estimate_string_chars(block.as_text().unwrap_or("")),
+                    BlockKind::Thinking => estimate_string_chars(block.as_thinking().unwrap_or("")),
+                    BlockKind::ToolCall => block.as_tool_call().map_or(0, |call| {
+                        estimate_string_chars(call.name)
+                            + estimate_string_chars(call.arguments_json)
+                    }),
+                    BlockKind::Image | BlockKind::Other => 0,
+                })
+                .sum::<u64>()
+                + match message.content() {
+                    Content::Text(text) => estimate_string_chars(text),
+                    _ => 0,
+                }
+        }
         Role::User | Role::ToolResult | Role::Custom | Role::System => {
             let mut chars = 0;
             let mut texts = 0u64;

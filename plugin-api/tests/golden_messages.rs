@@ -23,7 +23,10 @@ fn data_dir() -> Option<PathBuf> {
         "CI is set but the shared data is missing at {}",
         dir.display()
     );
-    eprintln!("notice: skipping: shared data not found at {}", dir.display());
+    eprintln!(
+        "notice: skipping: shared data not found at {}",
+        dir.display()
+    );
     None
 }
 
@@ -97,8 +100,19 @@ fn every_golden_message_round_trips() {
         count += 1;
     }
     assert!(count > 300, "only {count} messages found");
-    for role in ["user", "assistant", "toolResult", "custom", "compactionSummary", "branchSummary", "bashExecution"] {
-        assert!(roles.contains(role), "no {role} message in the golden data: {roles:?}");
+    for role in [
+        "user",
+        "assistant",
+        "toolResult",
+        "custom",
+        "compactionSummary",
+        "branchSummary",
+        "bashExecution",
+    ] {
+        assert!(
+            roles.contains(role),
+            "no {role} message in the golden data: {roles:?}"
+        );
     }
 }
 
@@ -173,12 +187,19 @@ fn golden_messages_cross_an_engine_boundary_unchanged() {
         let golden = read(&file);
         let values = golden["messages"].as_array().expect("messages");
         let conversation = Conversation::from_messages(
-            values.iter().map(|v| Message::from_value(v.clone()).expect("message")),
+            values
+                .iter()
+                .map(|v| Message::from_value(v.clone()).expect("message")),
         );
         let assembled = engine.assemble(&conversation, None).expect("assemble");
         let mut expected = values.clone();
         expected.extend(values.last().cloned());
-        assert_eq!(assembled.messages.len(), expected.len(), "{}", file.display());
+        assert_eq!(
+            assembled.messages.len(),
+            expected.len(),
+            "{}",
+            file.display()
+        );
         for (i, (message, want)) in assembled.messages.iter().zip(&expected).enumerate() {
             assert_eq!(&message.to_value(), want, "{} message {i}", file.display());
         }

@@ -8,7 +8,17 @@ mod engine;
 #[test]
 fn the_template_names_no_ffi_type() {
     let source = include_str!("../../xtask/src/templates/engine.rs");
-    for ffi in ["RStr", "RString", "RSlice", "RVec", "ROption", "RResult", "RBox", "abi_stable", "abi::"] {
+    for ffi in [
+        "RStr",
+        "RString",
+        "RSlice",
+        "RVec",
+        "ROption",
+        "RResult",
+        "RBox",
+        "abi_stable",
+        "abi::",
+    ] {
         assert!(!source.contains(ffi), "the template names {ffi}");
     }
     let readme = include_str!("../../README.md");
@@ -17,8 +27,21 @@ fn the_template_names_no_ffi_type() {
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("the README has a Rust example");
-    for ffi in ["RStr", "RString", "RSlice", "RVec", "ROption", "RResult", "RBox", "abi_stable", "abi::"] {
+    for ffi in [
+        "RStr",
+        "RString",
+        "RSlice",
+        "RVec",
+        "ROption",
+        "RResult",
+        "RBox",
+        "abi_stable",
+        "abi::",
+    ] {
         assert!(!example.contains(ffi), "the README's example names {ffi}");
     }
-    assert!(example.contains("export_engine!"), "the README's example exports its engine");
+    assert!(
+        example.contains("export_engine!"),
+        "the README's example exports its engine"
+    );
 }

@@ -62,7 +62,11 @@ fn report(roots: &[&'static TypeLayout]) -> String {
                 fields_of(tl_enum.fields, &mut text, &mut queue);
             }
             TLData::PrefixType(prefix) => {
-                let _ = writeln!(text, "  prefix first_suffix_field={}", prefix.first_suffix_field);
+                let _ = writeln!(
+                    text,
+                    "  prefix first_suffix_field={}",
+                    prefix.first_suffix_field
+                );
                 fields_of(prefix.fields, &mut text, &mut queue);
             }
         }

@@ -34,13 +34,19 @@ impl AssembleResult {
 
     /// The text to prepend to the system prompt.
     pub fn system_prompt_addition(&self) -> Option<&str> {
-        self.0.system_prompt_addition.as_ref().map(|s| s.as_str()).into_option()
+        self.0
+            .system_prompt_addition
+            .as_ref()
+            .map(|s| s.as_str())
+            .into_option()
     }
 
     /// The kept input ranges and new messages, in order.
     pub fn items(&self) -> impl Iterator<Item = ContextItem<'_>> {
         self.0.items.iter().map(|item| match item {
-            abi::AssembledItem::Input { start, end } => ContextItem::Kept(*start as usize..*end as usize),
+            abi::AssembledItem::Input { start, end } => {
+                ContextItem::Kept(*start as usize..*end as usize)
+            }
             abi::AssembledItem::New(message) => ContextItem::New(message),
         })
     }

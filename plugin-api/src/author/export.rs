@@ -30,9 +30,9 @@ use super::{
 };
 use crate::abi::v1 as abi;
 use crate::abi::v1::{
-    CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, EngineError, ExtensionRef,
-    FactoryParams, HostServicesArc, IngestBatchResult, IngestResult, OptionalMethods,
-    SpawnRollbackAbi, SpawnRollbackAbi_TO, SpawnRollbackBox,
+    CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, EngineError, ExtensionRef, FactoryParams,
+    HostServicesArc, IngestBatchResult, IngestResult, OptionalMethods, SpawnRollbackAbi,
+    SpawnRollbackAbi_TO, SpawnRollbackBox,
 };
 
 /// Runs `f`, turning a panic into [`EngineError::Panicked`] that names `method`.
@@ -386,7 +386,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
 
     fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<IngestResult, EngineError> {
         let _scope = self.scope();
-        guard("ingest", || self.engine.ingest(&IngestParams::from_abi(params)))
+        guard("ingest", || {
+            self.engine.ingest(&IngestParams::from_abi(params))
+        })
     }
 
     fn assemble(
@@ -485,10 +487,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         )
     }
 
-    fn on_subagent_ended(
-        &self,
-        params: &abi::SubagentEndedParams<'_>,
-    ) -> RResult<(), EngineError> {
+    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), EngineError> {
         let _scope = self.scope();
         optional(
             &self.engine,

@@ -24,10 +24,10 @@ use crate::{AbortSignal, CommitTurnStatus, EngineError, IngestBatchResult, Inges
 pub use assemble::{AssembleResult, ContextBuilder, ContextItem};
 pub use export::{into_engine_box, OptionalFns, SpawnRollback};
 pub use params::{
-    AfterTurnParams, AssembleParams, BootstrapParams, CommitTurnParams, CompactParams,
-    EntryIds, HostParams, IngestBatchParams, IngestParams, MaintainParams, MaintainReason,
-    ModelRef, PromptCache, SessionTarget, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
-    ToolNames, TranscriptAnchor,
+    AfterTurnParams, AssembleParams, BootstrapParams, CommitTurnParams, CompactParams, EntryIds,
+    HostParams, IngestBatchParams, IngestParams, MaintainParams, MaintainReason, ModelRef,
+    PromptCache, RuntimeSettings, SessionTarget, SubagentEndedParams, SubagentSpawnParams,
+    ToolCallParams, ToolNames, TranscriptAnchor,
 };
 pub use results::{
     BootstrapResult, CompactResult, Compaction, EngineInfo, MaintainResult, ToolCallResult,
@@ -379,7 +379,10 @@ impl Host {
             temperature: request.temperature.into(),
             abort_signal: request.abort_signal.into(),
         };
-        self.services.llm_complete(&raw).into_result().map(|r| r.message)
+        self.services
+            .llm_complete(&raw)
+            .into_result()
+            .map(|r| r.message)
     }
 
     /// The host's token estimate of `messages` (§9.5).

@@ -5,8 +5,9 @@
 //! [`crate::testing`], never by hand.
 
 use crate::abi::v1 as abi;
+use crate::abi::v1::{ReasonCode, RuntimeMode, SelectionSource};
 use crate::abi::{ROption, RStr};
-use crate::{AbortSignal, CompactionTarget, EngineError, EntryId, Message, RuntimeSettings};
+use crate::{AbortSignal, CompactionTarget, EngineError, EntryId, Message};
 
 fn opt_str<'a>(value: ROption<RStr<'a>>) -> Option<&'a str> {
     match value {
@@ -67,6 +68,93 @@ impl<'a> ToolNames<'a> {
     }
 }
 
+fn opt_string(value: &ROption<crate::abi::RString>) -> Option<&str> {
+    match value {
+        ROption::RSome(s) => Some(s.as_str()),
+        ROption::RNone => None,
+    }
+}
+
+/// `runtimeSettings` (schema version 1, §7): what the host says about the run this call
+/// serves. Read through the accessors; [`RuntimeSettings::to_json`] gives the exact JSON.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeSettings<'a>(&'a abi::RuntimeSettings);
+
+impl<'a> RuntimeSettings<'a> {
+    /// The schema version (1).
+    pub fn schema_version(&self) -> u32 {
+        self.0.schema_version
+    }
+    /// `runtime.host`: the host's id.
+    pub fn host(&self) -> &'a str {
+        self.0.runtime.host.as_str()
+    }
+    /// `runtime.mode`.
+    pub fn mode(&self) -> RuntimeMode {
+        self.0.runtime.mode
+    }
+    /// `runtime.harnessId`.
+    pub fn harness_id(&self) -> Option<&'a str> {
+        opt_string(&self.0.runtime.harness_id)
+    }
+    /// `runtime.runtimeId`.
+    pub fn runtime_id(&self) -> Option<&'a str> {
+        opt_string(&self.0.runtime.runtime_id)
+    }
+    /// `model.requested`.
+    pub fn requested_model(&self) -> Option<&'a str> {
+        opt_string(&self.0.model.requested)
+    }
+    /// `model.resolved`.
+    pub fn resolved_model(&self) -> Option<&'a str> {
+        opt_string(&self.0.model.resolved)
+    }
+    /// `model.provider`.
+    pub fn model_provider(&self) -> Option<&'a str> {
+        opt_string(&self.0.model.provider)
+    }
+    /// `model.family`.
+    pub fn model_family(&self) -> Option<&'a str> {
+        opt_string(&self.0.model.family)
+    }
+    /// `contextEngineSelection.selectedId`.
+    pub fn selected_engine_id(&self) -> Option<&'a str> {
+        opt_string(&self.0.context_engine_selection.selected_id)
+    }
+    /// `contextEngineSelection.source`.
+    pub fn selection_source(&self) -> SelectionSource {
+        self.0.context_engine_selection.source
+    }
+    /// `executionHost.id`.
+    pub fn execution_host_id(&self) -> Option<&'a str> {
+        opt_string(&self.0.execution_host.id)
+    }
+    /// `executionHost.label`.
+    pub fn execution_host_label(&self) -> Option<&'a str> {
+        opt_string(&self.0.execution_host.label)
+    }
+    /// `limits.promptTokenBudget`.
+    pub fn prompt_token_budget(&self) -> Option<u64> {
+        self.0.limits.prompt_token_budget.into_option()
+    }
+    /// `limits.maxOutputTokens`.
+    pub fn max_output_tokens(&self) -> Option<u64> {
+        self.0.limits.max_output_tokens.into_option()
+    }
+    /// `diagnostics.fallbackReason`.
+    pub fn fallback_reason(&self) -> Option<ReasonCode> {
+        self.0.diagnostics.fallback_reason.into_option()
+    }
+    /// `diagnostics.degradedReason`.
+    pub fn degraded_reason(&self) -> Option<ReasonCode> {
+        self.0.diagnostics.degraded_reason.into_option()
+    }
+    /// The settings as the contract's JSON (nullable fields present as `null`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
 /// Where a session lives (`sessionTarget`).
 #[derive(Clone, Copy, Debug, Default)]
 #[non_exhaustive]
@@ -109,7 +197,7 @@ pub struct HostParams<'a> {
     /// `prompt` (assemble only): the user's prompt of this turn.
     pub prompt: Option<&'a str>,
     /// `runtimeSettings` (§7).
-    pub runtime_settings: Option<&'a RuntimeSettings>,
+    pub runtime_settings: Option<RuntimeSettings<'a>>,
     /// `sessionTarget`.
     pub session_target: Option<SessionTarget<'a>>,
     /// `runtimeContext`, as a JSON object text.
@@ -127,7 +215,7 @@ impl<'a> HostParams<'a> {
         HostParams {
             session_key: opt_str(raw.session_key),
             prompt: opt_str(raw.prompt),
-            runtime_settings: raw.runtime_settings.into_option(),
+            runtime_settings: raw.runtime_settings.into_option().map(RuntimeSettings),
             session_target: raw.session_target.into_option().map(|t| SessionTarget {
                 agent_id: opt_str(t.agent_id),
                 session_id: opt_str(t.session_id),

@@ -129,7 +129,11 @@ impl EngineInfo {
         self
     }
 
-    pub(crate) fn into_abi(self, id: &str, optional_methods: abi::OptionalMethods) -> abi::EngineInfo {
+    pub(crate) fn into_abi(
+        self,
+        id: &str,
+        optional_methods: abi::OptionalMethods,
+    ) -> abi::EngineInfo {
         abi::EngineInfo {
             id: id.into(),
             name: self.name.into(),
@@ -221,7 +225,11 @@ impl Compaction {
     }
 
     /// A successor session, when compaction moved the session.
-    pub fn successor(mut self, session_id: impl Into<String>, session_file: Option<String>) -> Self {
+    pub fn successor(
+        mut self,
+        session_id: impl Into<String>,
+        session_file: Option<String>,
+    ) -> Self {
         self.session_id = Some(session_id.into());
         self.session_file = session_file;
         self
@@ -297,7 +305,11 @@ impl CompactResult {
     /// The first entry kept verbatim.
     pub fn first_kept_entry_id(&self) -> Option<&str> {
         match &self.0.result {
-            ROption::RSome(d) => d.first_kept_entry_id.as_ref().map(|s| s.as_str()).into_option(),
+            ROption::RSome(d) => d
+                .first_kept_entry_id
+                .as_ref()
+                .map(|s| s.as_str())
+                .into_option(),
             ROption::RNone => None,
         }
     }

@@ -196,8 +196,10 @@ pub fn select_window(messages: &[Message], budget: Option<u64>, options: &Window
     // Rule 6: start on a user turn when the window cut something off.
     let window_start = groups.last().map_or(n, |g| g.start);
     if first_regular.is_some_and(|first| first < window_start) {
-        let starts_with_user =
-            |g: &Group| g.first_kept.is_some_and(|k| messages[k].role() == Role::User);
+        let starts_with_user = |g: &Group| {
+            g.first_kept
+                .is_some_and(|k| messages[k].role() == Role::User)
+        };
         if let Some(target) = groups.iter().rposition(starts_with_user) {
             while groups.len() > target + 1 {
                 let oldest = groups[groups.len() - 1];

@@ -88,7 +88,10 @@ fn assemble_keeps_system_and_the_newest_whole_tool_group() {
         .into_iter()
         .rfind(|e| e.message == "sliding window assembled")
         .expect("the assemble event is forwarded");
-    assert!(event.fields.contains(&("kept".to_owned(), "2".to_owned())), "{event:?}");
+    assert!(
+        event.fields.contains(&("kept".to_owned(), "2".to_owned())),
+        "{event:?}"
+    );
 }
 
 #[test]

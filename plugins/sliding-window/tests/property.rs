@@ -118,7 +118,9 @@ fn random_transcripts_keep_every_invariant() {
         let label = format!("case {case} (budget {budget:?}, {options:?})");
         check_window(&label, &messages, budget, &options, &window);
         over_budget += usize::from(window.over_budget);
-        let first_body = window.indices().find(|&i| messages[i].role() != Role::System);
+        let first_body = window
+            .indices()
+            .find(|&i| messages[i].role() != Role::System);
         trimmed_to_user +=
             usize::from(first_body.is_some_and(|i| i > 0 && messages[i].role() == Role::User));
     }

@@ -21,7 +21,9 @@ const DATA: &str = concat!(
 fn convert(traj: &[Value]) -> Vec<Message> {
     let mut messages = Vec::new();
     if let Some(system) = traj.first().filter(|m| m["role"] == "system") {
-        messages.push(Message::system(system["content"].as_str().unwrap_or_default()));
+        messages.push(Message::system(
+            system["content"].as_str().unwrap_or_default(),
+        ));
     }
     messages.extend(pincer_plugin_api::interop::openai_chat_messages(traj));
     messages

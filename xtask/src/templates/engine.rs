@@ -58,7 +58,11 @@ impl Engine for NewEngine {
             tokens += cost;
             start -= 1;
         }
-        tracing::debug!(kept = messages.len() - start, tokens, "new-engine: assembled");
+        tracing::debug!(
+            kept = messages.len() - start,
+            tokens,
+            "new-engine: assembled"
+        );
         Ok(ContextBuilder::new()
             .keep_range(start..messages.len())
             .estimated_tokens(tokens)
@@ -97,7 +101,9 @@ mod tests {
     fn compaction_goes_to_the_runtime() {
         let host = TestHost::new();
         let engine = TestEngine::new::<NewEngine>(&host, serde_json::json!({})).expect("starts");
-        engine.compact(&Conversation::new().user("hi")).expect("compact");
+        engine
+            .compact(&Conversation::new().user("hi"))
+            .expect("compact");
         assert_eq!(host.delegated_compactions(), 1);
     }
 }

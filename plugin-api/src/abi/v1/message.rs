@@ -470,13 +470,16 @@ impl ContentBlock {
             BlockKind::Other => unreachable!(),
         };
         // The required string fields must be strings, else the block is kept whole.
-        let is_str = |map: &Map<String, Value>, key: &str| map.get(key).is_some_and(Value::is_string);
+        let is_str =
+            |map: &Map<String, Value>, key: &str| map.get(key).is_some_and(Value::is_string);
         if !is_str(&map, first_key) || second_key.is_some_and(|k| !is_str(&map, k)) {
             return ContentBlock::other(Value::Object(map));
         }
         map.remove("type");
         let first = take_string(&mut map, first_key);
-        let second = second_key.map(|k| take_string(&mut map, k)).unwrap_or_default();
+        let second = second_key
+            .map(|k| take_string(&mut map, k))
+            .unwrap_or_default();
         let arguments = if kind == BlockKind::ToolCall {
             map.remove("arguments").map(|a| JsonText::from_value(&a))
         } else {
@@ -640,7 +643,10 @@ fn role_slots(role: Role) -> &'static [(&'static str, Slot)] {
             ("display", Slot::Flag),
             ("details", Slot::Details),
         ],
-        Role::CompactionSummary => &[("summary", Slot::Text2), ("tokensBefore", Slot::TokensBefore)],
+        Role::CompactionSummary => &[
+            ("summary", Slot::Text2),
+            ("tokensBefore", Slot::TokensBefore),
+        ],
         Role::BranchSummary => &[("summary", Slot::Text2), ("fromId", Slot::Key)],
         Role::BashExecution => &[("command", Slot::Key), ("output", Slot::Text2)],
         Role::Assistant => &[
@@ -779,9 +785,8 @@ impl Message {
             None => {}
             Some(Value::String(text)) => message.content = ContentRepr::Text(text.into()),
             Some(Value::Array(blocks)) => {
-                message.content = ContentRepr::Blocks(
-                    blocks.into_iter().map(ContentBlock::from_value).collect(),
-                )
+                message.content =
+                    ContentRepr::Blocks(blocks.into_iter().map(ContentBlock::from_value).collect())
             }
             Some(other) => {
                 map.insert("content".into(), other);
@@ -811,7 +816,8 @@ impl Message {
         let string = || value.as_str().map(|s| ROption::RSome(RString::from(s)));
         fn meta(m: &mut Message) -> &mut AssistantMeta {
             if m.assistant.is_none() {
-                m.assistant = ROption::RSome(abi_stable::std_types::RBox::new(AssistantMeta::default()));
+                m.assistant =
+                    ROption::RSome(abi_stable::std_types::RBox::new(AssistantMeta::default()));
             }
             match &mut m.assistant {
                 ROption::RSome(meta) => meta,
@@ -821,7 +827,10 @@ impl Message {
         match slot {
             Slot::Key => string().map(|s| self.key = s).is_some(),
             Slot::Text2 => string().map(|s| self.text2 = s).is_some(),
-            Slot::Flag => value.as_bool().map(|b| self.flag = ROption::RSome(b)).is_some(),
+            Slot::Flag => value
+                .as_bool()
+                .map(|b| self.flag = ROption::RSome(b))
+                .is_some(),
             Slot::TokensBefore => match value.as_u64() {
                 Some(n) if value.is_u64() => {
                     self.tokens_before = ROption::RSome(n);
@@ -938,7 +947,9 @@ impl Message {
 
     /// A `toolResult`'s `isError`.
     pub fn is_error(&self) -> Option<bool> {
-        (self.role == Role::ToolResult).then(|| self.flag.into_option()).flatten()
+        (self.role == Role::ToolResult)
+            .then(|| self.flag.into_option())
+            .flatten()
     }
 
     /// A `custom` message's `customType`.
@@ -948,7 +959,9 @@ impl Message {
 
     /// A `custom` message's `display`.
     pub fn display(&self) -> Option<bool> {
-        (self.role == Role::Custom).then(|| self.flag.into_option()).flatten()
+        (self.role == Role::Custom)
+            .then(|| self.flag.into_option())
+            .flatten()
     }
 
     /// A `custom` message's `details`, as JSON text.
@@ -959,7 +972,9 @@ impl Message {
     /// The `summary` of a compaction or branch summary.
     pub fn summary(&self) -> Option<&str> {
         match self.role {
-            Role::CompactionSummary | Role::BranchSummary => self.text2.as_ref().map(|s| s.as_str()).into_option(),
+            Role::CompactionSummary | Role::BranchSummary => {
+                self.text2.as_ref().map(|s| s.as_str()).into_option()
+            }
             _ => None,
         }
     }
@@ -986,17 +1001,20 @@ impl Message {
 
     /// An assistant message's `api`.
     pub fn api(&self) -> Option<&str> {
-        self.meta().and_then(|m| m.api.as_ref().map(|s| s.as_str()).into_option())
+        self.meta()
+            .and_then(|m| m.api.as_ref().map(|s| s.as_str()).into_option())
     }
 
     /// An assistant message's `provider`.
     pub fn provider(&self) -> Option<&str> {
-        self.meta().and_then(|m| m.provider.as_ref().map(|s| s.as_str()).into_option())
+        self.meta()
+            .and_then(|m| m.provider.as_ref().map(|s| s.as_str()).into_option())
     }
 
     /// An assistant message's `model`.
     pub fn model(&self) -> Option<&str> {
-        self.meta().and_then(|m| m.model.as_ref().map(|s| s.as_str()).into_option())
+        self.meta()
+            .and_then(|m| m.model.as_ref().map(|s| s.as_str()).into_option())
     }
 
     /// An assistant message's `usage`.
@@ -1006,12 +1024,14 @@ impl Message {
 
     /// An assistant message's `stopReason` (`stop`, `toolUse`, `error`, …).
     pub fn stop_reason(&self) -> Option<&str> {
-        self.meta().and_then(|m| m.stop_reason.as_ref().map(|s| s.as_str()).into_option())
+        self.meta()
+            .and_then(|m| m.stop_reason.as_ref().map(|s| s.as_str()).into_option())
     }
 
     /// An assistant message's `errorMessage`.
     pub fn error_message(&self) -> Option<&str> {
-        self.meta().and_then(|m| m.error_message.as_ref().map(|s| s.as_str()).into_option())
+        self.meta()
+            .and_then(|m| m.error_message.as_ref().map(|s| s.as_str()).into_option())
     }
 
     /// The value of a key this version does not model (or whose value had another type than
@@ -1120,7 +1140,12 @@ impl Serialize for Message {
 }
 
 impl Message {
-    fn serialize_slot<M: SerializeMap>(&self, map: &mut M, key: &str, slot: Slot) -> Result<(), M::Error> {
+    fn serialize_slot<M: SerializeMap>(
+        &self,
+        map: &mut M,
+        key: &str,
+        slot: Slot,
+    ) -> Result<(), M::Error> {
         let meta = self.meta();
         fn text(s: &ROption<RString>) -> Option<&str> {
             s.as_ref().map(|s| s.as_str()).into_option()
@@ -1141,7 +1166,11 @@ impl Message {
     }
 }
 
-fn opt_entry<M: SerializeMap, T: Serialize>(map: &mut M, key: &str, value: Option<T>) -> Result<(), M::Error> {
+fn opt_entry<M: SerializeMap, T: Serialize>(
+    map: &mut M,
+    key: &str,
+    value: Option<T>,
+) -> Result<(), M::Error> {
     match value {
         Some(value) => map.serialize_entry(key, &value),
         None => Ok(()),
@@ -1216,29 +1245,50 @@ mod tests {
             "stopReason":"error","errorMessage":"boom","timestamp":2}));
         round_trip(json!({"role":"toolResult","toolCallId":"c1","toolName":"t",
             "content":[{"type":"text","text":"{}"}],"isError":false,"timestamp":3,"details":{"a":1}}));
-        round_trip(json!({"role":"custom","customType":"hook","content":[{"type":"text","text":"x"}],
-            "display":false,"details":null,"timestamp":4}));
-        round_trip(json!({"role":"compactionSummary","summary":"s","tokensBefore":4321,"timestamp":5}));
+        round_trip(
+            json!({"role":"custom","customType":"hook","content":[{"type":"text","text":"x"}],
+            "display":false,"details":null,"timestamp":4}),
+        );
+        round_trip(
+            json!({"role":"compactionSummary","summary":"s","tokensBefore":4321,"timestamp":5}),
+        );
         round_trip(json!({"role":"branchSummary","summary":"s","fromId":"root","timestamp":6}));
-        round_trip(json!({"role":"bashExecution","command":"ls","output":"a\nb","exitCode":0,
-            "cancelled":false,"truncated":false,"excludeFromContext":true,"timestamp":7}));
+        round_trip(
+            json!({"role":"bashExecution","command":"ls","output":"a\nb","exitCode":0,
+            "cancelled":false,"truncated":false,"excludeFromContext":true,"timestamp":7}),
+        );
         round_trip(json!({"role":"futureRole","content":{"weird":true},"timestamp":"yesterday"}));
         // Values of an unexpected type stay verbatim.
-        round_trip(json!({"role":"assistant","content":"plain","usage":{"input":1},"model":null,
-            "timestamp":1.5}));
+        round_trip(
+            json!({"role":"assistant","content":"plain","usage":{"input":1},"model":null,
+            "timestamp":1.5}),
+        );
         round_trip(json!({"role":"toolResult","toolCallId":5,"isError":"no","content":[]}));
     }
 
     #[test]
     fn accessors_read_openclaws_fields() {
         let m = Message::from_value(json!({"role":"toolResult","toolCallId":"c1","toolName":"t",
-            "content":[{"type":"text","text":"out"}],"isError":true})).unwrap();
-        assert_eq!((m.tool_result_id(), m.tool_name(), m.is_error()), (Some("c1"), Some("t"), Some(true)));
+            "content":[{"type":"text","text":"out"}],"isError":true}))
+        .unwrap();
+        assert_eq!(
+            (m.tool_result_id(), m.tool_name(), m.is_error()),
+            (Some("c1"), Some("t"), Some(true))
+        );
         assert_eq!(m.plain_text(), "out");
         let m = Message::compaction_summary("earlier", 99);
-        assert_eq!((m.summary(), m.tokens_before()), (Some("earlier"), Some(99)));
-        assert_eq!(m.to_value(), json!({"role":"compactionSummary","summary":"earlier","tokensBefore":99}));
-        let m = Message::from_value(json!({"role":"assistant","content":[{"type":"mystery","type2":1}]})).unwrap();
+        assert_eq!(
+            (m.summary(), m.tokens_before()),
+            (Some("earlier"), Some(99))
+        );
+        assert_eq!(
+            m.to_value(),
+            json!({"role":"compactionSummary","summary":"earlier","tokensBefore":99})
+        );
+        let m = Message::from_value(
+            json!({"role":"assistant","content":[{"type":"mystery","type2":1}]}),
+        )
+        .unwrap();
         assert_eq!(m.blocks()[0].type_name(), "mystery");
         assert_eq!(m.blocks()[0].kind(), BlockKind::Other);
     }
