@@ -18,12 +18,13 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use pincer_host::config::FallbackPolicy;
 use pincer_host::engines::instance::{EngineInstance, EngineOrigin};
 use pincer_host::engines::legacy::shared_legacy;
+use pincer_host::engines::request::no_entry_ids;
 use pincer_host::engines::request::{AssembleRequest, HostInputs, IngestRequest};
 use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::plugins::library::{EngineDirs, Loader};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::quarantine::Quarantine;
-use pincer_host::engines::request::no_entry_ids;
+use pincer_host::types::Owner;
 use pincer_plugin_api::abi::latest::{
     AbortController, AbortSignal, AssembleParams, EntryId, HostParams, IngestParams,
 };
@@ -57,7 +58,9 @@ fn conversation(n: usize) -> Vec<Message> {
         out.push(Message::tool_result(
             id,
             "get_reservation_details",
-            format!("{{\"reservation_id\":\"R{i}\",\"flights\":[\"HAT{i:03}\"],\"cabin\":\"economy\"}}"),
+            format!(
+                "{{\"reservation_id\":\"R{i}\",\"flights\":[\"HAT{i:03}\"],\"cabin\":\"economy\"}}"
+            ),
             false,
         ));
         out.push(Message::assistant(format!(
@@ -91,7 +94,8 @@ fn engines(budget: u64) -> Engines {
         min_messages: 1,
         keep_system: true,
     };
-    let direct = SlidingWindow::new(cfg.clone(), Host::from_services(services().into_abi())).unwrap();
+    let direct =
+        SlidingWindow::new(cfg.clone(), Host::from_services(services().into_abi())).unwrap();
     let adapter = EngineInstance::new(
         into_engine_box(
             SlidingWindow::new(cfg, Host::from_services(services().into_abi())).unwrap(),
@@ -117,7 +121,7 @@ fn engines(budget: u64) -> Engines {
     );
     let guarded = GuardedEngine::new(
         "sliding-window",
-        Some("plugin:sliding-window"),
+        Some(Owner::plugin("sliding-window")),
         Arc::clone(&plugin),
         shared_legacy(services()).unwrap(),
         Arc::new(Quarantine::new(None)),

@@ -29,7 +29,8 @@
 //! Modules depend one way, each only on those above it in this list (enforced by
 //! `xtask`'s `tidy` test):
 //!
-//! 1. [`types`] — core values: the `legacy` id, the plugin-id validator, method names.
+//! 1. [`types`] — core values: the `legacy` id, the plugin-id validator, method names,
+//!    registry owners, host requirements.
 //! 2. [`config`] — `$PINCER_HOME` and `pincer.json`.
 //! 3. [`plugins`] — plugins on disk: manifest, discovery, verification, cache, library.
 //! 4. [`engines`] — a live engine behind its backend, requests, bounded calls, services,

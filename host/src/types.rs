@@ -1,9 +1,15 @@
 //! The core's typed values, shared by every layer: the `legacy` id, plugin ids and their one
-//! validator, and the names of engine methods. Depends on nothing else in the crate.
+//! validator, the names of engine methods, registry owners and host requirements. Depends on
+//! nothing else in the crate.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// The operations a host requirement is declared for (`agent-run`, `manual-compact`,
+/// `subagent-spawn`): the ABI's enum, whose `as_str` gives the contract name.
+pub use pincer_plugin_api::abi::latest::HostOperation;
 
 /// The id of the built-in default engine (the default of `plugins.slots.contextEngine`), the
 /// fallback of every quarantined engine. The one definition every layer uses.
@@ -69,13 +75,15 @@ pub enum Method {
     Rollback,
     /// `callTool`.
     CallTool,
+    /// `commitTurn` (§8).
+    CommitTurn,
     /// `dispose`.
     Dispose,
 }
 
 impl Method {
     /// Every method, in contract order.
-    pub const ALL: [Method; 14] = [
+    pub const ALL: [Method; 15] = [
         Method::Factory,
         Method::Info,
         Method::Bootstrap,
@@ -89,6 +97,7 @@ impl Method {
         Method::OnSubagentEnded,
         Method::Rollback,
         Method::CallTool,
+        Method::CommitTurn,
         Method::Dispose,
     ];
 
@@ -108,6 +117,7 @@ impl Method {
             Method::OnSubagentEnded => "onSubagentEnded",
             Method::Rollback => "rollback",
             Method::CallTool => "callTool",
+            Method::CommitTurn => "commitTurn",
             Method::Dispose => "dispose",
         }
     }
@@ -120,7 +130,7 @@ impl Method {
 
 impl fmt::Display for Method {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -128,6 +138,128 @@ impl Serialize for Method {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
     }
+}
+
+/// Who registered an engine id (reference §3.1). `Display` and `Serialize` give the registry's
+/// spelling: `core`, `public-sdk`, `plugin:<id>`; [`Owner::parse`] reads it back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// The host itself: the built-in `legacy`, which no one else may take.
+    Core,
+    /// An embedding host registering its own engines.
+    PublicSdk,
+    /// The plugin of this id.
+    Plugin(String),
+}
+
+impl Owner {
+    /// The owner of plugin `plugin_id`.
+    pub fn plugin(plugin_id: impl Into<String>) -> Self {
+        Owner::Plugin(plugin_id.into())
+    }
+
+    /// The plugin id, when a plugin owns it.
+    pub fn plugin_id(&self) -> Option<&str> {
+        match self {
+            Owner::Plugin(id) => Some(id),
+            Owner::Core | Owner::PublicSdk => None,
+        }
+    }
+
+    /// Whether the owner names no one: a plugin owner with a blank id.
+    pub fn is_blank(&self) -> bool {
+        self.plugin_id().is_some_and(|id| id.trim().is_empty())
+    }
+
+    /// Reads `core`, `public-sdk` or `plugin:<id>` (a non-empty id).
+    pub fn parse(text: &str) -> Option<Owner> {
+        match text {
+            "core" => Some(Owner::Core),
+            "public-sdk" => Some(Owner::PublicSdk),
+            _ => text
+                .strip_prefix("plugin:")
+                .filter(|id| !id.is_empty())
+                .map(Owner::plugin),
+        }
+    }
+
+    fn spelling(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Owner::Core => "core".into(),
+            Owner::PublicSdk => "public-sdk".into(),
+            Owner::Plugin(id) => format!("plugin:{id}").into(),
+        }
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&self.spelling())
+    }
+}
+
+impl Serialize for Owner {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.spelling())
+    }
+}
+
+impl<'de> Deserialize<'de> for Owner {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Owner::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "expected an owner (core, public-sdk or plugin:<id>), found {text:?}"
+            ))
+        })
+    }
+}
+
+/// What an engine needs from the host to run one operation: a manifest's
+/// `hostRequirements.<operation>` or an engine's `info.hostRequirements` entry, host-owned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostRequirement {
+    /// Host capabilities the operation needs (`requiredCapabilities`), e.g.
+    /// `"assemble-before-prompt"`. Unknown capability names are kept: the host fails closed on
+    /// them when the operation runs.
+    pub required_capabilities: Vec<String>,
+    /// Extra sentence appended to the refusal when a capability is missing (`unsupportedMessage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsupported_message: Option<String>,
+}
+
+/// An engine's host requirements by operation; serialized as an object keyed by the
+/// operations' contract names, in their order (which is alphabetical).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostRequirements(pub BTreeMap<HostOperation, HostRequirement>);
+
+impl std::ops::Deref for HostRequirements {
+    type Target = BTreeMap<HostOperation, HostRequirement>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl FromIterator<(HostOperation, HostRequirement)> for HostRequirements {
+    fn from_iter<I: IntoIterator<Item = (HostOperation, HostRequirement)>>(iter: I) -> Self {
+        HostRequirements(iter.into_iter().collect())
+    }
+}
+
+impl Serialize for HostRequirements {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(op, req)| (op.as_str(), req)))
+    }
+}
+
+/// Serializes a [`HostOperation`] as its contract name (for `#[serde(serialize_with)]`).
+pub fn serialize_host_operation<S: serde::Serializer>(
+    operation: &HostOperation,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(operation.as_str())
 }
 
 #[cfg(test)]
@@ -146,6 +278,47 @@ mod tests {
             assert_eq!(Method::from_name(method.as_str()), Some(method));
         }
         assert_eq!(Method::from_name("nope"), None);
+    }
+
+    #[test]
+    fn owners_keep_the_registry_spelling_and_round_trip() {
+        for (owner, text) in [
+            (Owner::Core, "core"),
+            (Owner::PublicSdk, "public-sdk"),
+            (Owner::plugin("sliding-window"), "plugin:sliding-window"),
+        ] {
+            assert_eq!(owner.to_string(), text);
+            assert_eq!(
+                serde_json::to_string(&owner).unwrap(),
+                format!("\"{text}\"")
+            );
+            assert_eq!(Owner::parse(text), Some(owner.clone()));
+            assert_eq!(
+                serde_json::from_str::<Owner>(&format!("\"{text}\"")).unwrap(),
+                owner
+            );
+        }
+        assert_eq!(Owner::parse("plugin:"), None);
+        assert_eq!(Owner::parse("Core"), None);
+        assert_eq!(Owner::plugin("p").plugin_id(), Some("p"));
+        assert_eq!(format!("{:<8}|", Owner::Core), "core    |");
+    }
+
+    #[test]
+    fn host_requirements_serialize_keyed_by_contract_name() {
+        let reqs: HostRequirements = [(
+            HostOperation::AgentRun,
+            HostRequirement {
+                required_capabilities: vec!["compact".into()],
+                unsupported_message: None,
+            },
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            serde_json::to_string(&reqs).unwrap(),
+            r#"{"agent-run":{"requiredCapabilities":["compact"]}}"#
+        );
     }
 
     #[test]

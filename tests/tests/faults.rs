@@ -8,6 +8,7 @@ use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::report::exercise::exercise_engine;
 use pincer_host::session::Transcript;
 use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_plugin_api::abi::ROption;
 use pincer_tests::*;
 use serde_json::json;
 
@@ -50,7 +51,10 @@ fn every_method_panicking_or_failing_is_caught_quarantined_and_answered_per_cont
             let resolved = runtime.resolve().unwrap();
             assert_eq!(resolved.resolution.resolved, "faulty");
             let outcomes = exercise_engine(&resolved.engine, runtime.quarantine(), &transcript());
-            let o = outcomes.iter().find(|o| o.method == method).unwrap();
+            let o = outcomes
+                .iter()
+                .find(|o| o.method.as_str() == method)
+                .unwrap();
             let error = o
                 .error
                 .as_ref()
@@ -79,7 +83,7 @@ fn every_method_panicking_or_failing_is_caught_quarantined_and_answered_per_cont
             // Every other method still reached the engine (quarantine cleared between calls).
             for other in outcomes
                 .iter()
-                .filter(|x| x.method != method && x.method != "rollback")
+                .filter(|x| x.method.as_str() != method && x.method.as_str() != "rollback")
             {
                 assert_eq!(other.outcome, "ok", "{method}/{behaviour}: {other:?}");
             }
@@ -110,7 +114,10 @@ fn quarantine_record_names_the_first_failure_and_info_reads_as_legacy() {
     );
     let record = runtime.quarantine().get("faulty").expect("quarantined");
     assert_eq!(record.operation, "assemble");
-    assert_eq!(record.owner.as_deref(), Some("plugin:faulty"));
+    assert_eq!(
+        record.owner.as_ref().map(ToString::to_string).as_deref(),
+        Some("plugin:faulty")
+    );
     assert!(record.reason.contains("configured to panic in assemble"));
     // While quarantined: info is legacy's, and later calls go to legacy without touching faulty.
     assert_eq!(resolved.engine.info().id, "legacy");
@@ -210,7 +217,8 @@ fn the_default_engine_is_legacy_and_passes_messages_through_uncopied() {
     assert_eq!(resolved.resolution.resolved, "legacy");
     let t = transcript();
     let view = t.assemble(&resolved.engine, "s1", None).unwrap();
-    assert_eq!(view.result.estimated_tokens, 0);
+    // Legacy gives no estimate: the caller estimates.
+    assert_eq!(view.result.estimated_tokens, ROption::RNone);
     let kept = view.messages();
     // Every input message is kept, in order, and as the same object, not a copy: each kept
     // message is the input message at the same address.

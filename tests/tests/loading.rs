@@ -9,7 +9,7 @@ use std::sync::Arc;
 use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::engines::EngineInstance;
 use pincer_host::plugins::library::{EngineDirs, LoadError, Loader};
-use pincer_plugin_api::abi::v1::{AbortSignal, AssembleParams, HostParams, Message, Role};
+use pincer_plugin_api::abi::latest::{AbortController, AssembleParams, HostParams, Message};
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use pincer_tests::*;
 use serde_json::json;
@@ -316,21 +316,19 @@ fn a_library_replaced_on_disk_after_loading_does_not_affect_the_loaded_engine() 
     )
     .expect("the factory runs from the private copy");
     assert_eq!(engine.descriptor().id, "sliding-window");
-    let messages = vec![
-        Message::text(Role::User, "first"),
-        Message::text(Role::Assistant, "second"),
-    ];
-    let abort = AbortSignal::new();
+    let messages = vec![Message::user("first"), Message::assistant("second")];
+    let abort = AbortController::new();
     let result = engine
         .assemble(&AssembleParams {
             session_id: RStr::from_str("s"),
             messages: RSlice::from_slice(&messages),
+            entry_ids: RSlice::from_slice(&[]),
             token_budget: ROption::RNone,
             available_tools: RSlice::from_slice(&[]),
             citations_mode: ROption::RNone,
             model: ROption::RNone,
             host: HostParams {
-                abort_signal: ROption::RSome(&abort),
+                abort_signal: ROption::RSome(abort.signal()),
                 ..HostParams::default()
             },
         })

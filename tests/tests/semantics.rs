@@ -9,21 +9,22 @@ use pincer_host::config::PincerHome;
 use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::engines::legacy::create_legacy;
 use pincer_host::engines::request::{
-    AssembleRequest, BootstrapRequest, CompactRequest, HostInputs, IngestBatchRequest,
-    MaintainRequest,
+    no_entry_ids, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
+    IngestBatchRequest, MaintainRequest, PromptCacheInput,
 };
 use pincer_host::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
 use pincer_host::session::Transcript;
 use pincer_host::slot::quarantine::Quarantine;
 use pincer_host::slot::registry::{
-    EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry, CORE_OWNER,
-    PUBLIC_SDK_OWNER,
+    EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry,
 };
 use pincer_host::slot::requirements::HostDescriptor;
+use pincer_host::slot::runtime::PluginState;
 use pincer_host::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
-use pincer_host::types::LEGACY_ENGINE_ID;
-use pincer_plugin_api::abi::v1::{AbortSignal, ToolCallParams};
+use pincer_host::types::{Owner, LEGACY_ENGINE_ID};
+use pincer_plugin_api::abi::latest::{AbortController, ToolCallParams};
 use pincer_plugin_api::abi::{ROption, RStr};
+use pincer_plugin_api::HostOperation;
 use pincer_tests::*;
 use serde_json::{json, Value};
 
@@ -66,6 +67,7 @@ fn compact_request(
         Arc::from(session),
         Arc::from(format!("{session}.jsonl")),
         messages,
+        no_entry_ids(),
         host,
     ))
 }
@@ -104,7 +106,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
         .register_for_owner(
             LEGACY_ENGINE_ID,
             native_legacy_factory(),
-            CORE_OWNER,
+            Owner::Core,
             RegisterOptions::default(),
         )
         .unwrap();
@@ -113,7 +115,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
         .register_for_owner(
             LEGACY_ENGINE_ID,
             native_legacy_factory(),
-            PUBLIC_SDK_OWNER,
+            Owner::PublicSdk,
             RegisterOptions::default(),
         )
         .unwrap_err();
@@ -121,7 +123,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
         err,
         RegisterError::Refused {
             id: "legacy".into(),
-            existing_owner: "core".into()
+            existing_owner: Owner::Core
         }
     );
     assert_eq!(
@@ -141,7 +143,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
         .register_for_owner(
             "mine",
             native_legacy_factory(),
-            PUBLIC_SDK_OWNER,
+            Owner::PublicSdk,
             RegisterOptions::default(),
         )
         .unwrap();
@@ -156,7 +158,7 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
         .register_for_owner(
             "mine",
             native_legacy_factory(),
-            PUBLIC_SDK_OWNER,
+            Owner::PublicSdk,
             RegisterOptions::default()
         )
         .is_err());
@@ -165,20 +167,24 @@ fn registry_locks_legacy_to_core_and_refuses_foreign_ids() {
             .register_for_owner(
                 "x",
                 native_legacy_factory(),
-                " ",
+                Owner::plugin(" "),
                 RegisterOptions::default()
             )
             .unwrap_err()
             .to_string(),
-        "registerContextEngineForOwner: owner must be a non-empty string, got \" \""
+        "registerContextEngineForOwner: owner must be a non-empty string, got \"plugin: \""
     );
+    // A blank owner text is no owner at all: it cannot even be spelled as one.
+    assert_eq!(Owner::parse(" "), None);
+    assert_eq!(Owner::parse(""), None);
+    assert_eq!(Owner::parse("plugin:"), None);
     // A read-only-discovery registration does not replace a runtime one.
     let ro = RegisterOptions {
         allow_same_owner_refresh: true,
         lifecycle: Lifecycle::ReadOnlyDiscovery,
     };
     registry
-        .register_for_owner("mine", native_legacy_factory(), PUBLIC_SDK_OWNER, ro)
+        .register_for_owner("mine", native_legacy_factory(), Owner::PublicSdk, ro)
         .unwrap();
     assert_eq!(registry.get("mine").unwrap().lifecycle, Lifecycle::Runtime);
 }
@@ -190,7 +196,7 @@ fn re_registration_and_clear_for_owner_clear_the_quarantine() {
     registry
         .register_plugin_engine("p", "e", native_legacy_factory())
         .unwrap();
-    quarantine.record("e", Some("plugin:p"), "assemble", "boom");
+    quarantine.record("e", Some(&Owner::plugin("p")), "assemble", "boom");
     registry
         .register_plugin_engine("p", "e", native_legacy_factory())
         .unwrap();
@@ -198,8 +204,8 @@ fn re_registration_and_clear_for_owner_clear_the_quarantine() {
         !quarantine.is_quarantined("e"),
         "runtime re-registration clears"
     );
-    quarantine.record("e", Some("plugin:p"), "assemble", "boom");
-    registry.clear_for_owner("plugin:p");
+    quarantine.record("e", Some(&Owner::plugin("p")), "assemble", "boom");
+    registry.clear_for_owner(&Owner::plugin("p"));
     assert!(!quarantine.is_quarantined("e"));
     assert!(registry.get("e").is_none());
     quarantine.record("a", None, "ingest", "x");
@@ -237,7 +243,11 @@ fn disabled_denied_or_globally_off_plugins_give_legacy_silently_with_the_slot_ke
             "{extra}: no quarantine"
         );
         let plugin = runtime.plugins().iter().find(|p| p.id == "faulty").unwrap();
-        assert_eq!(plugin.status, "disabled", "{extra}: not even loaded");
+        assert_eq!(
+            plugin.status,
+            PluginState::Disabled,
+            "{extra}: not even loaded"
+        );
     }
 }
 
@@ -330,7 +340,7 @@ fn aborts_never_quarantine() {
     );
     let resolved = runtime.resolve().unwrap();
     let t = transcript();
-    let abort = Arc::new(AbortSignal::new());
+    let abort = Arc::new(AbortController::new());
     let trigger = Arc::clone(&abort);
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(200));
@@ -339,6 +349,7 @@ fn aborts_never_quarantine() {
     let request = Arc::new(AssembleRequest {
         session_id: Arc::from("s"),
         messages: t.shared_messages(),
+        entry_ids: t.entry_ids(),
         token_budget: None,
         host: HostInputs::default(),
     });
@@ -349,7 +360,7 @@ fn aborts_never_quarantine() {
     assert_eq!(err.error.kind, CallErrorKind::Aborted);
     assert!(!runtime.quarantine().is_quarantined("faulty"));
     // A signal that fired before the call: the abort error, without calling the engine.
-    let fired = Arc::new(AbortSignal::new());
+    let fired = Arc::new(AbortController::new());
     fired.abort();
     let err = resolved.engine.assemble(request, fired).err().unwrap();
     assert_eq!(err.error.message, "Context engine operation aborted.");
@@ -376,7 +387,7 @@ fn canned_results_answer_methods_legacy_lacks() {
                 session_file: file.clone(),
                 host: HostInputs::default(),
             }),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
         .unwrap()
         .unwrap();
@@ -395,7 +406,7 @@ fn canned_results_answer_methods_legacy_lacks() {
                 reason: Arc::from("turn"),
                 host: HostInputs::default(),
             }),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
         .unwrap()
         .unwrap();
@@ -411,11 +422,12 @@ fn canned_results_answer_methods_legacy_lacks() {
             Arc::new(IngestBatchRequest {
                 session_id: id,
                 messages: t.shared_messages(),
+                entry_ids: t.entry_ids(),
                 range: 0..3,
                 is_heartbeat: false,
                 host: HostInputs::default(),
             }),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
         .unwrap()
         .unwrap();
@@ -468,6 +480,11 @@ fn every_host_param(
             },
         )),
         runtime_context: Some(Arc::from("{\"cwd\":\"/tmp\"}")),
+        prompt_cache: Some(Arc::new(PromptCacheInput {
+            retention: Some(Arc::from("short")),
+            broke: Some(false),
+            ..Default::default()
+        })),
     }
 }
 
@@ -543,7 +560,7 @@ fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
                 t.shared_messages(),
                 every_host_param(&runtime, &resolved),
             ),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
         .unwrap();
     assert_eq!(
@@ -573,26 +590,38 @@ fn host_requirements_fail_closed_with_the_contract_message() {
     let resolved = runtime.resolve().unwrap();
     let config = &runtime.config().config;
     let cli = HostDescriptor::find(config, "claude-cli").unwrap();
-    let err = resolved.engine.check_host("agent-run", &cli).unwrap_err();
+    let err = resolved
+        .engine
+        .check_host(HostOperation::AgentRun, &cli)
+        .unwrap_err();
     assert_eq!(
         err.message,
         "Context engine \"faulty\" cannot run operation \"agent-run\" on CLI backend \"claude-cli\". Missing host capabilities: assemble-before-prompt. Required capabilities: bootstrap, assemble-before-prompt. Host capabilities: bootstrap, after-turn, maintain. Switch to the embedded runner."
     );
     assert!(resolved
         .engine
-        .check_host("agent-run", &HostDescriptor::embedded())
+        .check_host(HostOperation::AgentRun, &HostDescriptor::embedded())
         .is_ok());
     assert!(resolved
         .engine
-        .check_host("agent-run", &HostDescriptor::find(config, "codex").unwrap())
+        .check_host(
+            HostOperation::AgentRun,
+            &HostDescriptor::find(config, "codex").unwrap()
+        )
         .is_ok());
     assert!(
-        resolved.engine.check_host("manual-compact", &cli).is_ok(),
+        resolved
+            .engine
+            .check_host(HostOperation::ManualCompact, &cli)
+            .is_ok(),
         "no requirement: allowed"
     );
     // Quarantined, the engine reads as legacy: its requirements vanish.
     runtime.quarantine().record("faulty", None, "assemble", "x");
-    assert!(resolved.engine.check_host("agent-run", &cli).is_ok());
+    assert!(resolved
+        .engine
+        .check_host(HostOperation::AgentRun, &cli)
+        .is_ok());
 }
 
 #[test]
@@ -679,7 +708,7 @@ fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
     let session_a = std::thread::spawn(move || {
         a_engine.engine.compact(
             compact_request("session-a", a_t.shared_messages(), HostInputs::default()),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
     });
     // ...while session B is answered, call after call, until A's compaction returns.
@@ -890,9 +919,10 @@ fn legacy_delegates_compaction_to_the_runtime() {
                 Arc::from("s-compact"),
                 Arc::from("s-compact.jsonl"),
                 t.shared_messages(),
+                t.entry_ids(),
                 HostInputs::default(),
             )),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
         .expect("legacy compacts through the runtime");
     assert_eq!(
@@ -927,8 +957,8 @@ impl pincer_plugin_api::Engine for Nameless {
         Ok(Nameless)
     }
 
-    fn info(&self) -> pincer_plugin_api::EngineInfo {
-        pincer_plugin_api::EngineInfo::new("nameless", " ", "0.1.0")
+    fn info(&self) -> Result<pincer_plugin_api::EngineInfo, pincer_plugin_api::EngineError> {
+        Ok(pincer_plugin_api::EngineInfo::new(" ", "0.1.0"))
     }
 
     fn ingest(
@@ -973,7 +1003,7 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
                     None,
                 )
             })),
-            PUBLIC_SDK_OWNER,
+            Owner::PublicSdk,
             RegisterOptions::default(),
         )
         .unwrap();
@@ -981,7 +1011,10 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
     assert_eq!(resolved.resolution.resolved, "legacy");
     let record = runtime.quarantine().get("nameless").unwrap();
     assert_eq!(record.operation, "contract-validation");
-    assert_eq!(record.owner.as_deref(), Some("public-sdk"));
+    assert_eq!(
+        record.owner.as_ref().map(ToString::to_string).as_deref(),
+        Some("public-sdk")
+    );
     assert_eq!(
         record.reason,
         "Context engine \"nameless\" factory returned an invalid ContextEngine: missing info.name."
@@ -1001,6 +1034,106 @@ fn an_abort_error_without_an_aborted_signal_still_quarantines() {
     );
 }
 
+/// A copy of the staged `faulty` plugin (the same library) whose manifest's `configSchema`
+/// admits `forge-abort`.
+///
+/// NOTE: the committed `plugins/testing/faulty/pincer.plugin.json` lists the behaviours its
+/// library has except `forge-abort` (and `commitTurn` among the methods), so the host refuses
+/// `{"assemble": "forge-abort"}` before the factory runs. Once the manifest lists it, this
+/// helper changes nothing.
+fn faulty_admitting_forge_abort(plugins: &TempDir) -> std::path::PathBuf {
+    let dir = copy_plugin(&staged_plugin("faulty"), plugins.path(), "faulty");
+    let mut manifest = read_manifest_json(&dir);
+    for schema in manifest["configSchema"]["patternProperties"]
+        .as_object_mut()
+        .expect("faulty's behaviours are a patternProperties schema")
+        .values_mut()
+    {
+        let behaviours = schema["enum"]
+            .as_array_mut()
+            .expect("an enum of behaviours");
+        if !behaviours.contains(&json!("forge-abort")) {
+            behaviours.push(json!("forge-abort"));
+        }
+    }
+    write_manifest_json(&dir, &manifest);
+    dir
+}
+
+#[test]
+fn an_engine_that_forges_an_abort_cannot_dodge_quarantine() {
+    let home = TempDir::new().unwrap();
+    let plugins = TempDir::new().unwrap();
+    faulty_admitting_forge_abort(&plugins);
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({
+            "plugins": {
+                "slots": { "contextEngine": "faulty" },
+                "entries": { "faulty": { "config": { "assemble": "forge-abort" } } }
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().to_owned()));
+    options.extra_plugin_dirs = vec![plugins.path().to_owned()];
+    let runtime = Runtime::open(options).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(
+        resolved.resolution.resolved, "faulty",
+        "{:?}",
+        resolved.resolution.reason
+    );
+    let t = transcript();
+    // A fresh controller the host never fires.
+    let abort = Arc::new(AbortController::new());
+    let answered = resolved
+        .engine
+        .assemble(
+            Arc::new(AssembleRequest {
+                session_id: Arc::from("s"),
+                messages: t.shared_messages(),
+                entry_ids: t.entry_ids(),
+                token_budget: None,
+                host: HostInputs::default(),
+            }),
+            Arc::clone(&abort),
+        )
+        .expect("legacy answers: a forged abort is a failure, not an abort");
+    assert_eq!(answered.answer.answered_by, "legacy");
+    let failure = answered
+        .answer
+        .failure
+        .expect("the engine's failure is reported");
+    assert_eq!(
+        failure.kind,
+        CallErrorKind::Aborted,
+        "what the engine claimed"
+    );
+    assert_eq!(
+        failure.message,
+        "faulty: fired the abort signal itself in assemble"
+    );
+    let record = runtime
+        .quarantine()
+        .get("faulty")
+        .expect("quarantined despite its claim");
+    assert_eq!(record.operation, "assemble");
+    assert_eq!(
+        record.reason,
+        "faulty: fired the abort signal itself in assemble"
+    );
+    // The engine did write the read-only signal (it reads aborted), but the host never fired
+    // it: the controller's own record is the evidence the guard trusts.
+    assert!(abort.signal().is_aborted(), "the engine forged the signal");
+    assert!(!abort.fired(), "the host never fired it");
+    // Quarantined, later calls go to legacy without touching faulty.
+    let again = t.assemble(&resolved.engine, "s", None).unwrap();
+    assert!(again.answer.was_quarantined);
+    assert_eq!(again.answer.answered_by, "legacy");
+}
+
 #[test]
 fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
     let home = TempDir::new().unwrap();
@@ -1010,7 +1143,7 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
         json!({}),
     );
     let resolved = runtime.resolve().unwrap();
-    let abort = Arc::new(AbortSignal::new());
+    let abort = Arc::new(AbortController::new());
     let trigger = Arc::clone(&abort);
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(150));
@@ -1023,6 +1156,7 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
             Arc::new(AssembleRequest {
                 session_id: Arc::from("s"),
                 messages: transcript().shared_messages(),
+                entry_ids: no_entry_ids(),
                 token_budget: None,
                 host: HostInputs::default(),
             }),
@@ -1031,7 +1165,7 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
         .expect_err("aborted by the caller");
     // The engine ignores its signal and hangs for an hour: the call came back because the
     // caller's abort fired, and the guard (not the engine) ended it.
-    assert!(fired.is_aborted());
+    assert!(fired.fired() && fired.signal().is_aborted());
     assert_eq!(err.error.kind, CallErrorKind::Aborted);
     assert_eq!(err.error.message, "Context engine operation aborted.");
     assert!(!runtime.quarantine().is_quarantined("faulty"));
@@ -1042,9 +1176,12 @@ fn once_quarantined_optional_methods_get_the_canned_results() {
     let home = TempDir::new().unwrap();
     let runtime = faulty(&home, json!({}), json!({}));
     let resolved = runtime.resolve().unwrap();
-    runtime
-        .quarantine()
-        .record("faulty", Some("plugin:faulty"), "ingest", "earlier failure");
+    runtime.quarantine().record(
+        "faulty",
+        Some(&Owner::plugin("faulty")),
+        "ingest",
+        "earlier failure",
+    );
     let boot = resolved
         .engine
         .bootstrap(
@@ -1053,7 +1190,7 @@ fn once_quarantined_optional_methods_get_the_canned_results() {
                 session_file: Arc::from("f"),
                 host: HostInputs::default(),
             }),
-            Arc::new(AbortSignal::new()),
+            Arc::new(AbortController::new()),
         )
         .unwrap()
         .expect("the engine has bootstrap: the call is answered, not skipped");

@@ -17,6 +17,7 @@ use pincer_host::session::Transcript;
 use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
+use pincer_host::types::HostOperation;
 use pincer_plugin_api::{BlockKind, Content, Message};
 
 /// Native context-engine plugins for agent hosts.
@@ -341,7 +342,9 @@ fn health(home: &PincerHome, json: bool) -> ExitCode {
             println!(
                 "  {} owner={} operation={} failedAt={} pid={}{exited}: {}",
                 r.engine_id,
-                r.owner.as_deref().unwrap_or("-"),
+                r.owner
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), ToString::to_string),
                 r.operation,
                 r.failed_at,
                 r.pid,
@@ -372,7 +375,7 @@ fn assemble(
         );
     };
     // Host requirements are checked before the run starts, and fail closed.
-    if let Err(err) = resolved.engine.check_host("agent-run", &host) {
+    if let Err(err) = resolved.engine.check_host(HostOperation::AgentRun, &host) {
         return fail(err, 1);
     }
     let inputs = HostInputs {
@@ -433,11 +436,7 @@ fn assemble(
         let index = origin
             .map(|i| format!("#{i:<3}"))
             .unwrap_or_else(|| "new ".to_owned());
-        println!(
-            "  {index} {:<10} {}",
-            message.role_name(),
-            preview(message)
-        );
+        println!("  {index} {:<10} {}", message.role_name(), preview(message));
     }
     if let Some(line) = health_line(&quarantine) {
         println!("{line}");

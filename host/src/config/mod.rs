@@ -333,6 +333,17 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConfigError::Invalid { .. } => "config_invalid",
+            ConfigError::Unreadable { .. } => "config_unreadable",
+            ConfigError::Malformed { .. } => "config_malformed",
+        }
+    }
+}
+
 impl LoadedConfig {
     /// Reads `path`; a missing file gives the defaults.
     ///

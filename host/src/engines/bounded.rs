@@ -327,7 +327,10 @@ mod tests {
             matches!(result, Err(Overrun::TimedOut { .. })),
             "{result:?}"
         );
-        assert!(abort.fired() && abort.signal().is_aborted(), "the signal fired");
+        assert!(
+            abort.fired() && abort.signal().is_aborted(),
+            "the signal fired"
+        );
         assert!(
             !returned.load(Ordering::SeqCst),
             "the caller got its answer while the call still runs: the worker was abandoned"

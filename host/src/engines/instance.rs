@@ -4,7 +4,6 @@
 //! Everything that comes back from a call is turned into host-owned data (errors, info) or
 //! kept next to the library handle (results), so nothing from a plugin outlives its code.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -20,8 +19,9 @@ use serde::Serialize;
 
 use super::backend::{EngineBackend, InProcess};
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
+use crate::types::{HostRequirement, HostRequirements, Method};
 
-/// The kind of an engine call's failure.
+/// The kind of an engine call's failure; serialized as [`CallErrorKind::code`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallErrorKind {
@@ -37,6 +37,21 @@ pub enum CallErrorKind {
     InvalidConfig,
     /// The call ran past its deadline.
     TimedOut,
+}
+
+impl CallErrorKind {
+    /// A stable snake_case code (`failed`, `panicked`, `aborted`, `not_implemented`,
+    /// `invalid_config`, `timed_out`): the serialized form.
+    pub const fn code(self) -> &'static str {
+        match self {
+            CallErrorKind::Failed => "failed",
+            CallErrorKind::Panicked => "panicked",
+            CallErrorKind::Aborted => "aborted",
+            CallErrorKind::NotImplemented => "not_implemented",
+            CallErrorKind::InvalidConfig => "invalid_config",
+            CallErrorKind::TimedOut => "timed_out",
+        }
+    }
 }
 
 /// Why an engine call failed, in host memory.
@@ -56,6 +71,11 @@ impl EngineCallError {
             kind,
             message: message.into(),
         }
+    }
+
+    /// A stable snake_case code for machines: its kind's.
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
     }
 
     /// Whether this is an abort (aborts never quarantine: reference §4.4a).
@@ -78,17 +98,6 @@ impl From<EngineError> for EngineCallError {
             message: err.message().to_owned(),
         }
     }
-}
-
-/// A host requirement, host-owned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Requirement {
-    /// Capability names.
-    pub required_capabilities: Vec<String>,
-    /// Appended to the refusal.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unsupported_message: Option<String>,
 }
 
 /// A tool an engine offers, host-owned.
@@ -117,39 +126,59 @@ pub struct EngineDescriptor {
     pub owns_compaction: bool,
     /// `foreground` or `background`.
     pub turn_maintenance_mode: &'static str,
-    /// Requirements by operation name (`agent-run`, …).
-    pub host_requirements: BTreeMap<String, Requirement>,
+    /// Requirements by operation (`agent-run`, …).
+    pub host_requirements: HostRequirements,
     /// Accepted host params; `None` accepts all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accepted_host_params: Option<Vec<String>>,
     /// Offered tools, sorted by name.
     pub tools: Vec<EngineTool>,
-    /// Optional methods implemented (contract names).
-    pub optional_methods: Vec<&'static str>,
+    /// Optional methods implemented, in the ABI's order (serialized as contract names).
+    pub optional_methods: Vec<Method>,
     #[serde(skip)]
     methods: OptionalMethods,
 }
 
+/// The ABI's optional-method bits and the methods they stand for, in the ABI's order
+/// ([`OptionalMethods::ALL`]).
+const OPTIONAL_METHODS: [(u32, Method); 9] = [
+    (OptionalMethods::BOOTSTRAP, Method::Bootstrap),
+    (OptionalMethods::INGEST_BATCH, Method::IngestBatch),
+    (OptionalMethods::AFTER_TURN, Method::AfterTurn),
+    (OptionalMethods::MAINTAIN, Method::Maintain),
+    (
+        OptionalMethods::PREPARE_SUBAGENT_SPAWN,
+        Method::PrepareSubagentSpawn,
+    ),
+    (OptionalMethods::ON_SUBAGENT_ENDED, Method::OnSubagentEnded),
+    (OptionalMethods::DISPOSE, Method::Dispose),
+    (OptionalMethods::CALL_TOOL, Method::CallTool),
+    (OptionalMethods::COMMIT_TURN, Method::CommitTurn),
+];
+
 impl EngineDescriptor {
     pub(super) fn from_abi(info: &pincer_plugin_api::abi::latest::EngineInfo) -> Self {
-        let mut host_requirements = BTreeMap::new();
-        for req in info.host_requirements.iter() {
-            host_requirements.insert(
-                req.operation.as_str().to_owned(),
-                Requirement {
-                    required_capabilities: req
-                        .required_capabilities
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect(),
-                    unsupported_message: req
-                        .unsupported_message
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .into_option(),
-                },
-            );
-        }
+        let host_requirements = info
+            .host_requirements
+            .iter()
+            .map(|req| {
+                (
+                    req.operation,
+                    HostRequirement {
+                        required_capabilities: req
+                            .required_capabilities
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect(),
+                        unsupported_message: req
+                            .unsupported_message
+                            .as_ref()
+                            .map(|m| m.to_string())
+                            .into_option(),
+                    },
+                )
+            })
+            .collect();
         let mut tools: Vec<EngineTool> = info
             .tools
             .iter()
@@ -178,7 +207,11 @@ impl EngineDescriptor {
                 .map(|v| v.iter().map(|p| p.to_string()).collect())
                 .into_option(),
             tools,
-            optional_methods: info.optional_methods.names().collect(),
+            optional_methods: OPTIONAL_METHODS
+                .into_iter()
+                .filter(|(bit, _)| info.optional_methods.has(*bit))
+                .map(|(_, method)| method)
+                .collect(),
             methods: info.optional_methods,
         }
     }
@@ -415,4 +448,18 @@ impl EngineInstance {
 /// messages, references into the result for new ones. Nothing is copied.
 pub fn resolve_assembled<'a>(result: &'a AssembleResult, input: &'a [Message]) -> Vec<&'a Message> {
     result.resolve(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_method_bits_name_the_abis_methods_in_its_order() {
+        let ours: Vec<(u32, &str)> = OPTIONAL_METHODS
+            .iter()
+            .map(|(bit, method)| (*bit, method.as_str()))
+            .collect();
+        assert_eq!(ours, OptionalMethods::ALL.to_vec());
+    }
 }

@@ -38,7 +38,10 @@ impl Engine for LegacyEngine {
     }
 
     fn info(&self) -> Result<EngineInfo, EngineError> {
-        Ok(EngineInfo::new("Legacy Context Engine", "1.0.0").accepted_host_params(&ALL_HOST_PARAMS))
+        Ok(
+            EngineInfo::new("Legacy Context Engine", "1.0.0")
+                .accepted_host_params(&ALL_HOST_PARAMS),
+        )
     }
 
     fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {

@@ -10,10 +10,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
-    AbortSignal, AfterTurnParams, EntryId, PromptCache, Usage, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
-    HostParams, IngestBatchParams, IngestParams, MaintainParams, Message, RuntimeSettings,
-    SessionTarget, SubagentContextMode, SubagentEndReason, SubagentEndedParams,
-    SubagentSpawnParams,
+    AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
+    EntryId, HostParams, IngestBatchParams, IngestParams, MaintainParams, Message, PromptCache,
+    RuntimeSettings, SessionTarget, SubagentContextMode, SubagentEndReason, SubagentEndedParams,
+    SubagentSpawnParams, Usage,
 };
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 
@@ -30,7 +30,11 @@ fn ropt<T: Copy>(value: Option<T>) -> ROption<T> {
 
 /// The entry ids to pass beside `messages[range]`: none when the ids do not cover the messages
 /// (a caller that has no session passes an empty list).
-fn entry_ids<'a>(ids: &'a [EntryId], message_count: usize, range: Range<usize>) -> RSlice<'a, EntryId> {
+fn entry_ids<'a>(
+    ids: &'a [EntryId],
+    message_count: usize,
+    range: Range<usize>,
+) -> RSlice<'a, EntryId> {
     if ids.len() == message_count {
         RSlice::from_slice(&ids[range])
     } else {

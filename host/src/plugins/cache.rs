@@ -86,11 +86,6 @@ impl CacheError {
             CacheError::NoFreeName { .. } => "cache_no_free_name",
         }
     }
-
-    /// Same as [`CacheError::code`], named like `ManifestError::kind_code`.
-    pub fn kind_code(&self) -> &'static str {
-        self.code()
-    }
 }
 
 /// Copies a verified library to `cache_dir/<sha16>/<file_name>` and returns the path to load.
@@ -572,7 +567,7 @@ mod tests {
         fs::write(&not_a_dir, b"file").unwrap();
         let err = cache_copy(&not_a_dir, &library(b"abc"), "libx.so").unwrap_err();
         assert!(matches!(err, CacheError::CreateDir { .. }), "{err}");
-        assert_eq!(err.kind_code(), "cache_create_dir");
+        assert_eq!(err.code(), "cache_create_dir");
         let text = err.to_string();
         assert!(text.contains("$PINCER_HOME/cache") && !text.contains('\n'));
     }

@@ -115,7 +115,7 @@ impl LoadError {
     /// A stable snake_case code for machines.
     pub fn code(&self) -> &'static str {
         match self {
-            LoadError::Manifest(e) => e.kind_code(),
+            LoadError::Manifest(e) => e.code(),
             LoadError::ApiRequirement { .. } => "api_requirement",
             LoadError::Verify(e) => e.code(),
             LoadError::Cache(_) => "cache_failed",
@@ -240,7 +240,11 @@ fn check_embedded(
         manifest: manifest.dir.join(MANIFEST_FILE_NAME),
     };
     if embedded.plugin_id != manifest.id {
-        return Err(mismatch("id", manifest.id.clone(), embedded.plugin_id.clone()));
+        return Err(mismatch(
+            "id",
+            manifest.id.clone(),
+            embedded.plugin_id.clone(),
+        ));
     }
     if embedded.plugin_version != manifest.version.to_string() {
         return Err(mismatch(

@@ -16,7 +16,6 @@
 //! }
 //! ```
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -24,14 +23,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::types::validate_plugin_id;
+use crate::types::{validate_plugin_id, HostOperation, HostRequirement, HostRequirements};
 
 /// File name of the manifest inside a plugin folder.
 pub const MANIFEST_FILE_NAME: &str = "pincer.plugin.json";
-
-/// Host operations a manifest may state requirements for (keys of `hostRequirements`).
-pub const HOST_REQUIREMENT_OPERATIONS: [&str; 3] =
-    ["agent-run", "manual-compact", "subagent-spawn"];
 
 /// Top-level manifest keys this host understands; any other key is reported in
 /// [`PluginManifest::unknown_keys`].
@@ -76,9 +71,8 @@ pub struct PluginManifest {
     /// JSON Schema (an object or a boolean) for the entry's `config` (`configSchema`);
     /// defaults to `{"type":"object"}`. It is known to compile.
     pub config_schema: Value,
-    /// Requirements per host operation (`hostRequirements`), keyed by one of
-    /// [`HOST_REQUIREMENT_OPERATIONS`].
-    pub host_requirements: BTreeMap<String, HostRequirement>,
+    /// Requirements per host operation (`hostRequirements`).
+    pub host_requirements: HostRequirements,
     /// Optional one-line description.
     pub description: Option<String>,
     /// Top-level keys this host does not know, sorted. Not an error (newer manifests may add
@@ -111,19 +105,6 @@ impl fmt::Display for PluginKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// What a plugin needs from the host to run one operation (`hostRequirements.<operation>`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HostRequirement {
-    /// Host capabilities the operation needs (`requiredCapabilities`), e.g.
-    /// `"assemble-before-prompt"`. Unknown capability names are kept: the host fails closed on
-    /// them when the operation runs.
-    pub required_capabilities: Vec<String>,
-    /// Extra sentence appended to the refusal when a capability is missing (`unsupportedMessage`).
-    #[serde(default)]
-    pub unsupported_message: Option<String>,
 }
 
 /// Why a manifest could not be read, or why a config does not match its schema.
@@ -233,7 +214,7 @@ pub enum ManifestError {
 
 impl ManifestError {
     /// A stable snake_case code for this error, for JSON output (e.g. `"manifest_missing"`).
-    pub fn kind_code(&self) -> &'static str {
+    pub fn code(&self) -> &'static str {
         match self {
             ManifestError::Missing { .. } => "manifest_missing",
             ManifestError::Unreadable { .. } => "manifest_unreadable",
@@ -435,10 +416,8 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
     })
 }
 
-fn parse_host_requirements(
-    fields: &Fields<'_>,
-) -> Result<BTreeMap<String, HostRequirement>, ManifestError> {
-    let mut out = BTreeMap::new();
+fn parse_host_requirements(fields: &Fields<'_>) -> Result<HostRequirements, ManifestError> {
+    let mut out = HostRequirements::default();
     let map = match fields.get("hostRequirements") {
         None => return Ok(out),
         Some(Value::Object(map)) => map,
@@ -451,13 +430,13 @@ fn parse_host_requirements(
         }
     };
     for (op, req) in map {
-        if !HOST_REQUIREMENT_OPERATIONS.contains(&op.as_str()) {
+        let Some(operation) = HostOperation::parse(op) else {
             return Err(fields.invalid(
                 "hostRequirements",
                 &Value::String(op.clone()),
                 "keyed only by the operations agent-run, manual-compact or subagent-spawn",
             ));
-        }
+        };
         let field = format!("hostRequirements.{op}");
         let parsed: HostRequirement = serde_json::from_value(req.clone()).map_err(|e| {
             fields.invalid(
@@ -469,7 +448,7 @@ fn parse_host_requirements(
                 ),
             )
         })?;
-        out.insert(op.clone(), parsed);
+        out.0.insert(operation, parsed);
     }
     Ok(out)
 }
@@ -706,7 +685,7 @@ mod tests {
         assert_eq!(parsed.sha256.as_deref(), Some("ab".repeat(32).as_str()));
         assert_eq!(parsed.unknown_keys, vec!["alpha", "zeta"]);
         assert_eq!(
-            parsed.host_requirements["agent-run"],
+            parsed.host_requirements[&HostOperation::AgentRun],
             HostRequirement {
                 required_capabilities: vec!["assemble-before-prompt".into()],
                 unsupported_message: Some("use the embedded runner".into()),
@@ -742,7 +721,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = read_manifest(dir.path()).unwrap_err();
         assert!(matches!(err, ManifestError::Missing { .. }), "{err}");
-        assert_eq!(err.kind_code(), "manifest_missing");
+        assert_eq!(err.code(), "manifest_missing");
         assert!(err.to_string().contains(MANIFEST_FILE_NAME));
         assert_one_line(&err);
     }
@@ -823,7 +802,7 @@ mod tests {
                 ManifestError::InvalidField { field: f, .. } => assert_eq!(f, field),
                 other => panic!("{field}: unexpected {other:?}"),
             }
-            assert_eq!(err.kind_code(), "manifest_invalid_field");
+            assert_eq!(err.code(), "manifest_invalid_field");
             assert_one_line(&err);
         }
     }
@@ -871,7 +850,7 @@ mod tests {
         assert!(matches!(err, ManifestError::WrongKind { .. }), "{err}");
         assert!(err.to_string().contains("\"memory\""));
         assert!(err.to_string().contains("context-engine"));
-        assert_eq!(err.kind_code(), "manifest_wrong_kind");
+        assert_eq!(err.code(), "manifest_wrong_kind");
     }
 
     #[test]
@@ -985,7 +964,7 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("; "));
         assert!(text.contains("fix plugins.entries.sliding-window.config in pincer.json"));
-        assert_eq!(err.kind_code(), "config_rejected");
+        assert_eq!(err.code(), "config_rejected");
         assert_one_line(&err);
 
         let err = m.validate_config(&json!([1])).unwrap_err();

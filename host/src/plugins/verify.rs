@@ -246,11 +246,6 @@ impl VerifyError {
             VerifyError::Truncated { .. } => "library_truncated",
         }
     }
-
-    /// Same as [`VerifyError::code`], named like `ManifestError::kind_code`.
-    pub fn kind_code(&self) -> &'static str {
-        self.code()
-    }
 }
 
 /// Resolves the manifest's `library` inside `plugin_dir` and returns its canonical path.
@@ -1044,7 +1039,7 @@ mod tests {
         let bytes: Vec<u8> = (0..630_000).map(|_| rng.next() as u8).collect();
         let err = check(bytes).unwrap_err();
         assert!(matches!(err, VerifyError::NotALibrary { .. }), "{err}");
-        assert_eq!(err.kind_code(), "library_not_a_library");
+        assert_eq!(err.code(), "library_not_a_library");
         assert_one_line(&err);
         // ELF magic and nothing else.
         let err = check(ELF_MAGIC.to_vec()).unwrap_err();
@@ -1210,7 +1205,7 @@ mod tests {
                 matches!(&err, VerifyError::InvalidLibraryPath { reason: r, .. } if *r == reason),
                 "{library:?}: {err}"
             );
-            assert_eq!(err.kind_code(), "library_path_invalid");
+            assert_eq!(err.code(), "library_path_invalid");
             assert_one_line(&err);
         }
     }

@@ -101,13 +101,10 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
                 reason,
             }
         }
-        Err(err) => EngineSummary {
+        Err(ResolveError::Strict { message }) => EngineSummary {
             selected: config.config.selected_engine().to_owned(),
             resolved: None,
-            reason: Some(match err {
-                ResolveError::Default(m) => m,
-                ResolveError::Strict { message } => message,
-            }),
+            reason: Some(message),
         },
     };
     let quarantine = runtime.quarantine().list();
@@ -202,7 +199,10 @@ impl DoctorReport {
                     out,
                     "  {} owner={} operation={} pid={}: {}",
                     record.engine_id,
-                    record.owner.as_deref().unwrap_or("-"),
+                    record
+                        .owner
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), ToString::to_string),
                     record.operation,
                     record.pid,
                     record.reason

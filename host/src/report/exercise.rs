@@ -22,13 +22,14 @@ use crate::engines::instance::EngineCallError;
 use crate::session::Transcript;
 use crate::slot::guarded::{Answer, GuardError, Guarded, GuardedEngine};
 use crate::slot::quarantine::Quarantine;
+use crate::types::Method;
 
 /// What one method call did.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MethodOutcome {
-    /// The contract name of the method.
-    pub method: &'static str,
+    /// The method (serialized as its contract name).
+    pub method: Method,
     /// `ok`, `fallback` (failed; legacy answered), `failed` (the error reached the caller),
     /// or `not-implemented`.
     pub outcome: &'static str,
@@ -43,7 +44,7 @@ pub struct MethodOutcome {
 }
 
 fn outcome_of<T>(
-    method: &'static str,
+    method: Method,
     result: Result<Option<Guarded<T>>, GuardError>,
     quarantine: &Quarantine,
     engine_id: &str,
@@ -92,13 +93,13 @@ struct Recorder<'a> {
 
 impl Recorder<'_> {
     /// A guarded call's outcome.
-    fn guarded<T>(&mut self, method: &'static str, result: Result<Option<Guarded<T>>, GuardError>) {
+    fn guarded<T>(&mut self, method: Method, result: Result<Option<Guarded<T>>, GuardError>) {
         let outcome = outcome_of(method, result, self.quarantine, &self.id);
         self.push(outcome);
     }
 
     /// The outcome of a call the guard does not route (a rollback handle, `dispose`).
-    fn direct(&mut self, method: &'static str, result: Result<(), EngineCallError>) {
+    fn direct(&mut self, method: Method, result: Result<(), EngineCallError>) {
         let outcome = MethodOutcome {
             method,
             outcome: if result.is_ok() { "ok" } else { "failed" },
@@ -142,7 +143,10 @@ pub fn exercise_engine(
         session_file: Arc::clone(&file),
         host: host.clone(),
     };
-    record.guarded("bootstrap", engine.bootstrap(Arc::new(bootstrap), abort()));
+    record.guarded(
+        Method::Bootstrap,
+        engine.bootstrap(Arc::new(bootstrap), abort()),
+    );
     if !messages.is_empty() {
         let ingest = IngestRequest {
             session_id: Arc::clone(&session),
@@ -152,7 +156,10 @@ pub fn exercise_engine(
             is_heartbeat: false,
             host: host.clone(),
         };
-        record.guarded("ingest", engine.ingest(Arc::new(ingest), abort()).map(Some));
+        record.guarded(
+            Method::Ingest,
+            engine.ingest(Arc::new(ingest), abort()).map(Some),
+        );
     }
     let batch = IngestBatchRequest {
         session_id: Arc::clone(&session),
@@ -162,7 +169,10 @@ pub fn exercise_engine(
         is_heartbeat: false,
         host: host.clone(),
     };
-    record.guarded("ingestBatch", engine.ingest_batch(Arc::new(batch), abort()));
+    record.guarded(
+        Method::IngestBatch,
+        engine.ingest_batch(Arc::new(batch), abort()),
+    );
     let assemble = AssembleRequest {
         session_id: Arc::clone(&session),
         messages: Arc::clone(&messages),
@@ -171,7 +181,7 @@ pub fn exercise_engine(
         host: host.clone(),
     };
     record.guarded(
-        "assemble",
+        Method::Assemble,
         engine.assemble(Arc::new(assemble), abort()).map(Some),
     );
     let after_turn = AfterTurnRequest {
@@ -186,7 +196,7 @@ pub fn exercise_engine(
         host: host.clone(),
     };
     record.guarded(
-        "afterTurn",
+        Method::AfterTurn,
         engine.after_turn(Arc::new(after_turn), abort()),
     );
     let maintain = MaintainRequest {
@@ -195,7 +205,10 @@ pub fn exercise_engine(
         reason: Arc::from("turn"),
         host: host.clone(),
     };
-    record.guarded("maintain", engine.maintain(Arc::new(maintain), abort()));
+    record.guarded(
+        Method::Maintain,
+        engine.maintain(Arc::new(maintain), abort()),
+    );
     let compact = CompactRequest::manual(
         Arc::clone(&session),
         file,
@@ -204,7 +217,7 @@ pub fn exercise_engine(
         host,
     );
     record.guarded(
-        "compact",
+        Method::Compact,
         engine.compact(Arc::new(compact), abort()).map(Some),
     );
 
@@ -233,15 +246,18 @@ pub fn exercise_engine(
         other => (other, None),
     };
     let rollback = rollback.map(|handle| engine.rollback(handle));
-    record.guarded("prepareSubagentSpawn", spawn);
+    record.guarded(Method::PrepareSubagentSpawn, spawn);
     if let Some(result) = rollback {
-        record.direct("rollback", result);
+        record.direct(Method::Rollback, result);
     }
     let ended = SubagentEndedRequest {
         child_session_key: Arc::from("check-engine:child"),
         reason: SubagentEndReason::Completed,
     };
-    record.guarded("onSubagentEnded", engine.on_subagent_ended(Arc::new(ended)));
-    record.direct("dispose", engine.dispose());
+    record.guarded(
+        Method::OnSubagentEnded,
+        engine.on_subagent_ended(Arc::new(ended)),
+    );
+    record.direct(Method::Dispose, engine.dispose());
     record.out
 }

@@ -35,6 +35,16 @@ pub enum TranscriptError {
     },
 }
 
+impl TranscriptError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TranscriptError::Unreadable { .. } => "transcript_unreadable",
+            TranscriptError::Invalid { .. } => "transcript_invalid",
+        }
+    }
+}
+
 /// A conversation in memory.
 #[derive(Debug, Clone, Default)]
 pub struct Transcript {
@@ -124,7 +134,9 @@ fn from_openai(item: &Value, index: usize) -> Result<Message, String> {
         .and_then(Value::as_str)
         .ok_or("missing \"role\"")?;
     if role == "system" {
-        return Ok(Message::system(item["content"].as_str().unwrap_or_default()));
+        return Ok(Message::system(
+            item["content"].as_str().unwrap_or_default(),
+        ));
     }
     let value = interop::openai_chat_to_openclaw(item, index)
         .ok_or_else(|| format!("unknown role \"{role}\""))?;

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_plugin_api::abi::latest::{
-    AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams, IngestBatchResult,
-    IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
+    AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams,
+    IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
@@ -38,7 +38,7 @@ use crate::engines::request::{
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
 };
 use crate::slot::quarantine::Quarantine;
-use crate::types::Method;
+use crate::types::{HostOperation, Method, Owner};
 
 /// The default compaction safety timeout (reference §9.1).
 pub const DEFAULT_COMPACTION_TIMEOUT: Duration = Duration::from_secs(180);
@@ -81,6 +81,13 @@ pub struct GuardError {
     pub error: EngineCallError,
 }
 
+impl GuardError {
+    /// A stable snake_case code for machines: the original error's.
+    pub fn code(&self) -> &'static str {
+        self.error.code()
+    }
+}
+
 /// Who answered a guarded call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -106,7 +113,7 @@ pub struct Guarded<T> {
 /// The configured engine behind quarantine, with `legacy` as its fallback.
 pub struct GuardedEngine {
     id: String,
-    owner: Option<String>,
+    owner: Option<Owner>,
     primary: Arc<EngineInstance>,
     fallback: Arc<EngineInstance>,
     quarantine: Arc<Quarantine>,
@@ -144,7 +151,7 @@ impl GuardedEngine {
     /// Guards `primary` (registered as `id` by `owner`) with `fallback`.
     pub fn new(
         id: &str,
-        owner: Option<&str>,
+        owner: Option<Owner>,
         primary: Arc<EngineInstance>,
         fallback: Arc<EngineInstance>,
         quarantine: Arc<Quarantine>,
@@ -152,7 +159,7 @@ impl GuardedEngine {
     ) -> Self {
         GuardedEngine {
             id: id.to_owned(),
-            owner: owner.map(str::to_owned),
+            owner,
             primary,
             fallback,
             quarantine,
@@ -198,7 +205,7 @@ impl GuardedEngine {
     /// The contract's refusal message.
     pub fn check_host(
         &self,
-        operation: &str,
+        operation: HostOperation,
         host: &crate::slot::requirements::HostDescriptor,
     ) -> Result<(), crate::slot::requirements::HostSupportError> {
         let info = self.info();
@@ -258,12 +265,16 @@ impl GuardedEngine {
     /// # Errors
     /// The rollback's error, or its timeout.
     pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline(Method::Rollback, &Arc::new(AbortController::new()), move || {
-            handle
-                .rollback()
-                .into_result()
-                .map_err(EngineCallError::from)
-        })
+        self.within_deadline(
+            Method::Rollback,
+            &Arc::new(AbortController::new()),
+            move || {
+                handle
+                    .rollback()
+                    .into_result()
+                    .map_err(EngineCallError::from)
+            },
+        )
     }
 
     /// Disposes the configured engine instance, bounded by the cleanup deadline (once per
@@ -273,9 +284,11 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline(Method::Dispose, &Arc::new(AbortController::new()), move || {
-            engine.dispose()
-        })
+        self.within_deadline(
+            Method::Dispose,
+            &Arc::new(AbortController::new()),
+            move || engine.dispose(),
+        )
     }
 
     /// The core of every guarded call.
@@ -344,7 +357,7 @@ impl GuardedEngine {
             Err(error) => {
                 self.quarantine.record(
                     &self.id,
-                    self.owner.as_deref(),
+                    self.owner.as_ref(),
                     operation.as_str(),
                     &error.message,
                 );

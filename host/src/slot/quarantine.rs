@@ -15,6 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::types::Owner;
+
 /// The most records the disk mirror keeps.
 pub const MIRROR_CAPACITY: usize = 64;
 
@@ -29,7 +31,7 @@ pub struct QuarantineRecord {
     pub engine_id: String,
     /// Its registry owner (`plugin:<id>`, `public-sdk`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
     /// The operation that failed (`assemble`, `factory`, `resolve`, …).
     pub operation: String,
     /// The failure's message.
@@ -92,13 +94,13 @@ impl Quarantine {
     pub fn record(
         &self,
         engine_id: &str,
-        owner: Option<&str>,
+        owner: Option<&Owner>,
         operation: &str,
         reason: &str,
     ) -> bool {
         let record = QuarantineRecord {
             engine_id: engine_id.to_owned(),
-            owner: owner.map(str::to_owned),
+            owner: owner.cloned(),
             operation: operation.to_owned(),
             reason: reason.to_owned(),
             failed_at: now_ms(),
@@ -112,13 +114,14 @@ impl Quarantine {
             records.insert(engine_id.to_owned(), record.clone());
             self.count.store(records.len(), Ordering::Release);
         }
+        let owner_text = owner.map(Owner::to_string).unwrap_or_default();
         let owner_part = owner
-            .map(|o| format!(" owner={}", sanitize_for_log(o)))
+            .map(|_| format!(" owner={}", sanitize_for_log(&owner_text)))
             .unwrap_or_default();
         tracing::warn!(
             target: "pincer::quarantine",
             engine_id,
-            owner = owner.unwrap_or(""),
+            owner = owner_text.as_str(),
             operation,
             reason = %sanitize_for_log(reason),
             "[context-engine] Context engine \"{}\"{} failed during {}: {}; quarantining it for this process and falling back to default engine \"{}\".",
@@ -280,8 +283,8 @@ mod tests {
     #[test]
     fn first_failure_wins_and_health_line_lists_ids() {
         let q = Quarantine::new(None);
-        assert!(q.record("a", Some("plugin:a"), "assemble", "boom"));
-        assert!(!q.record("a", Some("plugin:a"), "ingest", "later"));
+        assert!(q.record("a", Some(&Owner::plugin("a")), "assemble", "boom"));
+        assert!(!q.record("a", Some(&Owner::plugin("a")), "ingest", "later"));
         assert_eq!(q.get("a").unwrap().operation, "assemble");
         assert_eq!(
             health_line(&q.list()).unwrap(),

@@ -13,22 +13,7 @@ use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::services::HostServices;
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::slot::quarantine::Quarantine;
-use crate::types::LEGACY_ENGINE_ID;
-
-/// The owner of the built-in engines.
-pub const CORE_OWNER: &str = "core";
-/// The owner of engines an embedding host registers.
-pub const PUBLIC_SDK_OWNER: &str = "public-sdk";
-
-/// The owner string of plugin `plugin_id`.
-pub fn plugin_owner(plugin_id: &str) -> String {
-    format!("plugin:{plugin_id}")
-}
-
-/// The plugin id of an owner string, when it is a plugin's.
-pub fn owner_plugin_id(owner: &str) -> Option<&str> {
-    owner.strip_prefix("plugin:")
-}
+use crate::types::{Owner, LEGACY_ENGINE_ID};
 
 /// A factory linked into the host or an embedder.
 pub type NativeFactory =
@@ -97,7 +82,7 @@ impl Default for RegisterOptions {
 /// A registration the registry refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegisterError {
-    /// The owner was blank.
+    /// The owner was blank (a plugin owner with a blank id).
     #[error("registerContextEngineForOwner: owner must be a non-empty string, got {0}")]
     EmptyOwner(String),
     /// The id belongs to another owner (or may not be refreshed).
@@ -106,8 +91,18 @@ pub enum RegisterError {
         /// The id.
         id: String,
         /// Who holds it.
-        existing_owner: String,
+        existing_owner: Owner,
     },
+}
+
+impl RegisterError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegisterError::EmptyOwner(_) => "empty_owner",
+            RegisterError::Refused { .. } => "already_registered",
+        }
+    }
 }
 
 /// One registry entry.
@@ -116,7 +111,7 @@ pub struct Registration {
     /// How to create it.
     pub factory: EngineFactory,
     /// Who registered it.
-    pub owner: String,
+    pub owner: Owner,
     /// Its lifecycle.
     pub lifecycle: Lifecycle,
     /// A number unique to this registration: a re-registration gets a new one, so instances
@@ -156,20 +151,20 @@ impl Registry {
         &self,
         id: &str,
         factory: EngineFactory,
-        owner: &str,
+        owner: Owner,
         options: RegisterOptions,
     ) -> Result<(), RegisterError> {
-        if owner.trim().is_empty() {
+        if owner.is_blank() {
             return Err(RegisterError::EmptyOwner(
-                serde_json::to_string(owner).unwrap_or_default(),
+                serde_json::to_string(&owner).unwrap_or_default(),
             ));
         }
-        let refused = |existing_owner: &str| RegisterError::Refused {
+        let refused = |existing_owner: &Owner| RegisterError::Refused {
             id: id.to_owned(),
-            existing_owner: existing_owner.to_owned(),
+            existing_owner: existing_owner.clone(),
         };
-        if id == LEGACY_ENGINE_ID && owner != CORE_OWNER {
-            return Err(refused(CORE_OWNER));
+        if id == LEGACY_ENGINE_ID && owner != Owner::Core {
+            return Err(refused(&Owner::Core));
         }
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = entries.get(id) {
@@ -189,7 +184,7 @@ impl Registry {
             id.to_owned(),
             Registration {
                 factory,
-                owner: owner.to_owned(),
+                owner,
                 lifecycle: options.lifecycle,
                 generation: GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             },
@@ -221,7 +216,7 @@ impl Registry {
         self.register_for_owner(
             id,
             factory,
-            &plugin_owner(plugin_id),
+            Owner::plugin(plugin_id),
             RegisterOptions {
                 allow_same_owner_refresh: true,
                 lifecycle: Lifecycle::Runtime,
@@ -237,11 +232,11 @@ impl Registry {
     }
 
     /// Removes every id of `owner` and clears their quarantine.
-    pub fn clear_for_owner(&self, owner: &str) {
+    pub fn clear_for_owner(&self, owner: &Owner) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         let ids: Vec<String> = entries
             .iter()
-            .filter(|(_, r)| r.owner == owner)
+            .filter(|(_, r)| r.owner == *owner)
             .map(|(id, _)| id.clone())
             .collect();
         for id in &ids {

@@ -7,13 +7,10 @@
 //! check runs on a manifest's `hostRequirements`, so `pincer doctor` can tell without loading
 //! which configured hosts an engine cannot run on.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::engines::instance::Requirement;
-use crate::types::LEGACY_ENGINE_ID;
+use crate::types::{serialize_host_operation, HostOperation, HostRequirements, LEGACY_ENGINE_ID};
 
 /// Every capability the embedded runner offers.
 pub const EMBEDDED_CAPABILITIES: [&str; 7] = [
@@ -111,7 +108,8 @@ pub struct HostSupportError {
     /// The engine.
     pub engine_id: String,
     /// The operation.
-    pub operation: String,
+    #[serde(serialize_with = "serialize_host_operation")]
+    pub operation: HostOperation,
     /// The host's id.
     pub host_id: String,
     /// Capabilities the host lacks.
@@ -120,20 +118,27 @@ pub struct HostSupportError {
     pub message: String,
 }
 
+impl HostSupportError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        "host_unsupported"
+    }
+}
+
 /// Checks one operation (§5.1–5.2). No requirement, or an empty one, is satisfied.
 ///
 /// # Errors
 /// [`HostSupportError`] with the message of §5.2.
 pub fn check_host_support(
     engine_id: &str,
-    requirements: &BTreeMap<String, Requirement>,
-    operation: &str,
+    requirements: &HostRequirements,
+    operation: HostOperation,
     host: &HostDescriptor,
 ) -> Result<(), HostSupportError> {
     if engine_id == LEGACY_ENGINE_ID {
         return Ok(());
     }
-    let Some(requirement) = requirements.get(operation) else {
+    let Some(requirement) = requirements.get(&operation) else {
         return Ok(());
     };
     let required = &requirement.required_capabilities;
@@ -151,7 +156,8 @@ pub fn check_host_support(
         host.capabilities.join(", ")
     };
     let message = format!(
-        "Context engine \"{engine_id}\" cannot run operation \"{operation}\" on {}. Missing host capabilities: {}. Required capabilities: {}. Host capabilities: {capabilities}.{}",
+        "Context engine \"{engine_id}\" cannot run operation \"{}\" on {}. Missing host capabilities: {}. Required capabilities: {}. Host capabilities: {capabilities}.{}",
+        operation.as_str(),
         host.label,
         missing.join(", "),
         required.join(", "),
@@ -163,7 +169,7 @@ pub fn check_host_support(
     );
     Err(HostSupportError {
         engine_id: engine_id.to_owned(),
-        operation: operation.to_owned(),
+        operation,
         host_id: host.id.clone(),
         missing,
         message,
@@ -173,13 +179,13 @@ pub fn check_host_support(
 /// Every (operation, host) pair an engine with `requirements` cannot run on, over `hosts`.
 pub fn incompatibilities(
     engine_id: &str,
-    requirements: &BTreeMap<String, Requirement>,
+    requirements: &HostRequirements,
     hosts: &[HostDescriptor],
 ) -> Vec<HostSupportError> {
     let mut out = Vec::new();
     for operation in requirements.keys() {
         for host in hosts {
-            if let Err(err) = check_host_support(engine_id, requirements, operation, host) {
+            if let Err(err) = check_host_support(engine_id, requirements, *operation, host) {
                 out.push(err);
             }
         }
@@ -190,24 +196,27 @@ pub fn incompatibilities(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::HostRequirement;
 
-    fn reqs(op: &str, caps: &[&str], message: Option<&str>) -> BTreeMap<String, Requirement> {
-        let mut map = BTreeMap::new();
-        map.insert(
-            op.to_owned(),
-            Requirement {
+    const AGENT_RUN: HostOperation = HostOperation::AgentRun;
+
+    fn reqs(op: HostOperation, caps: &[&str], message: Option<&str>) -> HostRequirements {
+        [(
+            op,
+            HostRequirement {
                 required_capabilities: caps.iter().map(|c| (*c).to_owned()).collect(),
                 unsupported_message: message.map(str::to_owned),
             },
-        );
-        map
+        )]
+        .into_iter()
+        .collect()
     }
 
     #[test]
     fn no_requirements_means_allowed() {
         let host = HostDescriptor::cli_backend("claude-cli", None);
-        assert!(check_host_support("x", &BTreeMap::new(), "agent-run", &host).is_ok());
-        assert!(check_host_support("x", &reqs("agent-run", &[], None), "agent-run", &host).is_ok());
+        assert!(check_host_support("x", &HostRequirements::default(), AGENT_RUN, &host).is_ok());
+        assert!(check_host_support("x", &reqs(AGENT_RUN, &[], None), AGENT_RUN, &host).is_ok());
     }
 
     #[test]
@@ -216,11 +225,11 @@ mod tests {
         let err = check_host_support(
             "lossless-claw",
             &reqs(
-                "agent-run",
+                AGENT_RUN,
                 &["bootstrap", "assemble-before-prompt"],
                 Some("Use the embedded runner."),
             ),
-            "agent-run",
+            AGENT_RUN,
             &host,
         )
         .unwrap_err();
@@ -232,8 +241,8 @@ mod tests {
         );
         assert!(check_host_support(
             "lossless-claw",
-            &reqs("agent-run", &["assemble-before-prompt"], None),
-            "agent-run",
+            &reqs(AGENT_RUN, &["assemble-before-prompt"], None),
+            AGENT_RUN,
             &HostDescriptor::embedded()
         )
         .is_ok());
@@ -242,13 +251,8 @@ mod tests {
     #[test]
     fn a_harness_without_capabilities_says_none() {
         let host = HostDescriptor::harness("bare", &[]);
-        let err = check_host_support(
-            "e",
-            &reqs("agent-run", &["compact"], None),
-            "agent-run",
-            &host,
-        )
-        .unwrap_err();
+        let err = check_host_support("e", &reqs(AGENT_RUN, &["compact"], None), AGENT_RUN, &host)
+            .unwrap_err();
         assert!(
             err.message.ends_with("Host capabilities: (none)."),
             "{}",

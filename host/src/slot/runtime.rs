@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome};
 use crate::engines::bounded::{self, Deadline, Overrun};
-use crate::engines::instance::{EngineCallError, EngineInstance, Requirement};
+use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::legacy::create_legacy;
 use crate::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
 use crate::plugins::discovery::discover_plugin_dirs;
@@ -23,12 +23,12 @@ use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
 use crate::slot::guarded::{GuardedEngine, Timeouts};
 use crate::slot::quarantine::Quarantine;
 use crate::slot::registry::{
-    owner_plugin_id, validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
-    Registration, Registry, CORE_OWNER,
+    validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions, Registration,
+    Registry,
 };
 use crate::slot::requirements::HostDescriptor;
 use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
-use crate::types::{Method, LEGACY_ENGINE_ID};
+use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_plugin_api::abi::latest::{RuntimeSettings, SelectionSource};
 
@@ -56,14 +56,44 @@ impl RuntimeOptions {
     }
 }
 
+/// Whether a discovered plugin was loaded. `Display` and `Serialize` give `loaded`,
+/// `rejected` or `disabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginState {
+    /// Verified, opened, and its engines registered.
+    Loaded,
+    /// Refused: its manifest, library or id is wrong (see its error).
+    Rejected,
+    /// Not loaded by configuration (`plugins.enabled`, `allow`, `deny`, `entries.<id>.enabled`).
+    Disabled,
+}
+
+impl PluginState {
+    /// `loaded`, `rejected` or `disabled`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PluginState::Loaded => "loaded",
+            PluginState::Rejected => "rejected",
+            PluginState::Disabled => "disabled",
+        }
+    }
+}
+
+impl std::fmt::Display for PluginState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// What became of one discovered plugin.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
     /// The plugin id (the folder name when the manifest could not be read).
     pub id: String,
-    /// `loaded`, `rejected` or `disabled`.
-    pub status: &'static str,
+    /// Loaded, rejected or disabled.
+    pub status: PluginState,
     /// The plugin folder.
     pub dir: PathBuf,
     /// The manifest's version, when readable.
@@ -81,7 +111,7 @@ pub struct PluginStatus {
     pub diagnostics: Vec<String>,
     /// The manifest's `hostRequirements`, when it could be read (known without loading).
     #[serde(skip)]
-    pub host_requirements: BTreeMap<String, Requirement>,
+    pub host_requirements: HostRequirements,
 }
 
 /// A plugin's problem, for people and machines.
@@ -109,15 +139,21 @@ pub struct Resolution {
 /// Why an operation could not get an engine.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    /// The default engine itself is missing or failing (never falls back).
-    #[error("[context-engine] {0}")]
-    Default(String),
     /// Strict policy: the configured engine cannot be used.
     #[error("{message} (plugins.contextEngineFallback is \"strict\", so the operation fails instead of using legacy)")]
     Strict {
         /// What went wrong.
         message: String,
     },
+}
+
+impl ResolveError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ResolveError::Strict { .. } => "strict_fallback",
+        }
+    }
 }
 
 /// A resolved engine for one operation.
@@ -181,7 +217,7 @@ impl Runtime {
                 EngineFactory::Native(Arc::new(|input: &FactoryInput<'_>| {
                     crate::engines::legacy::create_legacy(input.services.clone())
                 })),
-                CORE_OWNER,
+                Owner::Core,
                 RegisterOptions::default(),
             )
             .expect("legacy registers first");
@@ -261,14 +297,14 @@ impl Runtime {
             .unwrap_or_default();
         let mut status = PluginStatus {
             id: folder_name,
-            status: "rejected",
+            status: PluginState::Rejected,
             dir: dir.to_owned(),
             version: None,
             engines: Vec::new(),
             error: None,
             sha256: None,
             diagnostics: Vec::new(),
-            host_requirements: BTreeMap::new(),
+            host_requirements: HostRequirements::default(),
         };
         let problem = |code: &str, message: String| {
             Some(PluginProblem {
@@ -281,19 +317,7 @@ impl Runtime {
             Ok(manifest) => {
                 status.id = manifest.id.clone();
                 status.version = Some(manifest.version.to_string());
-                status.host_requirements = manifest
-                    .host_requirements
-                    .iter()
-                    .map(|(operation, r)| {
-                        (
-                            operation.clone(),
-                            Requirement {
-                                required_capabilities: r.required_capabilities.clone(),
-                                unsupported_message: r.unsupported_message.clone(),
-                            },
-                        )
-                    })
-                    .collect();
+                status.host_requirements = manifest.host_requirements.clone();
             }
             Err(err) => {
                 status.error = problem(err.code(), err.to_string());
@@ -303,7 +327,7 @@ impl Runtime {
         if let Some(other) = self
             .plugins
             .iter()
-            .find(|p| p.id == status.id && p.status == "loaded")
+            .find(|p| p.id == status.id && p.status == PluginState::Loaded)
         {
             status.error = problem(
                 "duplicate_plugin",
@@ -316,7 +340,7 @@ impl Runtime {
             return status;
         }
         if let Err(why) = self.plugin_allowed(&status.id) {
-            status.status = "disabled";
+            status.status = PluginState::Disabled;
             status.error = problem("disabled", format!("not loaded: {why}"));
             return status;
         }
@@ -327,7 +351,7 @@ impl Runtime {
                 return status;
             }
         };
-        status.status = "loaded";
+        status.status = PluginState::Loaded;
         status.sha256 = Some(library.sha256().to_owned());
         for engine_id in library.facts().engine_ids.clone() {
             match self.registry.register_plugin_engine(
@@ -427,7 +451,7 @@ impl Runtime {
     fn legacy_guarded(&self) -> GuardedEngine {
         GuardedEngine::new(
             LEGACY_ENGINE_ID,
-            Some(CORE_OWNER),
+            Some(Owner::Core),
             Arc::clone(&self.legacy),
             Arc::clone(&self.legacy),
             Arc::clone(&self.quarantine),
@@ -466,7 +490,7 @@ impl Runtime {
         // The owning plugin: the registration's, else a discovered plugin of the same id.
         let owner_plugin = registration
             .as_ref()
-            .and_then(|r| owner_plugin_id(&r.owner).map(str::to_owned))
+            .and_then(|r| r.owner.plugin_id().map(str::to_owned))
             .or_else(|| {
                 self.plugins
                     .iter()
@@ -497,7 +521,7 @@ impl Runtime {
                 record.operation, record.reason
             ))));
         }
-        let fail = |operation: &str, owner: Option<&str>, reason: String| {
+        let fail = |operation: &str, owner: Option<&Owner>, reason: String| {
             if policy == FallbackPolicy::Strict {
                 return Err(ResolveError::Strict { message: reason });
             }
@@ -540,7 +564,7 @@ impl Runtime {
         Ok(ResolvedEngine {
             engine: GuardedEngine::new(
                 selected,
-                Some(&owner),
+                Some(owner),
                 instance,
                 Arc::clone(&self.legacy),
                 Arc::clone(&self.quarantine),
@@ -620,22 +644,25 @@ impl Runtime {
                 }
             };
         let window = self.timeouts().calls.for_method(Method::Factory);
-        let instance =
-            match bounded::run(Deadline::new(window), Arc::new(AbortController::new()), created) {
-                Ok(created) => created.map_err(|err| ("factory", err.message))?,
-                Err(Overrun::TimedOut { waited }) => {
-                    return Err((
-                        "factory",
-                        format!(
-                            "the engine factory timed out after {} ms",
-                            waited.as_millis()
-                        ),
-                    ))
-                }
-                Err(Overrun::Aborted) => {
-                    return Err(("factory", "the engine factory was aborted".into()))
-                }
-            };
+        let instance = match bounded::run(
+            Deadline::new(window),
+            Arc::new(AbortController::new()),
+            created,
+        ) {
+            Ok(created) => created.map_err(|err| ("factory", err.message))?,
+            Err(Overrun::TimedOut { waited }) => {
+                return Err((
+                    "factory",
+                    format!(
+                        "the engine factory timed out after {} ms",
+                        waited.as_millis()
+                    ),
+                ))
+            }
+            Err(Overrun::Aborted) => {
+                return Err(("factory", "the engine factory was aborted".into()))
+            }
+        };
         validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
         let instance = Arc::new(instance);
         let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
