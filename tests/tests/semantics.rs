@@ -505,7 +505,32 @@ fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
         .unwrap();
     assert_eq!(
         view.result.system_prompt_addition.as_ref().map(|s| s.to_string()).into_option().unwrap(),
-        "faulty engine was here; host params: sessionKey,prompt,runtimeSettings,sessionTarget,runtimeContext,abortSignal"
+        "faulty engine was here; host params: sessionKey,prompt,runtimeSettings,sessionTarget,runtimeContext,promptCache,abortSignal"
+    );
+    // `runtimeContext.promptCache` goes wherever `runtimeContext` goes.
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(
+        &home,
+        json!({ "acceptedHostParams": ["runtimeContext"] }),
+        json!({}),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let view = t
+        .assemble_with(
+            &resolved.engine,
+            "s",
+            None,
+            every_host_param(&runtime, &resolved),
+        )
+        .unwrap();
+    assert_eq!(
+        view.result
+            .system_prompt_addition
+            .as_ref()
+            .map(|s| s.to_string())
+            .into_option()
+            .unwrap(),
+        "faulty engine was here; host params: runtimeContext,promptCache"
     );
     // Declared: only the listed ones (abortSignal stripped too).
     let home = TempDir::new().unwrap();
@@ -1034,37 +1059,11 @@ fn an_abort_error_without_an_aborted_signal_still_quarantines() {
     );
 }
 
-/// A copy of the staged `faulty` plugin (the same library) whose manifest's `configSchema`
-/// admits `forge-abort`.
-///
-/// NOTE: the committed `plugins/testing/faulty/pincer.plugin.json` lists the behaviours its
-/// library has except `forge-abort` (and `commitTurn` among the methods), so the host refuses
-/// `{"assemble": "forge-abort"}` before the factory runs. Once the manifest lists it, this
-/// helper changes nothing.
-fn faulty_admitting_forge_abort(plugins: &TempDir) -> std::path::PathBuf {
-    let dir = copy_plugin(&staged_plugin("faulty"), plugins.path(), "faulty");
-    let mut manifest = read_manifest_json(&dir);
-    for schema in manifest["configSchema"]["patternProperties"]
-        .as_object_mut()
-        .expect("faulty's behaviours are a patternProperties schema")
-        .values_mut()
-    {
-        let behaviours = schema["enum"]
-            .as_array_mut()
-            .expect("an enum of behaviours");
-        if !behaviours.contains(&json!("forge-abort")) {
-            behaviours.push(json!("forge-abort"));
-        }
-    }
-    write_manifest_json(&dir, &manifest);
-    dir
-}
-
 #[test]
 fn an_engine_that_forges_an_abort_cannot_dodge_quarantine() {
     let home = TempDir::new().unwrap();
     let plugins = TempDir::new().unwrap();
-    faulty_admitting_forge_abort(&plugins);
+    copy_plugin(&staged_plugin("faulty"), plugins.path(), "faulty");
     std::fs::write(
         home.path().join("pincer.json"),
         json!({
@@ -1108,12 +1107,12 @@ fn an_engine_that_forges_an_abort_cannot_dodge_quarantine() {
         .expect("the engine's failure is reported");
     assert_eq!(
         failure.kind,
-        CallErrorKind::Aborted,
-        "what the engine claimed"
+        CallErrorKind::Failed,
+        "reported as what it is: a failure, not the abort the engine claimed"
     );
     assert_eq!(
         failure.message,
-        "faulty: fired the abort signal itself in assemble"
+        "claimed an abort the host never asked for: faulty: fired the abort signal itself in assemble"
     );
     let record = runtime
         .quarantine()
@@ -1122,7 +1121,7 @@ fn an_engine_that_forges_an_abort_cannot_dodge_quarantine() {
     assert_eq!(record.operation, "assemble");
     assert_eq!(
         record.reason,
-        "faulty: fired the abort signal itself in assemble"
+        "claimed an abort the host never asked for: faulty: fired the abort signal itself in assemble"
     );
     // The engine did write the read-only signal (it reads aborted), but the host never fired
     // it: the controller's own record is the evidence the guard trusts.

@@ -354,7 +354,18 @@ impl GuardedEngine {
             Err(error) if error.kind != CallErrorKind::TimedOut && is_abort(&error, &abort) => {
                 Err(fail(error))
             }
-            Err(error) => {
+            Err(mut error) => {
+                if error.kind == CallErrorKind::Aborted {
+                    // The host never fired this call's signal: the "abort" is the engine's own
+                    // claim, so it is reported as what it is, a failure.
+                    error = EngineCallError::new(
+                        CallErrorKind::Failed,
+                        format!(
+                            "claimed an abort the host never asked for: {}",
+                            error.message
+                        ),
+                    );
+                }
                 self.quarantine.record(
                     &self.id,
                     self.owner.as_ref(),

@@ -169,6 +169,9 @@ fn received_host_params(host: &HostParams<'_>) -> Vec<&'static str> {
     if host.runtime_context_json.is_some() {
         names.push("runtimeContext");
     }
+    if host.prompt_cache.is_some() {
+        names.push("promptCache");
+    }
     if host.abort_signal.is_some() {
         names.push("abortSignal");
     }
