@@ -5,20 +5,23 @@
 #[path = "../../xtask/src/templates/engine.rs"]
 mod engine;
 
+/// What an author should never have to name.
+const FFI: [&str; 9] = [
+    "RStr",
+    "RString",
+    "RSlice",
+    "RVec",
+    "ROption",
+    "RResult",
+    "RBox",
+    "abi_stable",
+    "abi::",
+];
+
 #[test]
 fn the_template_names_no_ffi_type() {
     let source = include_str!("../../xtask/src/templates/engine.rs");
-    for ffi in [
-        "RStr",
-        "RString",
-        "RSlice",
-        "RVec",
-        "ROption",
-        "RResult",
-        "RBox",
-        "abi_stable",
-        "abi::",
-    ] {
+    for ffi in FFI {
         assert!(!source.contains(ffi), "the template names {ffi}");
     }
     let readme = include_str!("../../README.md");
@@ -27,17 +30,7 @@ fn the_template_names_no_ffi_type() {
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("the README has a Rust example");
-    for ffi in [
-        "RStr",
-        "RString",
-        "RSlice",
-        "RVec",
-        "ROption",
-        "RResult",
-        "RBox",
-        "abi_stable",
-        "abi::",
-    ] {
+    for ffi in FFI {
         assert!(!example.contains(ffi), "the README's example names {ffi}");
     }
     assert!(

@@ -628,6 +628,28 @@ pub fn new_engine_entry(
     }
 }
 
+/// Embeds the manifest record made of `parts` (the magic, then JSON) as the exported static
+/// `PINCER_LIBRARY_MANIFEST` in the section the host reads before `dlopen`. Used by
+/// [`export_engine!`]; test fixtures that build a root module by hand use it too.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __embed_manifest_record {
+    ($parts:expr) => {
+        const __PINCER_MANIFEST_LEN: usize = $crate::__private::record_len($parts);
+
+        #[used]
+        #[no_mangle]
+        #[cfg_attr(
+            not(any(target_vendor = "apple", target_os = "windows")),
+            link_section = ".pincer_manifest"
+        )]
+        #[cfg_attr(target_vendor = "apple", link_section = "__DATA,__pincer_manif")]
+        #[cfg_attr(target_os = "windows", link_section = ".pincer")]
+        pub static PINCER_LIBRARY_MANIFEST: [u8; __PINCER_MANIFEST_LEN] =
+            $crate::__private::record::<__PINCER_MANIFEST_LEN>($parts);
+    };
+}
+
 /// Exports one or more engine types from a `cdylib` plugin crate.
 ///
 /// Generates the library's single exported symbol (abi_stable's root-module header), its
@@ -696,18 +718,7 @@ macro_rules! export_engine {
                 __p::is_plain_version(env!("CARGO_PKG_VERSION")),
                 "the crate version must be plain semver",
             );
-            const __PINCER_MANIFEST_LEN: usize = __p::record_len(__PINCER_MANIFEST_PARTS);
-
-            #[used]
-            #[no_mangle]
-            #[cfg_attr(
-                not(any(target_vendor = "apple", target_os = "windows")),
-                link_section = ".pincer_manifest"
-            )]
-            #[cfg_attr(target_vendor = "apple", link_section = "__DATA,__pincer_manif")]
-            #[cfg_attr(target_os = "windows", link_section = ".pincer")]
-            pub static PINCER_LIBRARY_MANIFEST: [u8; __PINCER_MANIFEST_LEN] =
-                __p::record::<__PINCER_MANIFEST_LEN>(__PINCER_MANIFEST_PARTS);
+            $crate::__embed_manifest_record!(__PINCER_MANIFEST_PARTS);
 
             impl __p::Exported for $first {
                 const NEW_ENGINE: $crate::abi::v1::NewEngineFn = __pincer_new_engine;

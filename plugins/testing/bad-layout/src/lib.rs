@@ -28,12 +28,4 @@ const MANIFEST_PARTS: &[&str] = &[
     p::MANIFEST_MAGIC,
     r#"{"pluginId":"bad-layout","pluginVersion":"0.1.0","apiVersion":"1.0.0","engineIds":["bad-layout"],"panicUnwind":true,"abiStableVersion":"0.11.3"}"#,
 ];
-const MANIFEST_LEN: usize = p::record_len(MANIFEST_PARTS);
-
-#[used]
-#[no_mangle]
-#[cfg_attr(
-    not(any(target_vendor = "apple", target_os = "windows")),
-    link_section = ".pincer_manifest"
-)]
-pub static PINCER_LIBRARY_MANIFEST: [u8; MANIFEST_LEN] = p::record::<MANIFEST_LEN>(MANIFEST_PARTS);
+pincer_plugin_api::__embed_manifest_record!(MANIFEST_PARTS);
