@@ -60,34 +60,37 @@ pub fn message_chars(message: &Message) -> u64 {
                     _ => 0,
                 }
         }
-        Role::User | Role::ToolResult | Role::Custom | Role::System => {
-            let mut chars = 0;
-            let mut texts = 0u64;
-            for text in message.content().texts() {
-                chars += estimate_string_chars(text);
-                texts += 1;
-            }
-            chars += texts.saturating_sub(1); // the joining newlines
-            let mut images = false;
-            let mut other = false;
-            for block in message.blocks() {
-                match block.kind() {
-                    BlockKind::Image => {
-                        chars += IMAGE_CHARS;
-                        images = true;
+        Role::User | Role::ToolResult | Role::Custom | Role::System => match message.content() {
+            Content::None => 0,
+            Content::Text(text) => estimate_string_chars(text),
+            Content::Blocks(blocks) => {
+                // One pass: text blocks joined with newlines, images at a fixed weight, one
+                // note for each kind of block left out.
+                let (mut chars, mut texts) = (0u64, 0u64);
+                let (mut images, mut other) = (false, false);
+                for block in blocks {
+                    match block.kind() {
+                        BlockKind::Text => {
+                            chars += estimate_string_chars(block.as_text().unwrap_or(""));
+                            texts += 1;
+                        }
+                        BlockKind::Image => {
+                            chars += IMAGE_CHARS;
+                            images = true;
+                        }
+                        _ => other = true,
                     }
-                    BlockKind::Text => {}
-                    _ => other = true,
                 }
+                chars += texts.saturating_sub(1);
+                if images {
+                    chars += IMAGE_NOTE.len() as u64;
+                }
+                if other {
+                    chars += OTHER_NOTE.len() as u64;
+                }
+                chars
             }
-            if images {
-                chars += IMAGE_NOTE.len() as u64;
-            }
-            if other {
-                chars += OTHER_NOTE.len() as u64;
-            }
-            chars
-        }
+        },
         Role::BashExecution => {
             estimate_string_chars(message.command().unwrap_or(""))
                 + estimate_string_chars(message.output().unwrap_or(""))

@@ -40,10 +40,7 @@ pub fn guard<T>(
     method: &str,
     f: impl FnOnce() -> Result<T, EngineError>,
 ) -> RResult<T, EngineError> {
-    let outer = IN_ENGINE_CALL.with(|c| c.replace(true));
-    let outcome = catch_unwind(AssertUnwindSafe(f));
-    IN_ENGINE_CALL.with(|c| c.set(outer));
-    match outcome {
+    match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(value)) => ROk(value),
         Ok(Err(err)) => RErr(err),
         Err(payload) => RErr(EngineError::Panicked(
@@ -54,8 +51,6 @@ pub fn guard<T>(
 
 thread_local! {
     static LAST_PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
-    /// Whether this thread is inside an engine call run by [`guard`].
-    static IN_ENGINE_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -72,22 +67,24 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Installs, once per library, a panic hook that records where an engine call panicked
-/// instead of printing to the host's stderr; panics outside engine calls go to the previous
-/// hook. Only the exported entry point calls this: a loaded library has its own copy of std,
-/// so the hook never touches the host's (and in a test binary, test failures still print).
+/// Installs, once per library, a panic hook that records where a panic happened instead of
+/// printing to the host's stderr. Only the exported entry point calls this: a loaded library
+/// has its own copy of std, so the hook sees only the library's own panics and never touches
+/// the host's. In a test binary ([`crate::testing`]) library and test share one std, so the
+/// previous hook still runs and a failing test prints its panic as usual. (No thread-local is
+/// touched on the call path: in a `cdylib` each access is a `__tls_get_addr` call.)
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if !IN_ENGINE_CALL.with(std::cell::Cell::get) {
-                return previous(info);
-            }
             let location = info
                 .location()
                 .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
             LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = location);
+            if LABEL_ALL_CALLS.load(std::sync::atomic::Ordering::Relaxed) {
+                previous(info);
+            }
         }));
     });
 }
@@ -585,7 +582,8 @@ pub fn make_engine<E: Engine>(
 }
 
 /// Set by [`crate::testing`]: label every call's log events with its own engine's host, since
-/// a test binary creates engines for many hosts at once.
+/// a test binary creates engines for many hosts at once; and let the test binary's own panic
+/// hook print panics too.
 pub(crate) static LABEL_ALL_CALLS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 

@@ -29,7 +29,7 @@
 use std::fmt;
 
 use abi_stable::{
-    std_types::{ROption, RString, RVec},
+    std_types::{RBox, ROption, RString, RVec},
     StableAbi,
 };
 use serde::de::Error as _;
@@ -291,6 +291,14 @@ pub struct ContentBlock {
     kind: BlockKind,
     /// text / thinking / tool-call id / image data; for `Other`, the whole block's JSON.
     first: RString,
+    /// The rest, boxed: most blocks are plain text with nothing more.
+    more: ROption<RBox<BlockMore>>,
+}
+
+/// What a block has beyond its first string.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Default)]
+struct BlockMore {
     /// tool-call name / image mimeType.
     second: RString,
     /// tool-call arguments.
@@ -298,6 +306,12 @@ pub struct ContentBlock {
     /// Keys of the block this version does not model, as a JSON object.
     extra: ROption<JsonText>,
 }
+
+static NO_MORE: BlockMore = BlockMore {
+    second: RString::new(),
+    arguments: ROption::RNone,
+    extra: ROption::RNone,
+};
 
 impl ContentBlock {
     /// A text block.
@@ -312,10 +326,15 @@ impl ContentBlock {
 
     /// A tool call; `arguments` is the arguments object.
     pub fn tool_call(id: impl Into<String>, name: impl Into<String>, arguments: &Value) -> Self {
-        ContentBlock {
-            arguments: ROption::RSome(JsonText::from_value(arguments)),
-            ..ContentBlock::plain(BlockKind::ToolCall, id.into(), name.into())
-        }
+        ContentBlock::new(
+            BlockKind::ToolCall,
+            id.into(),
+            BlockMore {
+                second: name.into().into(),
+                arguments: ROption::RSome(JsonText::from_value(arguments)),
+                extra: ROption::RNone,
+            },
+        )
     }
 
     /// An image, base64 `data` of `mime_type`.
@@ -324,12 +343,32 @@ impl ContentBlock {
     }
 
     fn plain(kind: BlockKind, first: String, second: String) -> Self {
+        ContentBlock::new(
+            kind,
+            first,
+            BlockMore {
+                second: second.into(),
+                ..BlockMore::default()
+            },
+        )
+    }
+
+    fn new(kind: BlockKind, first: String, more: BlockMore) -> Self {
         ContentBlock {
             kind,
             first: first.into(),
-            second: second.into(),
-            arguments: ROption::RNone,
-            extra: ROption::RNone,
+            more: if more == BlockMore::default() {
+                ROption::RNone
+            } else {
+                ROption::RSome(RBox::new(more))
+            },
+        }
+    }
+
+    fn more(&self) -> &BlockMore {
+        match &self.more {
+            ROption::RSome(more) => more,
+            ROption::RNone => &NO_MORE,
         }
     }
 
@@ -363,8 +402,8 @@ impl ContentBlock {
     pub fn as_tool_call(&self) -> Option<ToolCallRef<'_>> {
         (self.kind == BlockKind::ToolCall).then(|| ToolCallRef {
             id: &self.first,
-            name: &self.second,
-            arguments_json: match &self.arguments {
+            name: &self.more().second,
+            arguments_json: match &self.more().arguments {
                 ROption::RSome(a) => a.as_str(),
                 ROption::RNone => "{}",
             },
@@ -373,7 +412,8 @@ impl ContentBlock {
 
     /// An image's base64 data and MIME type.
     pub fn as_image(&self) -> Option<(&str, &str)> {
-        (self.kind == BlockKind::Image).then_some((self.first.as_str(), self.second.as_str()))
+        (self.kind == BlockKind::Image)
+            .then_some((self.first.as_str(), self.more().second.as_str()))
     }
 
     /// The block as a JSON value (exactly what was read, for every kind).
@@ -417,7 +457,8 @@ impl Serialize for ContentBlock {
         if self.kind == BlockKind::Other {
             return JsonText(self.first.clone()).serialize(s);
         }
-        let extra = extra_map(&self.extra);
+        let more = self.more();
+        let extra = extra_map(&more.extra);
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("type", self.type_name())?;
         match self.kind {
@@ -425,14 +466,14 @@ impl Serialize for ContentBlock {
             BlockKind::Thinking => map.serialize_entry("thinking", self.first.as_str())?,
             BlockKind::ToolCall => {
                 map.serialize_entry("id", self.first.as_str())?;
-                map.serialize_entry("name", self.second.as_str())?;
-                if let ROption::RSome(arguments) = &self.arguments {
+                map.serialize_entry("name", more.second.as_str())?;
+                if let ROption::RSome(arguments) = &more.arguments {
                     map.serialize_entry("arguments", arguments)?;
                 }
             }
             BlockKind::Image => {
                 map.serialize_entry("data", self.first.as_str())?;
-                map.serialize_entry("mimeType", self.second.as_str())?;
+                map.serialize_entry("mimeType", more.second.as_str())?;
             }
             BlockKind::Other => unreachable!("handled above"),
         }
@@ -485,22 +526,22 @@ impl ContentBlock {
         } else {
             None
         };
-        ContentBlock {
+        ContentBlock::new(
             kind,
-            first: first.into(),
-            second: second.into(),
-            arguments: arguments.into(),
-            extra: extra_text(map),
-        }
+            first,
+            BlockMore {
+                second: second.into(),
+                arguments: arguments.into(),
+                extra: extra_text(map),
+            },
+        )
     }
 
     fn other(value: Value) -> Self {
         ContentBlock {
             kind: BlockKind::Other,
             first: value.to_string().into(),
-            second: RString::new(),
-            arguments: ROption::RNone,
-            extra: ROption::RNone,
+            more: ROption::RNone,
         }
     }
 }
@@ -580,14 +621,13 @@ impl<'a> Content<'a> {
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct Message {
     role: Role,
-    /// The role as written, for [`Role::Other`].
-    role_name: ROption<RString>,
     content: ContentRepr,
     timestamp: ROption<i64>,
     /// `toolCallId` (toolResult), `customType` (custom), `fromId` (branchSummary),
-    /// `command` (bashExecution).
+    /// `command` (bashExecution), the role's name ([`Role::Other`]).
     key: ROption<RString>,
-    /// `toolName` (toolResult), `summary` (summaries), `output` (bashExecution).
+    /// `toolName` (toolResult), `summary` (summaries), `output` (bashExecution), `details` as
+    /// JSON text (custom).
     text2: ROption<RString>,
     /// `isError` (toolResult), `display` (custom).
     flag: ROption<bool>,
@@ -595,10 +635,8 @@ pub struct Message {
     exclude_from_context: ROption<bool>,
     /// `tokensBefore` (compactionSummary).
     tokens_before: ROption<u64>,
-    /// `details` (custom).
-    details: ROption<JsonText>,
     /// Assistant metadata, boxed: most messages are not assistant messages.
-    assistant: ROption<abi_stable::std_types::RBox<AssistantMeta>>,
+    assistant: ROption<RBox<AssistantMeta>>,
     /// Keys this version does not model (or whose value is not of the modelled type).
     extra: ROption<JsonText>,
 }
@@ -665,7 +703,6 @@ impl Message {
     fn empty(role: Role) -> Self {
         Message {
             role,
-            role_name: ROption::RNone,
             content: ContentRepr::Absent,
             timestamp: ROption::RNone,
             key: ROption::RNone,
@@ -673,7 +710,6 @@ impl Message {
             flag: ROption::RNone,
             exclude_from_context: ROption::RNone,
             tokens_before: ROption::RNone,
-            details: ROption::RNone,
             assistant: ROption::RNone,
             extra: ROption::RNone,
         }
@@ -779,7 +815,7 @@ impl Message {
         let role = Role::from_name(&role_name);
         let mut message = Message::empty(role);
         if role == Role::Other {
-            message.role_name = ROption::RSome(role_name.into());
+            message.key = ROption::RSome(role_name.into());
         }
         match map.remove("content") {
             None => {}
@@ -816,8 +852,7 @@ impl Message {
         let string = || value.as_str().map(|s| ROption::RSome(RString::from(s)));
         fn meta(m: &mut Message) -> &mut AssistantMeta {
             if m.assistant.is_none() {
-                m.assistant =
-                    ROption::RSome(abi_stable::std_types::RBox::new(AssistantMeta::default()));
+                m.assistant = ROption::RSome(RBox::new(AssistantMeta::default()));
             }
             match &mut m.assistant {
                 ROption::RSome(meta) => meta,
@@ -839,7 +874,7 @@ impl Message {
                 _ => false,
             },
             Slot::Details => {
-                self.details = ROption::RSome(JsonText::from_value(value));
+                self.text2 = ROption::RSome(RString::from(value.to_string()));
                 true
             }
             Slot::Api => string().map(|s| meta(self).api = s).is_some(),
@@ -873,7 +908,7 @@ impl Message {
 
     /// The role as written (`"toolResult"`, or an unknown role's name).
     pub fn role_name(&self) -> &str {
-        match (&self.role, &self.role_name) {
+        match (&self.role, &self.key) {
             (Role::Other, ROption::RSome(name)) => name,
             (role, _) => role.as_str(),
         }
@@ -966,7 +1001,7 @@ impl Message {
 
     /// A `custom` message's `details`, as JSON text.
     pub fn details_json(&self) -> Option<&str> {
-        self.details.as_ref().map(JsonText::as_str).into_option()
+        self.text2_for(Role::Custom)
     }
 
     /// The `summary` of a compaction or branch summary.
@@ -1065,7 +1100,7 @@ impl Message {
             meta.api = ROption::RSome(api.into());
             meta.provider = ROption::RSome(provider.into());
             meta.model = ROption::RSome(model.into());
-            self.assistant = ROption::RSome(abi_stable::std_types::RBox::new(meta));
+            self.assistant = ROption::RSome(RBox::new(meta));
         }
         self
     }
@@ -1076,7 +1111,7 @@ impl Message {
             let mut meta = self.meta().cloned().unwrap_or_default();
             meta.usage = ROption::RSome(usage);
             meta.stop_reason = ROption::RSome(stop_reason.into());
-            self.assistant = ROption::RSome(abi_stable::std_types::RBox::new(meta));
+            self.assistant = ROption::RSome(RBox::new(meta));
         }
         self
     }
@@ -1155,7 +1190,13 @@ impl Message {
             Slot::Text2 => opt_entry(map, key, text(&self.text2)),
             Slot::Flag => opt_entry(map, key, self.flag.into_option()),
             Slot::TokensBefore => opt_entry(map, key, self.tokens_before.into_option()),
-            Slot::Details => opt_entry(map, key, self.details.as_ref().into_option()),
+            Slot::Details => opt_entry(
+                map,
+                key,
+                self.text2_for(Role::Custom).and_then(|text| {
+                    serde_json::from_str::<&serde_json::value::RawValue>(text).ok()
+                }),
+            ),
             Slot::Api => opt_entry(map, key, meta.and_then(|m| text(&m.api))),
             Slot::Provider => opt_entry(map, key, meta.and_then(|m| text(&m.provider))),
             Slot::Model => opt_entry(map, key, meta.and_then(|m| text(&m.model))),
