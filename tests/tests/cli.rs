@@ -168,6 +168,14 @@ fn assemble_with_sliding_window_keeps_a_window_that_starts_on_a_user_turn() {
     );
     let tokens = result["estimatedTokens"].as_u64().unwrap();
     assert!(tokens > 0 && tokens <= 400, "{tokens}");
+    // Each kept message is the input's, in OpenClaw's JSON, unchanged by the trip through the
+    // engine library and back (no entry id, no key lost or added).
+    let input: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&conversation).unwrap()).unwrap();
+    for item in kept {
+        let index = item["index"].as_u64().expect("sliding-window only keeps") as usize;
+        assert_eq!(item["message"], input[index], "message {index}");
+    }
 }
 
 #[test]

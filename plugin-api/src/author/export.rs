@@ -358,17 +358,15 @@ impl<E> Adapter<E> {
     }
 }
 
-/// Calls optional method `f` (if the engine has it) on the view of `raw`, under [`guard`].
-fn optional<E, P, V, R, A>(
-    engine: &E,
+/// Calls optional method `f` (if the engine has it) through `call`, under [`guard`].
+fn optional<F, R, A>(
     name: &str,
-    f: Option<for<'a, 'b, 'c> fn(&'a E, &'b V) -> Result<R, EngineError>>,
-    raw: &P,
-    view: impl FnOnce(&P) -> V,
+    f: Option<F>,
+    call: impl FnOnce(F) -> Result<R, EngineError>,
     into_abi: impl FnOnce(R) -> A,
 ) -> RResult<A, EngineError> {
     match f {
-        Some(f) => guard(name, || f(engine, &view(raw)).map(into_abi)),
+        Some(f) => guard(name, || call(f).map(into_abi)),
         None => RErr(EngineError::not_implemented(name)),
     }
 }
@@ -415,11 +413,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     ) -> RResult<abi::BootstrapResult, EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "bootstrap",
             self.fns.bootstrap,
-            params,
-            BootstrapParams::from_abi,
+            |f| f(&self.engine, &BootstrapParams::from_abi(params)),
             BootstrapResult::into_abi,
         )
     }
@@ -430,11 +426,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     ) -> RResult<IngestBatchResult, EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "ingestBatch",
             self.fns.ingest_batch,
-            params,
-            IngestBatchParams::from_abi,
+            |f| f(&self.engine, &IngestBatchParams::from_abi(params)),
             |r| r,
         )
     }
@@ -442,11 +436,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "afterTurn",
             self.fns.after_turn,
-            params,
-            AfterTurnParams::from_abi,
+            |f| f(&self.engine, &AfterTurnParams::from_abi(params)),
             |r| r,
         )
     }
@@ -457,11 +449,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     ) -> RResult<abi::MaintainResult, EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "maintain",
             self.fns.maintain,
-            params,
-            MaintainParams::from_abi,
+            |f| f(&self.engine, &MaintainParams::from_abi(params)),
             MaintainResult::into_abi,
         )
     }
@@ -472,11 +462,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "prepareSubagentSpawn",
             self.fns.prepare_subagent_spawn,
-            params,
-            SubagentSpawnParams::from_abi,
+            |f| f(&self.engine, &SubagentSpawnParams::from_abi(params)),
             |rollback| match rollback {
                 Some(r) => ROption::RSome(SpawnRollbackAbi_TO::from_value(r, TD_Opaque)),
                 None => ROption::RNone,
@@ -487,11 +475,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "onSubagentEnded",
             self.fns.on_subagent_ended,
-            params,
-            SubagentEndedParams::from_abi,
+            |f| f(&self.engine, &SubagentEndedParams::from_abi(params)),
             |r| r,
         )
     }
@@ -502,11 +488,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     ) -> RResult<abi::ToolCallResult, EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "callTool",
             self.fns.call_tool,
-            params,
-            ToolCallParams::from_abi,
+            |f| f(&self.engine, &ToolCallParams::from_abi(params)),
             ToolCallResult::into_abi,
         )
     }
@@ -526,11 +510,9 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     ) -> RResult<CommitTurnStatus, EngineError> {
         let _scope = self.scope();
         optional(
-            &self.engine,
             "commitTurn",
             self.fns.commit_turn,
-            params,
-            CommitTurnParams::from_abi,
+            |f| f(&self.engine, &CommitTurnParams::from_abi(params)),
             |r| r,
         )
     }

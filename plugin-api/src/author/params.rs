@@ -188,56 +188,68 @@ pub struct PromptCache<'a> {
 }
 
 /// The host parameters of a call, after the host projected them onto the engine's
-/// `acceptedHostParams` (§6.1): a parameter the engine did not accept is `None`.
+/// `acceptedHostParams` (§6.1): a parameter the engine did not accept reads `None`.
+///
+/// A view read through its methods: a call pays for the parameters it looks at, nothing else.
 #[derive(Clone, Copy, Debug)]
-#[non_exhaustive]
-pub struct HostParams<'a> {
-    /// `sessionKey`.
-    pub session_key: Option<&'a str>,
-    /// `prompt` (assemble only): the user's prompt of this turn.
-    pub prompt: Option<&'a str>,
-    /// `runtimeSettings` (§7).
-    pub runtime_settings: Option<RuntimeSettings<'a>>,
-    /// `sessionTarget`.
-    pub session_target: Option<SessionTarget<'a>>,
-    /// `runtimeContext`, as a JSON object text.
-    pub runtime_context_json: Option<&'a str>,
-    /// `runtimeContext.promptCache`.
-    pub prompt_cache: Option<PromptCache<'a>>,
-    /// `abortSignal`: the call's abort signal, unless the host projected it away.
-    pub abort_signal: Option<&'a AbortSignal>,
-}
+pub struct HostParams<'a>(&'a abi::HostParams<'a>);
 
 impl<'a> HostParams<'a> {
-    /// The view of the ABI parameters (what the export adapter passes; hosts that link an
-    /// engine statically use it too).
-    pub fn from_abi(raw: &abi::HostParams<'a>) -> Self {
-        HostParams {
-            session_key: opt_str(raw.session_key),
-            prompt: opt_str(raw.prompt),
-            runtime_settings: raw.runtime_settings.into_option().map(RuntimeSettings),
-            session_target: raw.session_target.into_option().map(|t| SessionTarget {
-                agent_id: opt_str(t.agent_id),
-                session_id: opt_str(t.session_id),
-                session_key: opt_str(t.session_key),
-                store_path: opt_str(t.store_path),
-                thread_id: opt_str(t.thread_id),
-            }),
-            runtime_context_json: opt_str(raw.runtime_context_json),
-            prompt_cache: raw.prompt_cache.into_option().map(|c| PromptCache {
-                retention: opt_str(c.retention),
-                last_call_usage: c.last_call_usage.into_option(),
-                broke: c.broke.into_option(),
-                last_cache_touch_at: c.last_cache_touch_at.into_option(),
-                expires_at: c.expires_at.into_option(),
-            }),
-            abort_signal: raw.abort_signal.into_option(),
-        }
+    /// The view of the ABI host parameters.
+    pub fn from_abi(raw: &'a abi::HostParams<'a>) -> Self {
+        HostParams(raw)
+    }
+
+    /// `sessionKey`.
+    pub fn session_key(&self) -> Option<&'a str> {
+        opt_str(self.0.session_key)
+    }
+
+    /// `prompt` (assemble only): the user's prompt of this turn.
+    pub fn prompt(&self) -> Option<&'a str> {
+        opt_str(self.0.prompt)
+    }
+
+    /// `runtimeSettings` (§7).
+    pub fn runtime_settings(&self) -> Option<RuntimeSettings<'a>> {
+        self.0.runtime_settings.into_option().map(RuntimeSettings)
+    }
+
+    /// `sessionTarget`.
+    pub fn session_target(&self) -> Option<SessionTarget<'a>> {
+        self.0.session_target.into_option().map(|t| SessionTarget {
+            agent_id: opt_str(t.agent_id),
+            session_id: opt_str(t.session_id),
+            session_key: opt_str(t.session_key),
+            store_path: opt_str(t.store_path),
+            thread_id: opt_str(t.thread_id),
+        })
+    }
+
+    /// `runtimeContext`, as a JSON object text.
+    pub fn runtime_context_json(&self) -> Option<&'a str> {
+        opt_str(self.0.runtime_context_json)
+    }
+
+    /// `runtimeContext.promptCache`.
+    pub fn prompt_cache(&self) -> Option<PromptCache<'a>> {
+        self.0.prompt_cache.into_option().map(|c| PromptCache {
+            retention: opt_str(c.retention),
+            last_call_usage: c.last_call_usage.into_option(),
+            broke: c.broke.into_option(),
+            last_cache_touch_at: c.last_cache_touch_at.into_option(),
+            expires_at: c.expires_at.into_option(),
+        })
+    }
+
+    /// `abortSignal`: the call's abort signal, unless the host projected it away.
+    pub fn abort_signal(&self) -> Option<&'a AbortSignal> {
+        self.0.abort_signal.into_option()
     }
 
     /// Whether the call's abort signal fired (false without a signal).
     pub fn is_aborted(&self) -> bool {
-        self.abort_signal.is_some_and(AbortSignal::is_aborted)
+        self.abort_signal().is_some_and(AbortSignal::is_aborted)
     }
 
     /// `Err(EngineError::Aborted)` once the abort signal fired: `params.host.check_abort()?`
@@ -246,7 +258,7 @@ impl<'a> HostParams<'a> {
     /// # Errors
     /// When the signal fired.
     pub fn check_abort(&self) -> Result<(), EngineError> {
-        match self.abort_signal {
+        match self.abort_signal() {
             Some(signal) => signal.check(),
             None => Ok(()),
         }
@@ -272,7 +284,7 @@ pub struct IngestParams<'a> {
 impl<'a> IngestParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::IngestParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::IngestParams<'a>) -> Self {
         IngestParams {
             session_id: raw.session_id.as_str(),
             message: raw.message,
@@ -302,7 +314,7 @@ pub struct IngestBatchParams<'a> {
 impl<'a> IngestBatchParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::IngestBatchParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::IngestBatchParams<'a>) -> Self {
         IngestBatchParams {
             session_id: raw.session_id.as_str(),
             messages: raw.messages.as_slice(),
@@ -350,7 +362,7 @@ pub struct AssembleParams<'a> {
 impl<'a> AssembleParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::AssembleParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::AssembleParams<'a>) -> Self {
         AssembleParams {
             session_id: raw.session_id.as_str(),
             messages: raw.messages.as_slice(),
@@ -437,7 +449,7 @@ pub struct BootstrapParams<'a> {
 impl<'a> BootstrapParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::BootstrapParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::BootstrapParams<'a>) -> Self {
         BootstrapParams {
             session_id: raw.session_id.as_str(),
             session_file: raw.session_file.as_str(),
@@ -474,7 +486,7 @@ pub struct MaintainParams<'a> {
 impl<'a> MaintainParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::MaintainParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::MaintainParams<'a>) -> Self {
         MaintainParams {
             session_id: raw.session_id.as_str(),
             session_file: raw.session_file.as_str(),
@@ -515,7 +527,7 @@ pub struct AfterTurnParams<'a> {
 impl<'a> AfterTurnParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::AfterTurnParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::AfterTurnParams<'a>) -> Self {
         let messages = raw.messages.as_slice();
         AfterTurnParams {
             session_id: raw.session_id.as_str(),
@@ -608,7 +620,7 @@ pub struct CommitTurnParams<'a> {
 impl<'a> CommitTurnParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::CommitTurnParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::CommitTurnParams<'a>) -> Self {
         CommitTurnParams {
             session_id: raw.session_id.as_str(),
             advancement_key: raw.advancement_key.as_str(),
@@ -648,7 +660,7 @@ pub struct SubagentSpawnParams<'a> {
 impl<'a> SubagentSpawnParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::SubagentSpawnParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::SubagentSpawnParams<'a>) -> Self {
         SubagentSpawnParams {
             parent_session_key: raw.parent_session_key.as_str(),
             child_session_key: raw.child_session_key.as_str(),
@@ -675,7 +687,7 @@ pub struct SubagentEndedParams<'a> {
 impl<'a> SubagentEndedParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::SubagentEndedParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::SubagentEndedParams<'a>) -> Self {
         SubagentEndedParams {
             child_session_key: raw.child_session_key.as_str(),
             reason: raw.reason,
@@ -700,7 +712,7 @@ pub struct ToolCallParams<'a> {
 impl<'a> ToolCallParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
-    pub fn from_abi(raw: &abi::ToolCallParams<'a>) -> Self {
+    pub fn from_abi(raw: &'a abi::ToolCallParams<'a>) -> Self {
         ToolCallParams {
             session_id: raw.session_id.as_str(),
             tool_name: raw.tool_name.as_str(),

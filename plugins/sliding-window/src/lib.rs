@@ -132,7 +132,7 @@ impl Engine for SlidingWindow {
         let window = select_window(messages, budget, &self.config.window_options());
         let kept = window.len();
         tracing::debug!(
-            session_key = params.host.session_key.unwrap_or(""),
+            session_key = params.host.session_key().unwrap_or(""),
             kept,
             dropped = messages.len() - kept,
             kept_tokens = window.tokens,

@@ -104,7 +104,7 @@ fn act(
             "faulty: claims {method} was aborted"
         ))),
         Behaviour::ForgeAbort => {
-            if let Some(signal) = host.and_then(|h| h.abort_signal) {
+            if let Some(signal) = host.and_then(|h| h.abort_signal()) {
                 forge_abort(signal);
             }
             Err(EngineError::aborted(format!(
@@ -154,25 +154,25 @@ impl Faulty {
 /// The names of the host parameters present in `host`.
 fn received_host_params(host: &HostParams<'_>) -> Vec<&'static str> {
     let mut names = Vec::new();
-    if host.session_key.is_some() {
+    if host.session_key().is_some() {
         names.push("sessionKey");
     }
-    if host.prompt.is_some() {
+    if host.prompt().is_some() {
         names.push("prompt");
     }
-    if host.runtime_settings.is_some() {
+    if host.runtime_settings().is_some() {
         names.push("runtimeSettings");
     }
-    if host.session_target.is_some() {
+    if host.session_target().is_some() {
         names.push("sessionTarget");
     }
-    if host.runtime_context_json.is_some() {
+    if host.runtime_context_json().is_some() {
         names.push("runtimeContext");
     }
-    if host.prompt_cache.is_some() {
+    if host.prompt_cache().is_some() {
         names.push("promptCache");
     }
-    if host.abort_signal.is_some() {
+    if host.abort_signal().is_some() {
         names.push("abortSignal");
     }
     names
