@@ -244,6 +244,37 @@ pub mod __private {
         true
     }
 
+    /// Whether no two of `ids` are equal.
+    pub const fn all_distinct(ids: &[&str]) -> bool {
+        let mut i = 0;
+        while i < ids.len() {
+            let mut j = i + 1;
+            while j < ids.len() {
+                if const_str_eq(ids[i], ids[j]) {
+                    return false;
+                }
+                j += 1;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    const fn const_str_eq(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
     /// Whether `version` needs no JSON escape (semver with `+` and `.` allowed).
     pub const fn is_plain_version(version: &str) -> bool {
         let bytes = version.as_bytes();

@@ -317,7 +317,8 @@ pub enum EmbeddedManifestError {
     /// No manifest record in the file: not a pincer plugin, or one built before 1.0's final
     /// API (rebuild it against `pincer-plugin-api` 1.x).
     Missing,
-    /// More than one valid record: the file was tampered with or is not one library.
+    /// More than one valid record, or more candidate markers than any library has: the file
+    /// was tampered with or is not one library.
     Several(usize),
 }
 
@@ -325,7 +326,7 @@ impl EmbeddedManifestError {
     /// A stable snake_case code.
     pub fn code(&self) -> &'static str {
         match self {
-            EmbeddedManifestError::Missing => "embedded_manifest_missing",
+            EmbeddedManifestError::Missing => "not_a_plugin",
             EmbeddedManifestError::Several(_) => "embedded_manifest_ambiguous",
         }
     }
@@ -351,29 +352,37 @@ impl std::error::Error for EmbeddedManifestError {}
 
 /// Reads the manifest a library embeds from the file's bytes, without loading it: finds the
 /// record that `export_engine!` places in its own section (`.pincer_manifest` on ELF), however
-/// the file is laid out. Bytes that merely look like the record's start are skipped unless
-/// a well-formed manifest follows.
+/// the file is laid out. Bytes that merely look like the record's start (this crate's own copy
+/// of the magic, in any binary that links this function) count only when a well-formed
+/// manifest follows them.
+///
+/// The record is data the plugin's author controls: it tells the host, before any code runs,
+/// what an honest library is (and catches mismatched or mis-built ones); it proves nothing
+/// about a hostile one, which the host must contain by other means.
+///
+/// Linear in the file's size: at most [`MAX_MANIFEST_MARKERS`] candidates are examined, each
+/// over at most [`MAX_MANIFEST_LEN`] bytes.
 ///
 /// # Errors
-/// [`EmbeddedManifestError`] when there is no record, or more than one.
+/// [`EmbeddedManifestError`] when there is no record, more than one, or more markers than a
+/// library can have.
 pub fn read_embedded_manifest(bytes: &[u8]) -> Result<EmbeddedManifest, EmbeddedManifestError> {
-    // The magic is kept here in a transformed form so that this function, if it is ever linked
-    // into a plugin, does not put a second copy of the magic into that plugin's bytes.
-    let magic: Vec<u8> = crate::__private::MANIFEST_MAGIC
-        .bytes()
-        .map(|b| b ^ 0x5a)
-        .map(|b| b ^ 0x5a)
-        .collect();
+    let magic = crate::__private::MANIFEST_MAGIC.as_bytes();
     let mut found = Vec::new();
+    let mut markers = 0;
     let mut at = 0;
-    while let Some(offset) = find(&bytes[at..], &magic) {
+    while let Some(offset) = find(&bytes[at..], magic) {
+        markers += 1;
+        if markers > MAX_MANIFEST_MARKERS {
+            return Err(EmbeddedManifestError::Several(markers));
+        }
         let start = at + offset + magic.len();
         at = start;
-        let Some(len) = bytes[start..].iter().take(64 * 1024).position(|b| *b == 0) else {
+        let window = &bytes[start..bytes.len().min(start + MAX_MANIFEST_LEN)];
+        let Some(len) = window.iter().position(|b| *b == 0) else {
             continue;
         };
-        if let Ok(manifest) = serde_json::from_slice::<EmbeddedManifest>(&bytes[start..start + len])
-        {
+        if let Ok(manifest) = serde_json::from_slice::<EmbeddedManifest>(&window[..len]) {
             found.push(manifest);
         }
     }
@@ -383,6 +392,13 @@ pub fn read_embedded_manifest(bytes: &[u8]) -> Result<EmbeddedManifest, Embedded
         n => Err(EmbeddedManifestError::Several(n)),
     }
 }
+
+/// The most places that may look like a manifest record's start (a real library has one, two
+/// when it also links this crate's reader).
+pub const MAX_MANIFEST_MARKERS: usize = 16;
+
+/// The longest manifest record read, in bytes.
+pub const MAX_MANIFEST_LEN: usize = 64 * 1024;
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     let first = needle[0];
@@ -424,6 +440,12 @@ mod tests {
             read_embedded_manifest(&twice),
             Err(EmbeddedManifestError::Several(2))
         );
+        // A file made of markers and no manifest is refused quickly, not scanned 64 KiB a time.
+        let flood = magic.repeat(1_000_000);
+        assert!(matches!(
+            read_embedded_manifest(flood.as_bytes()),
+            Err(EmbeddedManifestError::Several(n)) if n == MAX_MANIFEST_MARKERS + 1
+        ));
     }
 
     #[test]

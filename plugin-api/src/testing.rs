@@ -54,8 +54,8 @@ use crate::abi::v1::{
 };
 use crate::author::export::Exported;
 use crate::{
-    CommitTurnStatus, CompactResult, CompactionTarget, ContentBlock, IngestBatchResult,
-    IngestResult, SubagentEndReason,
+    BootstrapResult, CommitTurnStatus, CompactResult, CompactionTarget, ContentBlock, EngineInfo,
+    IngestBatchResult, IngestResult, MaintainResult, SubagentEndReason,
 };
 
 /// One log event an engine emitted.
@@ -362,7 +362,9 @@ impl Default for CompactOptions {
 /// object a host holds.
 pub struct TestEngine {
     engine: EngineBox,
-    info: abi::EngineInfo,
+    id: String,
+    info: EngineInfo,
+    optional_methods: Vec<&'static str>,
     session_id: String,
     abort_calls: AtomicBool,
 }
@@ -370,7 +372,7 @@ pub struct TestEngine {
 impl std::fmt::Debug for TestEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestEngine")
-            .field("id", &self.info.id.as_str())
+            .field("id", &self.id)
             .finish_non_exhaustive()
     }
 }
@@ -380,6 +382,9 @@ fn opt<'a>(value: Option<&'a str>) -> ROption<RStr<'a>> {
 }
 
 impl TestEngine {
+    /// `E` must be exported by [`crate::export_engine!`] in its crate (that is what implements
+    /// the hidden `Exported` bound).
+    ///
     /// Creates engine `E` with `config` (`null`: no config), through the factory its library exports
     /// ([`crate::export_engine!`] in the same crate), and reads its info.
     ///
@@ -408,20 +413,28 @@ impl TestEngine {
         let info = engine.info().into_result()?;
         Ok(TestEngine {
             engine,
-            info,
+            id: info.id.to_string(),
+            info: EngineInfo::from_abi(&info),
+            optional_methods: info.optional_methods.names().collect(),
             session_id: "test-session".to_owned(),
             abort_calls: AtomicBool::new(false),
         })
     }
 
-    /// The engine's info, as the host reads it.
-    pub fn info(&self) -> &abi::EngineInfo {
+    /// The engine id the host registers ([`crate::Engine::ID`]).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The engine's info, as the host read it through the ABI.
+    pub fn info(&self) -> &EngineInfo {
         &self.info
     }
 
-    /// The contract names of the optional methods the engine implements.
-    pub fn optional_methods(&self) -> Vec<&'static str> {
-        self.info.optional_methods.names().collect()
+    /// The contract names of the optional methods the engine implements (what the adapter
+    /// found and the host sees).
+    pub fn optional_methods(&self) -> &[&'static str] {
+        &self.optional_methods
     }
 
     /// From now on, every call's abort signal has fired (or not).
@@ -606,21 +619,24 @@ impl TestEngine {
     ///
     /// # Errors
     /// The engine's error ([`EngineError::NotImplemented`] without the method).
-    pub fn bootstrap(&self) -> Result<abi::BootstrapResult, EngineError> {
+    pub fn bootstrap(&self) -> Result<BootstrapResult, EngineError> {
         let abort = self.controller();
         let params = abi::BootstrapParams {
             session_id: RStr::from_str(&self.session_id),
             session_file: RStr::from_str("test-session.jsonl"),
             host: self.host_params(&abort),
         };
-        self.engine.bootstrap(&params).into_result()
+        self.engine
+            .bootstrap(&params)
+            .into_result()
+            .map(BootstrapResult::from_abi)
     }
 
     /// `maintain` for `reason` (`bootstrap` or `turn`).
     ///
     /// # Errors
     /// The engine's error ([`EngineError::NotImplemented`] without the method).
-    pub fn maintain(&self, reason: &str) -> Result<abi::MaintainResult, EngineError> {
+    pub fn maintain(&self, reason: &str) -> Result<MaintainResult, EngineError> {
         let abort = self.controller();
         let params = abi::MaintainParams {
             session_id: RStr::from_str(&self.session_id),
@@ -628,7 +644,10 @@ impl TestEngine {
             reason: RStr::from_str(reason),
             host: self.host_params(&abort),
         };
-        self.engine.maintain(&params).into_result()
+        self.engine
+            .maintain(&params)
+            .into_result()
+            .map(MaintainResult::from_abi)
     }
 
     /// `callTool`: `(content, is_error)`.
@@ -755,11 +774,8 @@ mod tests {
     fn the_exported_entry_point_forwards_logs_catches_panics_and_delegates() {
         let host = TestHost::new();
         let engine = TestEngine::new::<Delegating>(&host, serde_json::json!({})).unwrap();
-        assert_eq!(
-            engine.info().id.as_str(),
-            "delegating",
-            "the id comes from Engine::ID"
-        );
+        assert_eq!(engine.id(), "delegating", "the id comes from Engine::ID");
+        assert_eq!(engine.info().name, "Delegating");
         let conversation = Conversation::new().user("hi");
         assert!(engine.compact(&conversation).unwrap().is_ok());
         assert_eq!(host.delegated_compactions(), 1);
@@ -783,6 +799,51 @@ mod tests {
             engine.assemble(&conversation, None),
             Err(EngineError::Aborted(_))
         ));
+    }
+
+    mod panicky_drop {
+        use crate::prelude::*;
+
+        /// An engine whose destructor panics.
+        pub struct PanickyDrop;
+
+        impl Drop for PanickyDrop {
+            fn drop(&mut self) {
+                panic!("drop is broken");
+            }
+        }
+
+        impl Engine for PanickyDrop {
+            const ID: &'static str = "panicky-drop";
+            fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> {
+                Ok(PanickyDrop)
+            }
+            fn info(&self) -> Result<EngineInfo, EngineError> {
+                Ok(EngineInfo::new("Panicky drop", "0.1.0"))
+            }
+            fn ingest(&self, _: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
+                Ok(IngestResult::default())
+            }
+            fn assemble(&self, p: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
+                Ok(AssembleResult::pass_through(p.messages.len()))
+            }
+            fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+                Ok(CompactResult::nothing_to_do(""))
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_destructor_is_contained() {
+        let host = TestHost::new();
+        let engine = crate::into_engine_box(
+            panicky_drop::PanickyDrop,
+            crate::optional_fns!(panicky_drop::PanickyDrop),
+        );
+        // Dropping the ABI object runs abi_stable's destructor shim, which would abort the
+        // process on an unwinding panic: the adapter must catch it first.
+        drop(engine);
+        let _ = host;
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! 4. read the manifest the library embeds as data (`.pincer_manifest`) from those bytes and
 //!    compare it with the sidecar — id, version, API major, `panic = "unwind"` — so a library
 //!    that claims to be something else, needs another API, or was built with `panic = "abort"`
-//!    is refused before any of its code runs (its constructors included);
+//!    is refused before any of its code runs (its constructors included). The record is data
+//!    the plugin's author writes: it catches honest mistakes and mismatches before `dlopen`,
+//!    it does not make a hostile library safe to open;
 //! 5. write those same bytes to a private content-addressed cache (never overwriting a file
 //!    that may be mapped);
 //! 6. open the *copy* and check abi_stable's header, the API major and every layout;
@@ -100,6 +102,22 @@ pub enum LoadError {
         /// What was found.
         error: EmbeddedManifestError,
     },
+    /// The manifest the loaded library returns is not the one its file embeds: the file was
+    /// altered after it was built, or made by hand.
+    #[error(
+        "library {} reports itself as {loaded} once loaded, but its file says {embedded}: the file \
+         was altered after it was built or made by hand; it is refused (rebuild the plugin with \
+         `export_engine!`)",
+        path.display()
+    )]
+    LoadedManifestDiffers {
+        /// The library.
+        path: PathBuf,
+        /// What the file's bytes say.
+        embedded: String,
+        /// What the loaded code returned.
+        loaded: String,
+    },
     /// The library was built with `panic = "abort"`.
     #[error(
         "plugin \"{plugin_id}\" was built with panic = \"abort\": its first panic would abort the \
@@ -122,10 +140,8 @@ impl LoadError {
             LoadError::Open { source, .. } => source.code(),
             LoadError::ManifestMismatch { .. } => "manifest_mismatch",
             LoadError::PanicAbort { .. } => "panic_abort",
-            LoadError::EmbeddedManifest { error, .. } => match error {
-                EmbeddedManifestError::Missing => "not_a_plugin",
-                EmbeddedManifestError::Several(_) => error.code(),
-            },
+            LoadError::EmbeddedManifest { error, .. } => error.code(),
+            LoadError::LoadedManifestDiffers { .. } => "manifest_tampered",
         }
     }
 }
@@ -380,11 +396,24 @@ impl Loader {
         {
             // The bytes said one thing and the running code another: tampering, or a
             // hand-made library. Either way it is not what was verified.
-            return Err(LoadError::ManifestMismatch {
-                field: "manifest (as loaded, against the one embedded in the file)",
-                sidecar: format!("{embedded:?}"),
-                library: format!("{facts:?}"),
-                manifest: source,
+            return Err(LoadError::LoadedManifestDiffers {
+                path: source,
+                embedded: format!(
+                    "{} {} (api {}, engines {:?}, panic unwind {})",
+                    embedded.plugin_id,
+                    embedded.plugin_version,
+                    embedded.api_version,
+                    embedded.engine_ids,
+                    embedded.panic_unwind
+                ),
+                loaded: format!(
+                    "{} {} (api {}, engines {:?}, panic unwind {})",
+                    facts.plugin_id,
+                    facts.plugin_version,
+                    facts.api_version,
+                    facts.engine_ids,
+                    facts.panic_unwind
+                ),
             });
         }
         let manifest_path = manifest.dir.join(MANIFEST_FILE_NAME);

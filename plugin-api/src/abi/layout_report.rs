@@ -4,7 +4,7 @@
 //! deterministic text. The committed baseline is `plugin-api/abi/v1.layout.txt`; a test fails
 //! when the report differs from it, because a frozen type changed layout.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use abi_stable::type_layout::{TLData, TLFields, TypeLayout};
@@ -20,21 +20,65 @@ pub fn v1_report() -> String {
     ])
 }
 
+/// Every reachable type, one entry each, sorted: `#<id> <package>::<type>` with what abi_stable
+/// checks of it (size, alignment, `repr`, tag, data kind, enum variants and discriminants,
+/// prefix-type split), and each field, parameter and return type named by the *id of its own
+/// entry*. An id is a hash of the entry's text, so it covers the whole tree below it: two
+/// instantiations of a generic type (`ROption<u64>`, `ROption<RString>`) get different ids, and
+/// a changed field type changes the ids of every type that contains it.
 fn report(roots: &[&'static TypeLayout]) -> String {
-    // Entries are kept whole and sorted, so the report does not depend on the walk's order;
-    // two instantiations of one generic type differ in their fields' types.
-    let mut entries: BTreeSet<String> = BTreeSet::new();
-    let mut visited: HashSet<*const TypeLayout> = HashSet::new();
-    let mut queue: VecDeque<&'static TypeLayout> = roots.iter().copied().collect();
-    while let Some(layout) = queue.pop_front() {
-        if !visited.insert(layout as *const TypeLayout) {
-            continue;
+    let mut walk = Walk::default();
+    for root in roots {
+        walk.id(root);
+    }
+    walk.entries.into_iter().collect()
+}
+
+/// FNV-1a, 64 bits: a hash that is the same on every toolchain (std's is not promised to be).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[derive(Default)]
+struct Walk {
+    ids: HashMap<*const TypeLayout, String>,
+    in_progress: HashSet<*const TypeLayout>,
+    entries: BTreeSet<String>,
+}
+
+impl Walk {
+    /// The id of `layout`'s entry, describing it (and everything below it) first.
+    fn id(&mut self, layout: &'static TypeLayout) -> String {
+        let key = layout as *const TypeLayout;
+        if let Some(id) = self.ids.get(&key) {
+            return id.clone();
         }
-        let key = format!("{}::{}", layout.package(), layout.full_type());
+        if self.in_progress.contains(&key) {
+            // A type that contains itself (through a pointer): named, not expanded again.
+            return format!("cycle:{}", layout.full_type());
+        }
+        self.in_progress.insert(key);
+        let body = self.describe(layout);
+        self.in_progress.remove(&key);
+        let id = format!("{:016x}", fnv1a(body.as_bytes()));
+        self.entries.insert(format!(
+            "#{id} {}::{}\n{body}",
+            layout.package(),
+            layout.full_type()
+        ));
+        self.ids.insert(key, id.clone());
+        id
+    }
+
+    fn describe(&mut self, layout: &'static TypeLayout) -> String {
         let mut text = format!(
-            "{key}  size={} align={}\n",
+            "  size={} align={} repr={:?} tag={}\n",
             layout.size(),
-            layout.alignment()
+            layout.alignment(),
+            layout.repr_attr(),
+            layout.tag()
         );
         match layout.data() {
             TLData::Primitive(primitive) => {
@@ -43,54 +87,100 @@ fn report(roots: &[&'static TypeLayout]) -> String {
             TLData::Opaque => text.push_str("  opaque\n"),
             TLData::Struct { fields } => {
                 text.push_str("  struct\n");
-                fields_of(fields, &mut text, &mut queue);
+                self.fields(fields, &mut text);
             }
             TLData::Union { fields } => {
                 text.push_str("  union\n");
-                fields_of(fields, &mut text, &mut queue);
+                self.fields(fields, &mut text);
             }
             TLData::Enum(tl_enum) => {
                 let names: Vec<&str> = tl_enum.variant_names_iter().collect();
                 let counts: Vec<String> = tl_enum.field_count.iter().map(u8::to_string).collect();
                 let _ = writeln!(
                     text,
-                    "  enum {:?} variants {} fields per variant {}",
+                    "  enum {:?} variants {} fields per variant {} discriminants {:?}",
                     tl_enum.exhaustiveness,
                     names.join(";"),
-                    counts.join(",")
+                    counts.join(","),
+                    tl_enum.discriminants
                 );
-                fields_of(tl_enum.fields, &mut text, &mut queue);
+                self.fields(tl_enum.fields, &mut text);
             }
             TLData::PrefixType(prefix) => {
                 let _ = writeln!(
                     text,
-                    "  prefix first_suffix_field={}",
-                    prefix.first_suffix_field
+                    "  prefix first_suffix_field={} conditional={:?}",
+                    prefix.first_suffix_field, prefix.conditional_prefix_fields
                 );
-                fields_of(prefix.fields, &mut text, &mut queue);
+                self.fields(prefix.fields, &mut text);
             }
         }
         for field in layout.phantom_fields().iter() {
-            queue.push_back(field.layout());
+            let id = self.id(field.layout());
+            let _ = writeln!(text, "  phantom {}: #{id}", field.name());
         }
-        entries.insert(text);
+        text
     }
-    entries.into_iter().collect()
+
+    fn fields(&mut self, fields: TLFields, text: &mut String) {
+        for field in fields.iter() {
+            let id = self.id(field.layout());
+            let _ = writeln!(text, "    {}: {} #{id}", field.name(), field.full_type());
+            for function in field.function_range().iter() {
+                let params: Vec<String> = function
+                    .param_type_layouts
+                    .iter()
+                    .map(|param| format!("#{}", self.id(param())))
+                    .collect();
+                let returns = function
+                    .return_type_layout()
+                    .map(|returns| format!("#{}", self.id(returns())))
+                    .unwrap_or_else(|| "()".to_owned());
+                let _ = writeln!(
+                    text,
+                    "      fn {}({}) -> {returns}",
+                    function.name,
+                    params.join(", ")
+                );
+            }
+        }
+    }
 }
 
-fn fields_of(fields: TLFields, text: &mut String, queue: &mut VecDeque<&'static TypeLayout>) {
-    for field in fields.iter() {
-        let _ = writeln!(text, "    {}: {}", field.name(), field.full_type());
-        queue.push_back(field.layout());
-        for function in field.function_range().iter() {
-            let _ = writeln!(text, "      {function}");
-            for param in function.param_type_layouts.iter() {
-                queue.push_back(param());
-            }
-            if let Some(returns) = function.return_type_layout() {
-                queue.push_back(returns());
-            }
+#[cfg(test)]
+mod sensitivity {
+    //! The report must change when only a generic argument changes: the same struct name and
+    //! field names, `ROption<u64>` and `ROption<i64>` swapped.
+    use abi_stable::std_types::ROption;
+    use abi_stable::StableAbi;
+
+    mod before {
+        use super::*;
+        #[repr(C)]
+        #[derive(StableAbi)]
+        pub struct T {
+            pub x: ROption<u64>,
+            pub y: ROption<i64>,
         }
+    }
+
+    mod after {
+        use super::*;
+        #[repr(C)]
+        #[derive(StableAbi)]
+        pub struct T {
+            pub x: ROption<i64>,
+            pub y: ROption<u64>,
+        }
+    }
+
+    #[test]
+    fn a_changed_generic_argument_changes_the_report() {
+        let before = super::report(&[<before::T as StableAbi>::LAYOUT]);
+        let after = super::report(&[<after::T as StableAbi>::LAYOUT]);
+        assert_ne!(before, after);
+        // Same size, alignment and field names: only the ids tell them apart.
+        assert!(before.contains("x: ROption #") && after.contains("x: ROption #"));
     }
 }
 

@@ -81,10 +81,24 @@ fn install_panic_hook() {
             let location = info
                 .location()
                 .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
-            LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = location);
             if LABEL_ALL_CALLS.load(std::sync::atomic::Ordering::Relaxed) {
                 previous(info);
+            } else {
+                // Not lost, whatever thread it happened on (an engine's own thread has no
+                // `guard` to report it): the host's log gets it, with its location.
+                let payload = info.payload();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(non-string panic payload)".to_owned());
+                tracing::error!(
+                    target: "pincer::plugin::panic",
+                    location = location.as_deref().unwrap_or("unknown"),
+                    "panic in plugin code: {message}"
+                );
             }
+            LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = location);
         }));
     });
 }
@@ -99,6 +113,20 @@ impl SpawnRollback {
     pub fn new(action: impl FnOnce() -> Result<(), EngineError> + Send + 'static) -> Self {
         SpawnRollback {
             action: Mutex::new(Some(Box::new(action))),
+        }
+    }
+}
+
+/// A rollback that is dropped unused (the spawn succeeded) drops the engine's closure: under
+/// `catch_unwind`, as every other piece of engine code.
+impl Drop for SpawnRollback {
+    fn drop(&mut self) {
+        let action = self.action.get_mut().map(Option::take).unwrap_or(None);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(action))) {
+            tracing::error!(
+                panic = %panic_message(payload.as_ref()),
+                "a subagent-spawn rollback panicked while it was dropped; the panic was contained"
+            );
         }
     }
 }
@@ -343,13 +371,34 @@ macro_rules! optional_fns {
 
 /// The ABI adapter around an engine.
 struct Adapter<E> {
-    engine: E,
+    /// Dropped by hand, under `catch_unwind` (see the `Drop` impl).
+    engine: std::mem::ManuallyDrop<E>,
     fns: OptionalFns<E>,
     /// The host this engine was created with, kept only when its library exports several
     /// engines: events logged during its calls are then labelled with this engine. (With one
     /// engine per library every instance has the same label, and a thread-local access in a
     /// `cdylib` costs a `__tls_get_addr` call that the common case should not pay.)
     host: Option<HostServicesArc>,
+}
+
+/// An engine's destructor is engine code too: abi_stable's destructor shim would turn a panic in
+/// it into an abort of the host, so the engine is dropped under `catch_unwind`, and a panic in
+/// its `Drop` is logged and swallowed.
+impl<E> Drop for Adapter<E> {
+    fn drop(&mut self) {
+        let _scope = self.scope();
+        let engine = &mut self.engine;
+        // SAFETY: `engine` is dropped exactly once, here, and never used again.
+        let dropped = catch_unwind(AssertUnwindSafe(|| unsafe {
+            std::mem::ManuallyDrop::drop(engine)
+        }));
+        if let Err(payload) = dropped {
+            tracing::error!(
+                panic = %panic_message(payload.as_ref()),
+                "the engine panicked while it was dropped; the panic was contained"
+            );
+        }
+    }
 }
 
 impl<E> Adapter<E> {
@@ -528,7 +577,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
 pub fn into_engine_box<E: Engine>(engine: E, fns: OptionalFns<E>) -> EngineBox {
     EngineAbi_TO::from_value(
         Adapter {
-            engine,
+            engine: std::mem::ManuallyDrop::new(engine),
             fns,
             host: None,
         },
@@ -555,7 +604,7 @@ pub fn make_engine<E: Engine>(
     let label_calls = label_calls || LABEL_ALL_CALLS.load(std::sync::atomic::Ordering::Relaxed);
     Ok(EngineAbi_TO::from_value(
         Adapter {
-            engine,
+            engine: std::mem::ManuallyDrop::new(engine),
             fns,
             host: label_calls.then_some(host),
         },
@@ -693,6 +742,10 @@ macro_rules! export_engine {
             const _: () = assert!(
                 __p::is_plain_id(<$first as $crate::Engine>::ID) $(&& __p::is_plain_id(<$rest as $crate::Engine>::ID))*,
                 "an engine ID may use only a-z, A-Z, 0-9, '-', '_' and '.', and must not be empty",
+            );
+            const _: () = assert!(
+                __p::all_distinct(&[<$first as $crate::Engine>::ID $(, <$rest as $crate::Engine>::ID)*]),
+                "two exported engines have the same ID",
             );
             const _: () = assert!(
                 __p::is_plain_version(env!("CARGO_PKG_VERSION")),

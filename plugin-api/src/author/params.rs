@@ -1,8 +1,9 @@
 //! The parameters an engine method receives: borrowed views of the ABI parameters, made by the
 //! export adapter without copying anything (`&str`, `&[Message]`, `Option<u64>`, plain enums).
 //!
-//! Every view is `#[non_exhaustive]`: a 1.x minor may add fields. Tests build them through
-//! [`crate::testing`], never by hand.
+//! The per-method views are `#[non_exhaustive]` structs (a 1.x minor may add fields); the host
+//! parameters, entry ids, tool names and runtime settings are opaque views read through
+//! methods. Tests drive engines through [`crate::testing`], never by building these by hand.
 
 use crate::abi::v1 as abi;
 use crate::abi::v1::{ReasonCode, RuntimeMode, SelectionSource};

@@ -129,6 +129,51 @@ impl EngineInfo {
         self
     }
 
+    /// The author-side info of what the host read (the id and optional methods are not part
+    /// of it: see [`crate::testing::TestEngine`]).
+    pub(crate) fn from_abi(info: &abi::EngineInfo) -> Self {
+        let text = |s: &ROption<RString>| s.as_ref().map(|s| s.to_string()).into_option();
+        EngineInfo {
+            name: info.name.to_string(),
+            version: info.version.to_string(),
+            owns_compaction: info.owns_compaction,
+            turn_maintenance_mode: info.turn_maintenance_mode,
+            host_requirements: info
+                .host_requirements
+                .iter()
+                .map(|r| {
+                    (
+                        r.operation,
+                        r.required_capabilities
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect(),
+                        text(&r.unsupported_message),
+                    )
+                })
+                .collect(),
+            accepted_host_params: info
+                .accepted_host_params
+                .as_ref()
+                .map(|p| p.iter().map(|p| p.to_string()).collect())
+                .into_option(),
+            tools: info
+                .tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name.to_string(),
+                    description: t.description.to_string(),
+                    parameters: serde_json::from_str(&t.parameters_schema_json)
+                        .unwrap_or(serde_json::Value::Null),
+                })
+                .collect(),
+            current_turn_fence: text(&info.transcript_semantics.current_turn_fence),
+            turn_advancement_idempotency: text(
+                &info.transcript_semantics.turn_advancement_idempotency,
+            ),
+        }
+    }
+
     pub(crate) fn into_abi(
         self,
         id: &str,
@@ -345,6 +390,14 @@ pub struct BootstrapResult {
 }
 
 impl BootstrapResult {
+    pub(crate) fn from_abi(result: abi::BootstrapResult) -> Self {
+        BootstrapResult {
+            bootstrapped: result.bootstrapped,
+            imported_messages: result.imported_messages.into_option(),
+            reason: result.reason.into_option().map(RString::into_string),
+        }
+    }
+
     pub(crate) fn into_abi(self) -> abi::BootstrapResult {
         abi::BootstrapResult {
             bootstrapped: self.bootstrapped,
@@ -368,6 +421,15 @@ pub struct MaintainResult {
 }
 
 impl MaintainResult {
+    pub(crate) fn from_abi(result: abi::MaintainResult) -> Self {
+        MaintainResult {
+            changed: result.changed,
+            bytes_freed: result.bytes_freed,
+            rewritten_entries: result.rewritten_entries,
+            reason: result.reason.into_option().map(RString::into_string),
+        }
+    }
+
     pub(crate) fn into_abi(self) -> abi::MaintainResult {
         abi::MaintainResult {
             changed: self.changed,

@@ -46,20 +46,15 @@ fn conversation(messages: &[Message]) -> Conversation {
 #[test]
 fn info_declares_the_contract() {
     let (engine, _) = engine_with(json!({})).unwrap();
+    assert_eq!(engine.id(), "sliding-window");
     let info = engine.info();
-    assert_eq!(info.id.as_str(), "sliding-window");
-    assert_eq!(info.name.as_str(), "Sliding window");
-    assert_eq!(info.version.as_str(), env!("CARGO_PKG_VERSION"));
+    assert_eq!(info.name, "Sliding window");
+    assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
     assert!(!info.owns_compaction);
-    let accepted: Vec<&str> = info
-        .accepted_host_params
-        .as_ref()
-        .into_option()
-        .expect("declared")
-        .iter()
-        .map(|p| p.as_str())
-        .collect();
-    assert_eq!(accepted, ["sessionKey", "abortSignal"]);
+    assert_eq!(
+        info.accepted_host_params.as_deref(),
+        Some(&["sessionKey".to_owned(), "abortSignal".to_owned()][..])
+    );
     assert_eq!(engine.optional_methods(), ["dispose"]);
     assert!(info.tools.is_empty());
 }

@@ -12,7 +12,10 @@
 //! the model names is read into a typed field *only when writing that field back reproduces the
 //! value exactly*; every other key (unknown keys, `null`s, values of an unexpected type) is kept
 //! verbatim in the message's extra object and written back unchanged. Content blocks follow the
-//! same rule, and a block of a type this version does not know is kept whole.
+//! same rule, and a block of a type this version does not know is kept whole. (One exception,
+//! by necessity: JSON text that is not Unicode — a lone surrogate escape such as `"\ud800"`,
+//! which JavaScript's `JSON.stringify` can write — cannot be read into Rust strings at all; the
+//! reader refuses it with an error rather than change it.)
 //!
 //! The host keeps its conversations in exactly these values, so a slice of them crosses the
 //! boundary as a borrowed `RSlice` without a copy. The session entry id a message came from is
@@ -384,7 +387,7 @@ impl ContentBlock {
             BlockKind::Thinking => "thinking",
             BlockKind::ToolCall => "toolCall",
             BlockKind::Image => "image",
-            BlockKind::Other => other_type_name(&self.first),
+            BlockKind::Other => &self.more().second,
         }
     }
 
@@ -419,25 +422,6 @@ impl ContentBlock {
     /// The block as a JSON value (exactly what was read, for every kind).
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-fn other_type_name(json: &str) -> &str {
-    // The `type` of an unknown block, read from its JSON without allocating when it is simple.
-    let Some(at) = json.find("\"type\"") else {
-        return "";
-    };
-    let rest = json[at + 6..].trim_start();
-    let Some(rest) = rest.strip_prefix(':') else {
-        return "";
-    };
-    let rest = rest.trim_start();
-    let Some(rest) = rest.strip_prefix('"') else {
-        return "";
-    };
-    match rest.find(['"', '\\']) {
-        Some(end) if rest.as_bytes()[end] == b'"' => &rest[..end],
-        _ => "",
     }
 }
 
@@ -538,10 +522,18 @@ impl ContentBlock {
     }
 
     fn other(value: Value) -> Self {
+        // The top-level `type`, kept beside the JSON so that reading it never parses.
+        let type_name = match value.get("type") {
+            Some(Value::String(name)) => name.clone(),
+            _ => String::new(),
+        };
         ContentBlock {
             kind: BlockKind::Other,
             first: value.to_string().into(),
-            more: ROption::RNone,
+            more: ROption::RSome(RBox::new(BlockMore {
+                second: type_name.into(),
+                ..BlockMore::default()
+            })),
         }
     }
 }
@@ -790,6 +782,7 @@ impl Message {
 
     /// The same message with `timestamp` (ms since the Unix epoch).
     pub fn with_timestamp(mut self, timestamp_ms: i64) -> Self {
+        self.forget_extra(&["timestamp"]);
         self.timestamp = ROption::RSome(timestamp_ms);
         self
     }
@@ -1093,9 +1086,22 @@ impl Message {
 
     // -- setters the host needs for imports and repairs -----------------------------------
 
+    /// Drops `keys` from the extra object (a typed field now holds them).
+    fn forget_extra(&mut self, keys: &[&str]) {
+        if self.extra.is_none() {
+            return;
+        }
+        let mut map = extra_map(&self.extra);
+        for key in keys {
+            map.remove(*key);
+        }
+        self.extra = extra_text(map);
+    }
+
     /// Sets an assistant message's provider metadata (`api`, `provider`, `model`).
     pub fn with_model(mut self, api: &str, provider: &str, model: &str) -> Self {
         if self.role == Role::Assistant {
+            self.forget_extra(&["api", "provider", "model"]);
             let mut meta = self.meta().cloned().unwrap_or_default();
             meta.api = ROption::RSome(api.into());
             meta.provider = ROption::RSome(provider.into());
@@ -1108,6 +1114,7 @@ impl Message {
     /// Sets an assistant message's `usage` and `stopReason`.
     pub fn with_usage(mut self, usage: Usage, stop_reason: &str) -> Self {
         if self.role == Role::Assistant {
+            self.forget_extra(&["usage", "stopReason"]);
             let mut meta = self.meta().cloned().unwrap_or_default();
             meta.usage = ROption::RSome(usage);
             meta.stop_reason = ROption::RSome(stop_reason.into());
@@ -1332,6 +1339,57 @@ mod tests {
         .unwrap();
         assert_eq!(m.blocks()[0].type_name(), "mystery");
         assert_eq!(m.blocks()[0].kind(), BlockKind::Other);
+    }
+
+    #[test]
+    fn floats_anywhere_round_trip_exactly() {
+        // Doubles that a shortest-form print and a non-exact parse would change.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = f64::from_bits(x);
+            if !f.is_finite() {
+                continue;
+            }
+            let small = (x % 1_000_000) as f64 / 1_024.0 + 971.986_371_854_762_9;
+            round_trip(json!({"role":"assistant","content":[
+                {"type":"toolCall","id":"c","name":"n","arguments":{"a":f,"b":small}},
+                {"type":"mystery","v":f}],
+                "usage":{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"totalTokens":3,
+                         "cost":{"input":small,"output":f,"cacheRead":0,"cacheWrite":0,"total":small}},
+                "someKey":[f, small]}));
+            round_trip(
+                json!({"role":"custom","customType":"t","content":"x","display":true,"details":{"f":f}}),
+            );
+        }
+    }
+
+    #[test]
+    fn setters_replace_what_extra_held() {
+        let m = Message::from_value(
+            json!({"role":"assistant","content":[],"api":null,"timestamp":"soon"}),
+        )
+        .unwrap()
+        .with_model("a", "p", "m")
+        .with_timestamp(5);
+        assert_eq!(m.api(), Some("a"));
+        assert_eq!(
+            m.to_value(),
+            json!({"role":"assistant","content":[],"api":"a","provider":"p","model":"m","timestamp":5})
+        );
+    }
+
+    #[test]
+    fn an_unknown_block_names_its_own_type() {
+        let m = Message::from_value(json!({"role":"user","content":[
+            {"content":[{"type":"text","text":"x"}],"type":"tool_result"},
+            {"kind":"type","type":"audio"},
+            {"no":"type"}]}))
+        .unwrap();
+        let names: Vec<&str> = m.blocks().iter().map(ContentBlock::type_name).collect();
+        assert_eq!(names, ["tool_result", "audio", ""]);
     }
 
     #[test]
