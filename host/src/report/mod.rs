@@ -1,4 +1,4 @@
-//! Reports over a runtime: [`doctor`] (what `pincer doctor` and `pincer health` print) and
+//! Reports over a runtime: [`doctor`](mod@doctor) (what `pincer doctor` and `pincer health` print) and
 //! [`exercise`] (every method of one engine, what `pincer check-engine` prints).
 
 pub mod doctor;

@@ -682,7 +682,7 @@ macro_rules! __embed_manifest_record {
 /// Exports one or more engine types from a `cdylib` plugin crate.
 ///
 /// Generates the library's single exported symbol (abi_stable's root-module header), its
-/// [`LibraryManifest`] (plugin id = the first engine's id, plugin version = the crate's
+/// [`LibraryManifest`](crate::abi::v1::LibraryManifest) (plugin id = the first engine's id, plugin version = the crate's
 /// version, the api version compiled against, and whether it was built with
 /// `panic = "unwind"`), and an engine factory that catches every panic.
 ///

@@ -328,7 +328,8 @@ impl OptionalMethods {
 
 /// What an engine says about itself (`info`).
 ///
-/// Build it with [`EngineInfo::new`] and the `with_*` methods.
+/// Engines build it with the authoring [`crate::EngineInfo`]; the adapter adds the id and the
+/// optional methods.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct EngineInfo {
