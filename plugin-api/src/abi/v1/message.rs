@@ -960,7 +960,16 @@ impl Message {
 
     /// The ids of the tool calls an assistant message makes, in order.
     pub fn tool_call_ids(&self) -> impl Iterator<Item = &str> {
-        self.tool_calls().map(|call| call.id)
+        // The id is the block's first string: no need to reach the boxed rest.
+        let blocks = if self.role == Role::Assistant {
+            self.blocks()
+        } else {
+            &[]
+        };
+        blocks
+            .iter()
+            .filter(|block| block.kind == BlockKind::ToolCall)
+            .map(|block| block.first.as_str())
     }
 
     /// The id of the tool call a `toolResult` message answers (`toolCallId`).
