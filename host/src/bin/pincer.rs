@@ -5,7 +5,7 @@
 
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,7 +13,7 @@ use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::engines::request::HostInputs;
 use pincer_host::report::doctor::doctor;
 use pincer_host::report::exercise::exercise_engine;
-use pincer_host::session::Transcript;
+use pincer_host::session::{build_session_context, convert_to_llm, SessionTree, Transcript};
 use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
@@ -74,6 +74,38 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Reads OpenClaw session files (JSONL, versions 1–4) as OpenClaw reads them.
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsCommand {
+    /// Prints the context a leaf of a session sees: OpenClaw's `{messages, thinkingLevel,
+    /// model}` (`--format openclaw`), or the array `convertToLlm` gives (`--format llm`).
+    Context {
+        /// The session file.
+        session: PathBuf,
+        /// The leaf entry (default: the session's active leaf).
+        #[arg(long, value_name = "ENTRY")]
+        leaf: Option<String>,
+        /// `openclaw` or `llm`.
+        #[arg(long, value_name = "FORMAT", default_value = "openclaw")]
+        format: ContextFormat,
+        /// Print JSON (the only output form of this command; accepted for symmetry).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ContextFormat {
+    /// `{messages, thinkingLevel, model}`.
+    Openclaw,
+    /// The LLM projection.
+    Llm,
 }
 
 /// What the commands that run an engine over a conversation take.
@@ -149,6 +181,15 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Sessions {
+            command:
+                SessionsCommand::Context {
+                    session,
+                    leaf,
+                    format,
+                    json: _,
+                },
+        } => session_context(&session, leaf.as_deref(), format),
         Command::CheckEngine { run, json } => match prepare(home, run) {
             Ok((runtime, transcript)) => {
                 let code = check_engine(&runtime, &transcript, json);
@@ -305,6 +346,43 @@ fn preview(message: &Message) -> String {
     } else {
         text
     }
+}
+
+fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {
+    if path.is_dir() {
+        return fail(
+            format!(
+                "{} is a directory: name a session file (.jsonl)",
+                path.display()
+            ),
+            2,
+        );
+    }
+    let tree = match SessionTree::read(path) {
+        Ok(tree) => tree,
+        Err(err) => return fail(err, 2),
+    };
+    if let Some(leaf) = leaf {
+        if tree.get(leaf).is_none() {
+            return fail(
+                format!(
+                    "{} has no entry \"{leaf}\": give the id of one of its entries, or no --leaf for the active leaf",
+                    path.display()
+                ),
+                2,
+            );
+        }
+    }
+    let context = build_session_context(&tree, leaf);
+    let out = match format {
+        ContextFormat::Openclaw => serde_json::to_value(&context).expect("serializes"),
+        ContextFormat::Llm => serde_json::Value::Array(convert_to_llm(&context.messages)),
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).expect("serializes")
+    );
+    ExitCode::SUCCESS
 }
 
 fn health(home: &PincerHome, json: bool) -> ExitCode {

@@ -1,6 +1,7 @@
 //! Conversations as the host reads them for one-off operations (`pincer assemble`, tests):
-//! a JSON array of OpenClaw messages, `{"messages": [...]}` (an OpenClaw `*.context.json`), or
-//! an OpenAI-style chat transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on
+//! a JSON array of OpenClaw messages, `{"messages": [...]}` (an OpenClaw `*.context.json`), an
+//! OpenClaw session file (the context of its active leaf, with entry ids), or an OpenAI-style
+//! chat transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on
 //! read with the mapping of OpenClaw's golden data.
 //!
 //! The append-only JSONL session tree of reference §10 is a later issue; this module only
@@ -49,6 +50,7 @@ impl TranscriptError {
 #[derive(Debug, Clone, Default)]
 pub struct Transcript {
     messages: Arc<[Message]>,
+    entry_ids: Arc<[EntryId]>,
 }
 
 impl Transcript {
@@ -56,6 +58,7 @@ impl Transcript {
     pub fn new(messages: Vec<Message>) -> Self {
         Transcript {
             messages: messages.into(),
+            entry_ids: Arc::from(Vec::new()),
         }
     }
 
@@ -69,10 +72,19 @@ impl Transcript {
         Arc::clone(&self.messages)
     }
 
-    /// The session entry ids beside the messages: none, for a conversation read from a file
-    /// (a session store gives them).
+    /// The session entry ids beside the messages: those of an OpenClaw session file's context,
+    /// none for a plain conversation file.
     pub fn entry_ids(&self) -> Arc<[EntryId]> {
-        Arc::from(Vec::new())
+        Arc::clone(&self.entry_ids)
+    }
+
+    /// The context of an OpenClaw session file's active leaf, with its entry ids.
+    pub fn from_session(tree: &super::tree::SessionTree) -> Self {
+        let context = super::context::build_session_context(tree, None);
+        Transcript {
+            messages: context.messages.into(),
+            entry_ids: context.entry_ids.into_iter().map(EntryId::new).collect(),
+        }
     }
 
     /// Reads a conversation file.
@@ -88,6 +100,9 @@ impl Transcript {
             path: path.to_owned(),
             message,
         };
+        if is_session_file(&text) {
+            return Ok(Self::from_session(&super::tree::SessionTree::parse(&text)));
+        }
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| invalid(format!("line {} column {}: {e}", e.line(), e.column())))?;
         Self::from_json(value).map_err(invalid)
@@ -123,6 +138,13 @@ impl Transcript {
         }
         Ok(Transcript::new(messages))
     }
+}
+
+/// Whether `text` is an OpenClaw session file: its first line a `{"type":"session"}` header.
+fn is_session_file(text: &str) -> bool {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    serde_json::from_str::<Value>(first)
+        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("session"))
 }
 
 /// One OpenAI chat message as OpenClaw's message, by the golden data's mapping

@@ -1,0 +1,219 @@
+//! `buildSessionContext` and `convertToLlm`, as OpenClaw 2026.9.6 computes them (the golden
+//! data's README): the messages the model sees for a leaf of a session tree, and their
+//! LLM-facing projection. Differentially tested against OpenClaw's own output on every golden
+//! case (`tests/tests/sessions.rs`).
+
+use pincer_plugin_api::abi::latest::{Message, Role};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::tree::{Entry, EntryKind, SessionTree};
+
+/// What OpenClaw's `buildSessionContext` returns: `{messages, thinkingLevel, model}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionContext {
+    /// The messages, in prompt order.
+    pub messages: Vec<Message>,
+    /// The last `thinking_level_change` on the path (`off` by default).
+    pub thinking_level: String,
+    /// `{provider, modelId}` of the last `model_change` or assistant message on the path.
+    pub model: Option<Value>,
+    /// The session entry each message came from (beside the messages, never inside them).
+    #[serde(skip)]
+    pub entry_ids: Vec<String>,
+}
+
+/// The text OpenClaw puts before a compaction summary in the LLM projection.
+const COMPACTION_PREFIX: &str =
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
+/// …and after it.
+const COMPACTION_SUFFIX: &str = "\n</summary>";
+/// The text before a branch summary (which has no newline before its closing tag).
+const BRANCH_PREFIX: &str =
+    "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n";
+/// …and after it.
+const BRANCH_SUFFIX: &str = "</summary>";
+
+/// The context of `leaf` (the active leaf when `None`).
+pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionContext {
+    let path = tree.path(leaf);
+    let mut thinking_level = "off".to_owned();
+    let mut model = None;
+    for entry in &path {
+        match &entry.kind {
+            EntryKind::ThinkingLevelChange(level) => thinking_level = level.clone(),
+            EntryKind::ModelChange { provider, model_id } => {
+                model = Some(json!({"provider": provider, "modelId": model_id}));
+            }
+            EntryKind::Message(message) if message.role() == Role::Assistant => {
+                model = Some(json!({
+                    "provider": message.provider(),
+                    "modelId": message.model(),
+                }));
+            }
+            _ => {}
+        }
+    }
+    let boundary = path.iter().rposition(|e| {
+        matches!(
+            e.kind,
+            EntryKind::Compaction { .. } | EntryKind::Reset { .. }
+        )
+    });
+    let mut messages: Vec<(String, Message)> = Vec::new();
+    let from = |entries: &[&Entry]| -> Vec<(String, Message)> {
+        entries
+            .iter()
+            .filter_map(|e| message_of(e).map(|m| (e.id.clone(), m)))
+            .collect()
+    };
+    match boundary {
+        None => messages.extend(from(&path)),
+        Some(b) => {
+            let kept_from = |first: &Option<String>| {
+                first
+                    .as_deref()
+                    .and_then(|id| path[..b].iter().position(|e| e.id == id))
+            };
+            match &path[b].kind {
+                EntryKind::Compaction {
+                    summary,
+                    first_kept_entry_id,
+                    tokens_before,
+                } => {
+                    let mut summary_message = Map::new();
+                    summary_message.insert("role".into(), "compactionSummary".into());
+                    summary_message.insert("summary".into(), summary.clone().into());
+                    summary_message.insert("tokensBefore".into(), tokens_before.clone());
+                    if let Some(ms) = path[b].timestamp_ms() {
+                        summary_message.insert("timestamp".into(), ms.into());
+                    }
+                    if let Ok(m) = Message::from_value(Value::Object(summary_message)) {
+                        messages.push((path[b].id.clone(), m));
+                    }
+                    if let Some(k) = kept_from(first_kept_entry_id) {
+                        messages.extend(from(&path[k..b]));
+                    }
+                }
+                EntryKind::Reset {
+                    first_kept_entry_id,
+                } => {
+                    if let Some(k) = kept_from(first_kept_entry_id) {
+                        messages.extend(reset_replay(&path[k..b]));
+                    }
+                }
+                _ => unreachable!("the boundary is a compaction or a reset"),
+            }
+            messages.extend(from(&path[b + 1..]));
+        }
+    }
+    let (entry_ids, messages) = messages.into_iter().unzip();
+    SessionContext {
+        messages,
+        thinking_level,
+        model,
+        entry_ids,
+    }
+}
+
+/// The kept range of a reset: user and assistant messages, and the tool results whose call is
+/// kept too.
+fn reset_replay(range: &[&Entry]) -> Vec<(String, Message)> {
+    let kept: Vec<(&str, &Message)> = range
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::Message(m)
+                if !m.is_excluded_from_context()
+                    && matches!(m.role(), Role::User | Role::Assistant | Role::ToolResult) =>
+            {
+                Some((e.id.as_str(), m))
+            }
+            _ => None,
+        })
+        .collect();
+    let calls: std::collections::HashSet<&str> =
+        kept.iter().flat_map(|(_, m)| m.tool_call_ids()).collect();
+    kept.into_iter()
+        .filter(|(_, m)| {
+            m.role() != Role::ToolResult || m.tool_result_id().is_some_and(|id| calls.contains(id))
+        })
+        .map(|(id, m)| (id.to_owned(), m.clone()))
+        .collect()
+}
+
+/// The message an entry yields in the context, if any.
+fn message_of(entry: &Entry) -> Option<Message> {
+    match &entry.kind {
+        EntryKind::Message(message) if !message.is_excluded_from_context() => Some(message.clone()),
+        EntryKind::CustomMessage => {
+            let mut m = Map::new();
+            m.insert("role".into(), "custom".into());
+            for key in ["customType", "content", "display", "details"] {
+                if let Some(value) = entry.raw.get(key) {
+                    m.insert(key.into(), value.clone());
+                }
+            }
+            if let Some(ms) = entry.timestamp_ms() {
+                m.insert("timestamp".into(), ms.into());
+            }
+            Message::from_value(Value::Object(m)).ok()
+        }
+        EntryKind::BranchSummary { from_id, summary } if !summary.is_empty() => {
+            let mut m = Map::new();
+            m.insert("role".into(), "branchSummary".into());
+            m.insert("summary".into(), summary.clone().into());
+            m.insert("fromId".into(), from_id.clone());
+            if let Some(ms) = entry.timestamp_ms() {
+                m.insert("timestamp".into(), ms.into());
+            }
+            Message::from_value(Value::Object(m)).ok()
+        }
+        _ => None,
+    }
+}
+
+/// OpenClaw's `convertToLlm`: custom messages become user messages (string content as one text
+/// block), summaries become user messages with OpenClaw's fixed framing; user, assistant and
+/// toolResult messages pass unchanged; anything else is left out.
+pub fn convert_to_llm(messages: &[Message]) -> Vec<Value> {
+    let user = |content: Value, timestamp: Option<i64>| {
+        let mut m = Map::new();
+        m.insert("role".into(), "user".into());
+        m.insert("content".into(), content);
+        if let Some(ts) = timestamp {
+            m.insert("timestamp".into(), ts.into());
+        }
+        Value::Object(m)
+    };
+    let text_block = |text: String| json!([{"type": "text", "text": text}]);
+    messages
+        .iter()
+        .filter_map(|m| match m.role() {
+            Role::User | Role::Assistant | Role::ToolResult => Some(m.to_value()),
+            Role::Custom => {
+                let content = match m.to_value().get("content") {
+                    Some(Value::String(text)) => text_block(text.clone()),
+                    Some(other) => other.clone(),
+                    None => json!([]),
+                };
+                Some(user(content, m.timestamp()))
+            }
+            Role::CompactionSummary => Some(user(
+                text_block(format!(
+                    "{COMPACTION_PREFIX}{}{COMPACTION_SUFFIX}",
+                    m.summary().unwrap_or_default()
+                )),
+                m.timestamp(),
+            )),
+            Role::BranchSummary => Some(user(
+                text_block(format!(
+                    "{BRANCH_PREFIX}{}{BRANCH_SUFFIX}",
+                    m.summary().unwrap_or_default()
+                )),
+                m.timestamp(),
+            )),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,415 @@
+//! Reading OpenClaw's session files (reference §10, §10a; the golden data's README): the
+//! append-only JSONL tree, versions 1–4, read exactly as OpenClaw 2026.9.6 reads it.
+//!
+//! - Line 1 is the header (`{"type":"session","version":4,"id",…}`); every later line is a
+//!   record. Blank lines are ignored; lines that do not parse are dropped and counted (one
+//!   warning per load, OpenClaw's wording); a torn last line is one such line.
+//! - A record that is valid JSON but not an entry is kept opaque (not in the tree).
+//! - `leaf` control records decide the active leaf (the last one wins); without one, the last
+//!   entry is the leaf. A missing parent is not repaired: walks stop at the hole.
+//! - Versions 1 and 2 are migrated in memory: fresh ids, a linear parent chain,
+//!   `firstKeptEntryIndex` (record index, header = 0) → `firstKeptEntryId`, role `hookMessage`
+//!   → `custom` with `customType: "hook"`.
+//! - Assistant and toolResult messages with string content are normalised to one text block.
+//!
+//! Writing, durability and the session store are not here yet (issue 7).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use pincer_plugin_api::abi::latest::{Message, Role};
+use serde_json::{Map, Value};
+
+/// Why a session file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionReadError {
+    /// The file could not be read.
+    #[error("cannot read session {}: {source}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl SessionReadError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SessionReadError::Unreadable { .. } => "session_unreadable",
+        }
+    }
+}
+
+/// What an entry is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EntryKind {
+    /// `message`.
+    Message(Message),
+    /// `thinking_level_change`.
+    ThinkingLevelChange(String),
+    /// `model_change`.
+    ModelChange {
+        /// The provider.
+        provider: String,
+        /// The model id.
+        model_id: String,
+    },
+    /// `compaction`.
+    Compaction {
+        /// The summary.
+        summary: String,
+        /// The first entry kept verbatim.
+        first_kept_entry_id: Option<String>,
+        /// Tokens before (as written).
+        tokens_before: Value,
+    },
+    /// `reset`.
+    Reset {
+        /// The first entry kept, if any.
+        first_kept_entry_id: Option<String>,
+    },
+    /// `branch_summary`.
+    BranchSummary {
+        /// The entry branched back to (`root` from the root).
+        from_id: Value,
+        /// The summary.
+        summary: String,
+    },
+    /// `custom_message`.
+    CustomMessage,
+    /// `custom`, `label`, `session_info`: never in the context.
+    Other,
+}
+
+/// One entry of the tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The id.
+    pub id: String,
+    /// The parent (`None` for a root).
+    pub parent_id: Option<String>,
+    /// What it is.
+    pub kind: EntryKind,
+    /// The record as read (after migration).
+    pub raw: Map<String, Value>,
+}
+
+impl Entry {
+    /// The entry's `timestamp` (ISO) in ms since the Unix epoch, if it parses.
+    pub fn timestamp_ms(&self) -> Option<i64> {
+        self.raw
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(parse_iso_ms)
+    }
+}
+
+/// A session file in memory.
+#[derive(Debug, Clone, Default)]
+pub struct SessionTree {
+    /// The header (after migration), if the first line was one.
+    pub header: Option<Map<String, Value>>,
+    /// The entries, in file order.
+    pub entries: Vec<Entry>,
+    /// Valid JSON lines that are not entries, kept as they are.
+    pub opaque: Vec<Value>,
+    /// The active leaf.
+    pub leaf: Option<String>,
+    /// Lines dropped because they did not parse.
+    pub skipped_lines: usize,
+    /// Whether the file was migrated from version 1 or 2.
+    pub migrated: bool,
+    index: HashMap<String, usize>,
+}
+
+impl SessionTree {
+    /// Reads a session file.
+    ///
+    /// # Errors
+    /// When the file cannot be read; damaged lines are tolerated as OpenClaw tolerates them.
+    pub fn read(path: &Path) -> Result<Self, SessionReadError> {
+        let bytes = std::fs::read(path).map_err(|source| SessionReadError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        let text = String::from_utf8_lossy(&bytes);
+        Ok(Self::parse(&text))
+    }
+
+    /// Parses a session file's text.
+    pub fn parse(text: &str) -> Self {
+        let mut records: Vec<Value> = Vec::new();
+        let mut skipped = 0;
+        for line in text.trim().split('\n') {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Value>(line) {
+                Ok(value) => records.push(value),
+                Err(_) => skipped += 1,
+            }
+        }
+        let valid_records = records.len();
+        let mut tree = SessionTree {
+            skipped_lines: skipped,
+            ..SessionTree::default()
+        };
+        let mut records = records.into_iter().peekable();
+        if let Some(Value::Object(first)) = records.peek() {
+            if first.get("type").and_then(Value::as_str) == Some("session") {
+                if let Some(Value::Object(header)) = records.next() {
+                    tree.header = Some(header);
+                }
+            }
+        }
+        let version = tree
+            .header
+            .as_ref()
+            .and_then(|h| h.get("version"))
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        let mut records: Vec<Value> = records.collect();
+        if tree.header.is_some() && version < 3 {
+            migrate(&mut records);
+            tree.migrated = true;
+            if let Some(header) = &mut tree.header {
+                header.insert("version".into(), Value::from(3));
+            }
+        }
+        let mut leaf_record = None;
+        for record in records {
+            let Value::Object(map) = record else {
+                tree.opaque.push(record);
+                continue;
+            };
+            if map.get("type").and_then(Value::as_str) == Some("leaf") {
+                if let Some(target) = map.get("targetId") {
+                    leaf_record = Some(target.as_str().map(str::to_owned));
+                }
+                continue;
+            }
+            match entry_of(map) {
+                Ok(entry) => {
+                    tree.index.insert(entry.id.clone(), tree.entries.len());
+                    tree.entries.push(entry);
+                }
+                Err(map) => tree.opaque.push(Value::Object(map)),
+            }
+        }
+        tree.leaf = match leaf_record {
+            Some(target) => target,
+            None => tree.entries.last().map(|e| e.id.clone()),
+        };
+        if tree.skipped_lines > 0 {
+            tracing::warn!(
+                "[parseJsonlEntries] skipped {} malformed JSONL line(s) — {} valid entries were loaded",
+                tree.skipped_lines,
+                valid_records
+            );
+        }
+        tree
+    }
+
+    /// The entry `id`.
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.index.get(id).map(|&i| &self.entries[i])
+    }
+
+    /// The path from the root to `leaf` (the active leaf when `None`), stopping at a missing
+    /// parent.
+    pub fn path(&self, leaf: Option<&str>) -> Vec<&Entry> {
+        let mut path = Vec::new();
+        let mut next = leaf.or(self.leaf.as_deref()).and_then(|id| self.get(id));
+        let mut guard = 0;
+        while let Some(entry) = next {
+            path.push(entry);
+            guard += 1;
+            if guard > self.entries.len() {
+                break; // a cycle in a damaged file: stop rather than loop
+            }
+            next = entry.parent_id.as_deref().and_then(|id| self.get(id));
+        }
+        path.reverse();
+        path
+    }
+
+    /// The tips of the tree: entries no other entry names as its parent.
+    pub fn tips(&self) -> Vec<&str> {
+        let parents: std::collections::HashSet<&str> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.parent_id.as_deref())
+            .collect();
+        self.entries
+            .iter()
+            .filter(|e| !parents.contains(e.id.as_str()))
+            .map(|e| e.id.as_str())
+            .collect()
+    }
+}
+
+fn string(map: &Map<String, Value>, key: &str) -> Option<String> {
+    map.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// An entry from a record, or the record back when it is not one.
+fn entry_of(mut map: Map<String, Value>) -> Result<Entry, Map<String, Value>> {
+    let (Some(kind), Some(id)) = (string(&map, "type"), string(&map, "id")) else {
+        return Err(map);
+    };
+    let parent_id = match map.get("parentId") {
+        Some(Value::String(parent)) => Some(parent.clone()),
+        Some(Value::Null) | None => None,
+        Some(_) => return Err(map),
+    };
+    let kind = match kind.as_str() {
+        "message" => {
+            let Some(value) = map.get("message").cloned() else {
+                return Err(map);
+            };
+            let Ok(mut message) = Message::from_value(value) else {
+                return Err(map);
+            };
+            if matches!(message.role(), Role::Assistant | Role::ToolResult) {
+                message.normalize_string_content();
+                map.insert("message".into(), message.to_value());
+            }
+            EntryKind::Message(message)
+        }
+        "thinking_level_change" => {
+            EntryKind::ThinkingLevelChange(string(&map, "thinkingLevel").unwrap_or_default())
+        }
+        "model_change" => EntryKind::ModelChange {
+            provider: string(&map, "provider").unwrap_or_default(),
+            model_id: string(&map, "modelId").unwrap_or_default(),
+        },
+        "compaction" => EntryKind::Compaction {
+            summary: string(&map, "summary").unwrap_or_default(),
+            first_kept_entry_id: string(&map, "firstKeptEntryId"),
+            tokens_before: map.get("tokensBefore").cloned().unwrap_or(Value::Null),
+        },
+        "reset" => EntryKind::Reset {
+            first_kept_entry_id: string(&map, "firstKeptEntryId"),
+        },
+        "branch_summary" => EntryKind::BranchSummary {
+            from_id: map.get("fromId").cloned().unwrap_or(Value::Null),
+            summary: string(&map, "summary").unwrap_or_default(),
+        },
+        "custom_message" => EntryKind::CustomMessage,
+        "custom" | "label" | "session_info" => EntryKind::Other,
+        _ => return Err(map),
+    };
+    Ok(Entry {
+        id,
+        parent_id,
+        kind,
+        raw: map,
+    })
+}
+
+/// Version 1–2 → 3, in memory: fresh ids in a linear chain, `firstKeptEntryIndex` →
+/// `firstKeptEntryId` (record index, header = 0), `hookMessage` → `custom`/`hook`.
+fn migrate(records: &mut [Value]) {
+    let ids: Vec<String> = records
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let mut previous: Option<String> = None;
+    for (i, record) in records.iter_mut().enumerate() {
+        let Value::Object(map) = record else { continue };
+        map.insert("id".into(), Value::from(ids[i].clone()));
+        map.insert(
+            "parentId".into(),
+            previous.clone().map_or(Value::Null, Value::from),
+        );
+        previous = Some(ids[i].clone());
+        if let Some(index) = map.remove("firstKeptEntryIndex").and_then(|v| v.as_u64()) {
+            // Record indexes count the header as 0.
+            if let Some(id) = (index as usize).checked_sub(1).and_then(|i| ids.get(i)) {
+                map.insert("firstKeptEntryId".into(), Value::from(id.clone()));
+            }
+        }
+        if let Some(Value::Object(message)) = map.get_mut("message") {
+            if message.get("role").and_then(Value::as_str) == Some("hookMessage") {
+                message.insert("role".into(), Value::from("custom"));
+                message.insert("customType".into(), Value::from("hook"));
+            }
+        }
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fff]Z` → ms since the Unix epoch (what `Date.parse` gives for the ISO
+/// strings OpenClaw writes).
+pub fn parse_iso_ms(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !text.ends_with('Z') {
+        return None;
+    }
+    let num = |s: &str| s.parse::<i64>().ok();
+    let (year, month, day) = (num(&text[0..4])?, num(&text[5..7])?, num(&text[8..10])?);
+    let (hour, minute, second) = (
+        num(&text[11..13])?,
+        num(&text[14..16])?,
+        num(&text[17..19])?,
+    );
+    let millis = match &text[19..text.len() - 1] {
+        "" => 0,
+        fraction => {
+            let digits = fraction.strip_prefix('.')?;
+            let padded = format!("{digits:0<3}");
+            num(&padded[..3])?
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_times_read_as_javascript_reads_them() {
+        assert_eq!(
+            parse_iso_ms("2024-05-15T20:10:00.000Z"),
+            Some(1_715_803_800_000)
+        );
+        assert_eq!(parse_iso_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_iso_ms("2026-12-02T17:05:57.499Z"),
+            Some(1_796_231_157_499)
+        );
+        assert_eq!(parse_iso_ms("yesterday"), None);
+    }
+
+    #[test]
+    fn damaged_lines_are_counted_and_non_entries_kept_opaque() {
+        let text = "{\"type\":\"session\",\"version\":4,\"id\":\"s\"}\n\
+            {\"type\":\"message\",\"id\":\"a\",\"parentId\":null,\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n\
+            {this is not json\n{\"foo\":1}\n\n   \n\
+            {\"type\":\"message\",\"id\":\"b\",\"parentId\":\"a\",\"message\":{\"role\":\"assistant\",\"content\":\"yo\"}}\n\
+            {\"type\":\"message\",\"id\":\"c\",\"parentId\":\"b\",\"mess";
+        let tree = SessionTree::parse(text);
+        assert_eq!(
+            tree.skipped_lines, 2,
+            "the malformed line and the torn last line"
+        );
+        assert_eq!(tree.entries.len(), 2);
+        assert_eq!(tree.opaque, [serde_json::json!({"foo": 1})]);
+        assert_eq!(tree.leaf.as_deref(), Some("b"));
+        // String content of an assistant message is normalised to one text block.
+        let EntryKind::Message(m) = &tree.get("b").unwrap().kind else {
+            panic!()
+        };
+        assert_eq!(m.blocks().len(), 1);
+    }
+}
