@@ -182,3 +182,29 @@ fn a_session_context_carries_its_entry_ids_beside_the_messages() {
         assert!(!message.to_value().to_string().contains(id));
     }
 }
+
+#[test]
+fn pincer_estimate_prints_openclaws_figures_for_a_session_and_its_messages() {
+    let Some(dir) = golden_dir() else { return };
+    let home = tempfile::TempDir::new().unwrap();
+    let golden = read(&dir.join("estimate-tokens.json"));
+    let task = &golden["tauTask0"];
+    // The same conversation as a message array and as the session file it was stored in.
+    for file in ["01-linear-tau.context.json", "01-linear-tau.jsonl"] {
+        let path = dir.join(file).display().to_string();
+        let out = pincer_tests::run_pincer(home.path(), &["estimate", &path, "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(printed["perMessage"], task["perMessage"], "{file}");
+        assert_eq!(printed["sum"], task["sum"], "{file}");
+        assert_eq!(
+            printed["estimateContextTokens"], task["estimateContextTokens"],
+            "{file}"
+        );
+    }
+}

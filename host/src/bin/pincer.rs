@@ -74,6 +74,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// OpenClaw's token estimate of a conversation: per message, the sum, and
+    /// `estimateContextTokens` (the last provider usage plus the estimate after it).
+    Estimate {
+        /// A JSON array of messages, `{"messages": [...]}`, an OpenClaw session file (the
+        /// context of its active leaf), or an OpenAI chat transcript.
+        file: PathBuf,
+        /// Print JSON (the only output form; accepted for symmetry).
+        #[arg(long)]
+        json: bool,
+    },
     /// Reads OpenClaw session files (JSONL, versions 1–4) as OpenClaw reads them.
     Sessions {
         #[command(subcommand)]
@@ -181,6 +191,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::Estimate { file, json: _ } => estimate(&file),
         Command::Sessions {
             command:
                 SessionsCommand::Context {
@@ -346,6 +357,34 @@ fn preview(message: &Message) -> String {
     } else {
         text
     }
+}
+
+fn estimate(path: &Path) -> ExitCode {
+    let transcript = match Transcript::read(path) {
+        Ok(t) => t,
+        Err(err) => return fail(err, 2),
+    };
+    let messages = transcript.messages();
+    let per_message: Vec<u64> = messages
+        .iter()
+        .map(pincer_plugin_api::tokens::estimate_message_tokens)
+        .collect();
+    let context = pincer_plugin_api::tokens::estimate_context_tokens(messages);
+    let out = serde_json::json!({
+        "perMessage": per_message,
+        "sum": per_message.iter().sum::<u64>(),
+        "estimateContextTokens": {
+            "tokens": context.tokens,
+            "usageTokens": context.usage_tokens,
+            "trailingTokens": context.trailing_tokens,
+            "lastUsageIndex": context.last_usage_index,
+        },
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).expect("serializes")
+    );
+    ExitCode::SUCCESS
 }
 
 fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {
