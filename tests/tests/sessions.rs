@@ -208,3 +208,336 @@ fn pincer_estimate_prints_openclaws_figures_for_a_session_and_its_messages() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------------
+
+use pincer_host::session::{Durability, SessionWriteError, SessionWriter};
+
+/// Replays every entry of a golden session through the writer (same tree shape, same fields,
+/// fresh ids) and returns the written file's tree.
+fn replay(golden: &SessionTree, path: &Path) -> SessionTree {
+    use pincer_host::session::tree::EntryKind;
+    let mut writer = SessionWriter::create(path, "/srv/agent", Durability::None).unwrap();
+    let mut ids: std::collections::HashMap<String, String> = Default::default();
+    let map = |ids: &std::collections::HashMap<String, String>, v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .map(|id| ids.get(id).cloned().unwrap_or_else(|| id.to_owned()))
+    };
+    for entry in &golden.entries {
+        if let Some(parent) = entry.parent_id.as_deref() {
+            writer.branch(&ids[parent]).unwrap();
+        }
+        let raw = &entry.raw;
+        let new_id = match &entry.kind {
+            EntryKind::Message(message) => writer.append_message(message),
+            EntryKind::Compaction {
+                summary,
+                tokens_before,
+                ..
+            } => writer.append_compaction(
+                summary,
+                &map(&ids, raw.get("firstKeptEntryId")).unwrap(),
+                tokens_before.as_u64().unwrap(),
+                raw.get("details").cloned(),
+            ),
+            EntryKind::Reset { .. } => writer.append_reset(
+                raw["reason"].as_str().unwrap(),
+                map(&ids, raw.get("firstKeptEntryId")).as_deref(),
+            ),
+            EntryKind::BranchSummary { summary, .. } => {
+                let from = map(&ids, raw.get("fromId")).filter(|f| f != "root");
+                writer.branch_with_summary(from.as_deref(), summary, raw.get("details").cloned())
+            }
+            EntryKind::CustomMessage => writer.append_custom_message(
+                raw["customType"].as_str().unwrap(),
+                raw["content"].clone(),
+                raw["display"].as_bool().unwrap(),
+                raw.get("details").cloned(),
+            ),
+            EntryKind::ThinkingLevelChange(level) => writer.append_thinking_level_change(level),
+            EntryKind::ModelChange { provider, model_id } => {
+                writer.append_model_change(provider, model_id)
+            }
+            EntryKind::Other => match raw["type"].as_str().unwrap() {
+                "custom" => writer.append_custom(
+                    raw["customType"].as_str().unwrap(),
+                    raw.get("data").cloned(),
+                ),
+                "label" => writer.append_label(
+                    &map(&ids, raw.get("targetId")).unwrap(),
+                    raw.get("label").and_then(Value::as_str),
+                ),
+                "session_info" => writer.append_session_info(raw["name"].as_str().unwrap()),
+                other => panic!("unexpected entry type {other}"),
+            },
+        }
+        .unwrap();
+        ids.insert(entry.id.clone(), new_id);
+    }
+    if let Some(leaf) = &golden.leaf {
+        writer.branch(&ids[leaf]).unwrap();
+    }
+    drop(writer); // saves: a leaf record when the leaf is not the last entry
+    SessionTree::read(path).unwrap()
+}
+
+/// A context's messages without the timestamps OpenClaw derives from entry times (which are
+/// the time of writing).
+fn without_entry_times(messages: &Value) -> Vec<Value> {
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if matches!(
+                m["role"].as_str(),
+                Some("compactionSummary" | "branchSummary" | "custom")
+            ) && m.get("customType") != Some(&Value::from("hook"))
+            {
+                m.as_object_mut().unwrap().remove("timestamp");
+            }
+            // A branch summary names the entry branched back to: a fresh id when rewritten.
+            if m["role"] == "branchSummary" {
+                m.as_object_mut().unwrap().remove("fromId");
+            }
+            m
+        })
+        .collect()
+}
+
+#[test]
+fn written_sessions_read_back_to_openclaws_contexts() {
+    let Some(dir) = golden_dir() else { return };
+    let tmp = tempfile::TempDir::new().unwrap();
+    for name in [
+        "01-linear-tau",
+        "02-branch",
+        "03-branch-with-summary",
+        "07-compaction",
+        "11-reset",
+        "14-custom-entries",
+    ] {
+        let golden = SessionTree::read(&dir.join(format!("{name}.jsonl"))).unwrap();
+        let written = replay(&golden, &tmp.path().join(format!("{name}.jsonl")));
+        assert_eq!(
+            written.skipped_lines, 0,
+            "{name}: every line written parses"
+        );
+        assert!(
+            written.opaque.is_empty(),
+            "{name}: every record written is an entry"
+        );
+        assert_eq!(written.header.as_ref().unwrap()["version"], 4);
+        let got = serde_json::to_value(build_session_context(&written, None)).unwrap();
+        let want = read(&dir.join(format!("{name}.context.json")));
+        assert_eq!(
+            without_entry_times(&got["messages"]),
+            without_entry_times(&want["messages"]),
+            "{name}"
+        );
+        assert_eq!(got["thinkingLevel"], want["thinkingLevel"], "{name}");
+        assert_eq!(got["model"], want["model"], "{name}");
+        // Full UUIDs, one JSON object per line.
+        for entry in &written.entries {
+            assert_eq!(entry.id.len(), 36, "{name}: {}", entry.id);
+        }
+    }
+}
+
+#[test]
+fn a_branch_without_an_append_is_saved_as_a_leaf_record() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let path = tmp.path().join("s.jsonl");
+    let mut writer = SessionWriter::create(&path, "/tmp", Durability::Entry).unwrap();
+    let first = writer
+        .append_message(&pincer_plugin_api::Message::user("one"))
+        .unwrap();
+    writer
+        .append_message(&pincer_plugin_api::Message::assistant("two"))
+        .unwrap();
+    writer.branch(&first).unwrap();
+    drop(writer);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "leaf");
+    assert_eq!(last["targetId"], first.as_str());
+    let tree = SessionTree::read(&path).unwrap();
+    assert_eq!(tree.leaf.as_deref(), Some(first.as_str()));
+    assert_eq!(build_session_context(&tree, None).messages.len(), 1);
+    // Continuing the session appends to the branch.
+    let mut writer = SessionWriter::open(&path, Durability::Entry).unwrap();
+    writer
+        .append_message(&pincer_plugin_api::Message::assistant("two, again"))
+        .unwrap();
+    drop(writer);
+    let tree = SessionTree::read(&path).unwrap();
+    let texts: Vec<String> = build_session_context(&tree, None)
+        .messages
+        .iter()
+        .map(|m| m.plain_text())
+        .collect();
+    assert_eq!(texts, ["one", "two, again"]);
+}
+
+#[test]
+fn one_writer_at_a_time_and_no_append_to_a_future_version() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let path = tmp.path().join("s.jsonl");
+    let writer = SessionWriter::create(&path, "/tmp", Durability::Entry).unwrap();
+    let second = SessionWriter::open(&path, Durability::Entry).unwrap_err();
+    assert!(
+        matches!(second, SessionWriteError::Locked { .. }),
+        "{second}"
+    );
+    assert_eq!(second.code(), "session_locked");
+    drop(writer);
+    assert!(
+        SessionWriter::open(&path, Durability::Entry).is_ok(),
+        "free once closed"
+    );
+
+    let future = tmp.path().join("future.jsonl");
+    let text = "{\"type\":\"session\",\"version\":9,\"id\":\"f\"}\n{\"type\":\"message\",\"id\":\"a\",\"parentId\":null,\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n";
+    std::fs::write(&future, text).unwrap();
+    let err = SessionWriter::open(&future, Durability::Entry).unwrap_err();
+    assert!(
+        matches!(err, SessionWriteError::FutureVersion { version: 9, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&future).unwrap(),
+        text,
+        "nothing written"
+    );
+    // Still read for what is understood.
+    assert_eq!(
+        build_session_context(&SessionTree::read(&future).unwrap(), None)
+            .messages
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_headerless_or_legacy_file_is_kept_beside_before_the_first_append() {
+    let Some(dir) = golden_dir() else { return };
+    let tmp = tempfile::TempDir::new().unwrap();
+    // Version 1: migrated in memory with fresh ids, so it is written out once as version 4.
+    let legacy = tmp.path().join("legacy.jsonl");
+    std::fs::copy(dir.join("21-legacy-v1-migrated.jsonl"), &legacy).unwrap();
+    let original = std::fs::read(&legacy).unwrap();
+    let before = serde_json::to_value(build_session_context(
+        &SessionTree::read(&legacy).unwrap(),
+        None,
+    ))
+    .unwrap();
+    let mut writer = SessionWriter::open(&legacy, Durability::Entry).unwrap();
+    writer
+        .append_message(&pincer_plugin_api::Message::user("continued"))
+        .unwrap();
+    drop(writer);
+    let aside: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("legacy.v1-")
+        })
+        .collect();
+    let listing: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(aside.len(), 1, "the original is kept beside: {listing:?}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), original, "unchanged");
+    let tree = SessionTree::read(&legacy).unwrap();
+    assert_eq!(tree.header.as_ref().unwrap()["version"], 4);
+    let after = serde_json::to_value(build_session_context(&tree, None)).unwrap();
+    let mut expected = before["messages"].as_array().unwrap().clone();
+    expected.push(serde_json::json!({"role": "user", "content": "continued"}));
+    assert_eq!(after["messages"].as_array().unwrap(), &expected);
+
+    // No header at all: backed up as <f>.corrupt-…, then written with one.
+    let headless = tmp.path().join("headless.jsonl");
+    let text = "{\"type\":\"message\",\"id\":\"a\",\"parentId\":null,\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n";
+    std::fs::write(&headless, text).unwrap();
+    let mut writer = SessionWriter::open(&headless, Durability::Entry).unwrap();
+    writer
+        .append_message(&pincer_plugin_api::Message::assistant("hello"))
+        .unwrap();
+    drop(writer);
+    let backups: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("headless.corrupt-")
+        })
+        .collect();
+    assert_eq!(backups.len(), 1);
+    assert_eq!(std::fs::read_to_string(&backups[0]).unwrap(), text);
+    let tree = SessionTree::read(&headless).unwrap();
+    assert!(tree.header.is_some());
+    let texts: Vec<String> = build_session_context(&tree, None)
+        .messages
+        .iter()
+        .map(|m| m.plain_text())
+        .collect();
+    assert_eq!(texts, ["hi", "hello"]);
+}
+
+#[test]
+fn a_writer_killed_mid_append_loses_no_acknowledged_entry() {
+    use std::io::BufRead as _;
+    let tmp = tempfile::TempDir::new().unwrap();
+    let path = tmp.path().join("crash.jsonl");
+    let mut acknowledged: Vec<String> = Vec::new();
+    for round in 0..8 {
+        if round == 4 {
+            // As a crash in the middle of a write leaves it: half a line, no newline.
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            file.write_all(b"{\"type\":\"message\",\"id\":\"torn")
+                .unwrap();
+        }
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_session-appender"))
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the helper starts");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Let it acknowledge a few entries, then kill it wherever it is (SIGKILL: no drop, no
+        // flush, possibly mid-line).
+        for _ in 0..(5 + round * 3) {
+            acknowledged.push(lines.next().expect("an ack").expect("utf-8"));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Anything acknowledged after our last read still counts.
+        acknowledged.extend(lines.map_while(Result::ok));
+
+        let tree = SessionTree::read(&path).expect("the file always loads");
+        assert!(tree.header.is_some(), "round {round}: the header survives");
+        assert!(
+            tree.skipped_lines <= 1 + usize::from(round >= 4),
+            "round {round}: only torn lines are dropped"
+        );
+        for id in &acknowledged {
+            assert!(
+                tree.get(id).is_some(),
+                "round {round}: acknowledged entry {id} is lost"
+            );
+        }
+    }
+    assert!(acknowledged.len() >= 5 * 8);
+}

@@ -1,15 +1,17 @@
 //! Conversations: reading them ([`transcript`]: OpenClaw message arrays or OpenAI chat
 //! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
 //! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
-//! engine over a conversation ([`assemble`]). The readers know nothing of engines; writing
-//! sessions and the session store come next (issue 7).
+//! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
+//! ([`writer`]). The readers know nothing of engines; the session store comes next (issue 7).
 
 pub mod assemble;
 pub mod context;
 pub mod transcript;
 pub mod tree;
+pub mod writer;
 
 pub use assemble::AssembledView;
 pub use context::{build_session_context, convert_to_llm, SessionContext};
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
+pub use writer::{Durability, SessionWriteError, SessionWriter};

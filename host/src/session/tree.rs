@@ -12,7 +12,7 @@
 //!   → `custom` with `customType: "hook"`.
 //! - Assistant and toolResult messages with string content are normalised to one text block.
 //!
-//! Writing, durability and the session store are not here yet (issue 7).
+//! Writing is [`super::writer`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -121,6 +121,8 @@ pub struct SessionTree {
     pub skipped_lines: usize,
     /// Whether the file was migrated from version 1 or 2.
     pub migrated: bool,
+    /// The version the file declared (1 when its header names none).
+    pub source_version: u64,
     index: HashMap<String, usize>,
 }
 
@@ -170,6 +172,7 @@ impl SessionTree {
             .and_then(|h| h.get("version"))
             .and_then(Value::as_u64)
             .unwrap_or(1);
+        tree.source_version = version;
         let mut records: Vec<Value> = records.collect();
         if tree.header.is_some() && version < 3 {
             migrate(&mut records);
@@ -178,7 +181,8 @@ impl SessionTree {
                 header.insert("version".into(), Value::from(3));
             }
         }
-        let mut leaf_record = None;
+        // Records in order: each entry becomes the leaf, a `leaf` record moves it.
+        let mut leaf = None;
         for record in records {
             let Value::Object(map) = record else {
                 tree.opaque.push(record);
@@ -186,22 +190,20 @@ impl SessionTree {
             };
             if map.get("type").and_then(Value::as_str) == Some("leaf") {
                 if let Some(target) = map.get("targetId") {
-                    leaf_record = Some(target.as_str().map(str::to_owned));
+                    leaf = target.as_str().map(str::to_owned);
                 }
                 continue;
             }
             match entry_of(map) {
                 Ok(entry) => {
+                    leaf = Some(entry.id.clone());
                     tree.index.insert(entry.id.clone(), tree.entries.len());
                     tree.entries.push(entry);
                 }
                 Err(map) => tree.opaque.push(Value::Object(map)),
             }
         }
-        tree.leaf = match leaf_record {
-            Some(target) => target,
-            None => tree.entries.last().map(|e| e.id.clone()),
-        };
+        tree.leaf = leaf;
         if tree.skipped_lines > 0 {
             tracing::warn!(
                 "[parseJsonlEntries] skipped {} malformed JSONL line(s) — {} valid entries were loaded",
@@ -210,6 +212,21 @@ impl SessionTree {
             );
         }
         tree
+    }
+
+    /// Adds a record just written (an entry, or an opaque record when it is not one).
+    pub(crate) fn push_record(&mut self, record: Value) {
+        let Value::Object(map) = record else {
+            self.opaque.push(record);
+            return;
+        };
+        match entry_of(map) {
+            Ok(entry) => {
+                self.index.insert(entry.id.clone(), self.entries.len());
+                self.entries.push(entry);
+            }
+            Err(map) => self.opaque.push(Value::Object(map)),
+        }
     }
 
     /// The entry `id`.

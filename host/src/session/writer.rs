@@ -1,0 +1,614 @@
+//! Writing OpenClaw session files that OpenClaw reads back: version 4, one JSON object per
+//! line, full UUID entry ids, append-only.
+//!
+//! - [`SessionWriter::create`] writes the header; [`SessionWriter::open`] continues a file.
+//! - Appends are children of the active leaf and become the leaf; [`SessionWriter::branch`]
+//!   moves the leaf and writes nothing; [`SessionWriter::save`] writes a `leaf` record when the
+//!   active leaf is not the last entry (as OpenClaw does at save time), and is called on drop.
+//! - Nothing already written is ever rewritten, with two exceptions that keep the original
+//!   beside the new file: a file without a valid header is backed up as
+//!   `<f>.corrupt-<ms>-<8hex>.jsonl` before the first write, and a version 1–2 file (migrated in
+//!   memory with fresh ids, which differ on every load) is kept as `<f>.v<N>-<ms>.jsonl` and
+//!   written out once as version 4 before anything is appended.
+//! - A file of a newer version than 4 is read for what is understood and refused for writing.
+//! - Durability ([`Durability`]): `entry` fsyncs every append, `turn` at
+//!   [`SessionWriter::commit`], `none` leaves it to the OS.
+//! - One writer per file: an exclusive advisory lock is held while the writer lives; a second
+//!   writer (in this or another process) gets [`SessionWriteError::Locked`] at once.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use pincer_plugin_api::abi::latest::Message;
+use serde_json::{json, Map, Value};
+
+use super::tree::{SessionReadError, SessionTree};
+
+/// The session file version this writer writes.
+pub const SESSION_VERSION: u64 = 4;
+
+/// When appends reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `fsync` after every append: an acknowledged entry survives a crash.
+    #[default]
+    Entry,
+    /// `fsync` at the end of a turn ([`SessionWriter::commit`]).
+    Turn,
+    /// Never `fsync`: the OS writes when it will.
+    None,
+}
+
+/// Why a session could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionWriteError {
+    /// The file could not be read first.
+    #[error(transparent)]
+    Read(#[from] SessionReadError),
+    /// An I/O error while writing.
+    #[error("cannot write session {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Another writer holds the file.
+    #[error(
+        "session {} is being written by another pincer (its lock is held): wait for it to finish, \
+         or open the session read-only",
+        path.display()
+    )]
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is of a version this pincer does not write.
+    #[error(
+        "session {} is version {version}, newer than the {SESSION_VERSION} this pincer writes: it \
+         was read, but nothing is appended to it; upgrade pincer to continue it",
+        path.display()
+    )]
+    FutureVersion {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        version: u64,
+    },
+    /// `branch` named an entry the session does not have.
+    #[error("session {} has no entry \"{id}\" to branch from", path.display())]
+    NoSuchEntry {
+        /// The file.
+        path: PathBuf,
+        /// The id.
+        id: String,
+    },
+}
+
+impl SessionWriteError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SessionWriteError::Read(e) => e.code(),
+            SessionWriteError::Io { .. } => "session_io",
+            SessionWriteError::Locked { .. } => "session_locked",
+            SessionWriteError::FutureVersion { .. } => "session_future_version",
+            SessionWriteError::NoSuchEntry { .. } => "session_no_such_entry",
+        }
+    }
+}
+
+/// An open session file, appended to.
+#[derive(Debug)]
+pub struct SessionWriter {
+    path: PathBuf,
+    file: File,
+    tree: SessionTree,
+    durability: Durability,
+    /// The last entry written or read, in file order (where a `leaf` record must point away from).
+    last_entry: Option<String>,
+}
+
+impl SessionWriter {
+    /// Creates a new session file at `path` (which must not exist) with a version-4 header.
+    ///
+    /// # Errors
+    /// I/O errors, or [`SessionWriteError::Locked`].
+    pub fn create(
+        path: &Path,
+        cwd: &str,
+        durability: Durability,
+    ) -> Result<Self, SessionWriteError> {
+        let io = |source| SessionWriteError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io)?;
+        let mut writer = SessionWriter::locked(path, file, SessionTree::default(), durability)?;
+        let header = json!({
+            "type": "session",
+            "version": SESSION_VERSION,
+            "id": uuid::Uuid::now_v7().to_string(),
+            "timestamp": iso_now(),
+            "cwd": cwd,
+        });
+        writer.write_line(&header)?;
+        writer.sync_if(Durability::Entry)?;
+        if let Value::Object(header) = header {
+            writer.tree.header = Some(header);
+        }
+        Ok(writer)
+    }
+
+    /// Opens an existing session file to append to it.
+    ///
+    /// # Errors
+    /// As [`SessionWriteError`] says: unreadable, locked, or of a future version.
+    pub fn open(path: &Path, durability: Durability) -> Result<Self, SessionWriteError> {
+        let io = |source| SessionWriteError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = OpenOptions::new().append(true).open(path).map_err(io)?;
+        // Lock before reading, so that what is read is what a concurrent writer finished.
+        let mut writer = SessionWriter::locked(path, file, SessionTree::default(), durability)?;
+        let tree = SessionTree::read(path)?;
+        let version = tree
+            .header
+            .as_ref()
+            .and_then(|h| h.get("version"))
+            .and_then(Value::as_u64);
+        match (tree.header.is_some(), version) {
+            (true, Some(v)) if v > SESSION_VERSION => {
+                return Err(SessionWriteError::FutureVersion {
+                    path: path.to_owned(),
+                    version: v,
+                })
+            }
+            (false, _) => {
+                writer.rewrite_aside(&tree, "corrupt", None)?;
+            }
+            _ if tree.migrated => {
+                let was = tree.source_version;
+                writer.rewrite_aside(&tree, &format!("v{was}"), Some(was))?;
+            }
+            _ => {}
+        }
+        // A crash can leave a torn last line without its newline: end it, so that the next
+        // entry starts a line of its own (the torn one stays one dropped line).
+        let ends_in_newline = std::fs::read(path)
+            .map(|bytes| bytes.last().is_none_or(|b| *b == b'\n'))
+            .map_err(io)?;
+        if !ends_in_newline {
+            writer.file.write_all(b"\n").map_err(io)?;
+        }
+        writer.last_entry = tree.entries.last().map(|e| e.id.clone());
+        writer.tree = tree;
+        Ok(writer)
+    }
+
+    fn locked(
+        path: &Path,
+        file: File,
+        tree: SessionTree,
+        durability: Durability,
+    ) -> Result<Self, SessionWriteError> {
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SessionWriteError::Locked {
+                    path: path.to_owned(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(SessionWriteError::Io {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        }
+        Ok(SessionWriter {
+            path: path.to_owned(),
+            file,
+            tree,
+            durability,
+            last_entry: None,
+        })
+    }
+
+    /// Keeps the original file beside as `<f>.<tag>-<ms>[-<8hex>].jsonl` and writes the tree
+    /// afresh as version 4 (header, then every entry and opaque record).
+    fn rewrite_aside(
+        &mut self,
+        tree: &SessionTree,
+        tag: &str,
+        _old_version: Option<u64>,
+    ) -> Result<(), SessionWriteError> {
+        let io = |source| SessionWriteError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let stem = self.path.with_extension("");
+        let hex = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let aside = PathBuf::from(format!("{}.{tag}-{}-{hex}.jsonl", stem.display(), now_ms()));
+        std::fs::copy(&self.path, &aside).map_err(io)?;
+        let mut header = tree.header.clone().unwrap_or_else(|| {
+            let mut h = Map::new();
+            h.insert("type".into(), "session".into());
+            h.insert("id".into(), uuid::Uuid::now_v7().to_string().into());
+            h.insert("timestamp".into(), iso_now().into());
+            h
+        });
+        header.insert("version".into(), SESSION_VERSION.into());
+        let mut text = serde_json::to_string(&Value::Object(header)).expect("json") + "\n";
+        for entry in &tree.entries {
+            text += &serde_json::to_string(&Value::Object(entry.raw.clone())).expect("json");
+            text.push('\n');
+        }
+        for record in &tree.opaque {
+            text += &serde_json::to_string(record).expect("json");
+            text.push('\n');
+        }
+        // Write the new content beside, then swap it in: the lock stays on our open handle,
+        // so reopen and re-lock the new file.
+        let fresh = PathBuf::from(format!("{}.rewrite-{hex}.tmp", stem.display()));
+        std::fs::write(&fresh, text).map_err(io)?;
+        File::open(&fresh).and_then(|f| f.sync_all()).map_err(io)?;
+        std::fs::rename(&fresh, &self.path).map_err(io)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(io)?;
+        file.try_lock().map_err(|_| SessionWriteError::Locked {
+            path: self.path.clone(),
+        })?;
+        self.file = file;
+        tracing::warn!(
+            session = %self.path.display(),
+            original = %aside.display(),
+            "session rewritten as version {SESSION_VERSION} before appending; the original is kept beside it"
+        );
+        Ok(())
+    }
+
+    /// The session as written so far.
+    pub fn tree(&self) -> &SessionTree {
+        &self.tree
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `message`; returns the new entry's id.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_message(&mut self, message: &Message) -> Result<String, SessionWriteError> {
+        self.append("message", json!({ "message": message.to_value() }))
+    }
+
+    /// Appends a `compaction` entry.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_compaction(
+        &mut self,
+        summary: &str,
+        first_kept_entry_id: &str,
+        tokens_before: u64,
+        details: Option<Value>,
+    ) -> Result<String, SessionWriteError> {
+        let mut fields = json!({
+            "summary": summary,
+            "firstKeptEntryId": first_kept_entry_id,
+            "tokensBefore": tokens_before,
+        });
+        if let Some(details) = details {
+            fields["details"] = details;
+        }
+        self.append("compaction", fields)
+    }
+
+    /// Appends a `reset` boundary (`reason`: new, reset, idle, daily, cron-stale).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_reset(
+        &mut self,
+        reason: &str,
+        first_kept_entry_id: Option<&str>,
+    ) -> Result<String, SessionWriteError> {
+        let mut fields = json!({ "reason": reason });
+        if let Some(id) = first_kept_entry_id {
+            fields["firstKeptEntryId"] = id.into();
+        }
+        self.append("reset", fields)
+    }
+
+    /// Appends a `custom_message` entry (in the model's context).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_custom_message(
+        &mut self,
+        custom_type: &str,
+        content: Value,
+        display: bool,
+        details: Option<Value>,
+    ) -> Result<String, SessionWriteError> {
+        let mut fields =
+            json!({ "customType": custom_type, "content": content, "display": display });
+        if let Some(details) = details {
+            fields["details"] = details;
+        }
+        self.append("custom_message", fields)
+    }
+
+    /// Appends a `label` for `target_id` (`None` clears it).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_label(
+        &mut self,
+        target_id: &str,
+        label: Option<&str>,
+    ) -> Result<String, SessionWriteError> {
+        let mut fields = json!({ "targetId": target_id });
+        if let Some(label) = label {
+            fields["label"] = label.into();
+        }
+        self.append("label", fields)
+    }
+
+    /// Appends `session_info` with the session's name (runs of CR/LF collapse to one space).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_session_info(&mut self, name: &str) -> Result<String, SessionWriteError> {
+        let name = name
+            .split(['\r', '\n'])
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.append("session_info", json!({ "name": name.trim() }))
+    }
+
+    /// Appends a `custom` entry (extension data, never in the model's context).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_custom(
+        &mut self,
+        custom_type: &str,
+        data: Option<Value>,
+    ) -> Result<String, SessionWriteError> {
+        let mut fields = json!({ "customType": custom_type });
+        if let Some(data) = data {
+            fields["data"] = data;
+        }
+        self.append("custom", fields)
+    }
+
+    /// Appends a `thinking_level_change`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_thinking_level_change(
+        &mut self,
+        level: &str,
+    ) -> Result<String, SessionWriteError> {
+        self.append("thinking_level_change", json!({ "thinkingLevel": level }))
+    }
+
+    /// Appends a `model_change`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_model_change(
+        &mut self,
+        provider: &str,
+        model_id: &str,
+    ) -> Result<String, SessionWriteError> {
+        self.append(
+            "model_change",
+            json!({ "provider": provider, "modelId": model_id }),
+        )
+    }
+
+    /// Moves the active leaf to `id`; the next append is its child. Writes nothing.
+    ///
+    /// # Errors
+    /// [`SessionWriteError::NoSuchEntry`].
+    pub fn branch(&mut self, id: &str) -> Result<(), SessionWriteError> {
+        if self.tree.get(id).is_none() {
+            return Err(SessionWriteError::NoSuchEntry {
+                path: self.path.clone(),
+                id: id.to_owned(),
+            });
+        }
+        self.tree.leaf = Some(id.to_owned());
+        Ok(())
+    }
+
+    /// Moves the leaf to `from` (the root when `None`) and appends a `branch_summary` there.
+    ///
+    /// # Errors
+    /// [`SessionWriteError::NoSuchEntry`] or I/O errors.
+    pub fn branch_with_summary(
+        &mut self,
+        from: Option<&str>,
+        summary: &str,
+        details: Option<Value>,
+    ) -> Result<String, SessionWriteError> {
+        match from {
+            Some(id) => self.branch(id)?,
+            None => self.tree.leaf = None,
+        }
+        let mut fields = json!({ "fromId": from.unwrap_or("root"), "summary": summary });
+        if let Some(details) = details {
+            fields["details"] = details;
+        }
+        self.append("branch_summary", fields)
+    }
+
+    /// Appends an entry of `kind` with `fields`, as a child of the active leaf.
+    fn append(&mut self, kind: &str, fields: Value) -> Result<String, SessionWriteError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut record = Map::new();
+        record.insert("type".into(), kind.into());
+        record.insert("id".into(), id.clone().into());
+        record.insert(
+            "parentId".into(),
+            self.tree.leaf.clone().map_or(Value::Null, Value::from),
+        );
+        record.insert("timestamp".into(), iso_now().into());
+        if let Value::Object(fields) = fields {
+            record.extend(fields);
+        }
+        let record = Value::Object(record);
+        self.write_line(&record)?;
+        self.sync_if(Durability::Entry)?;
+        self.tree.push_record(record);
+        self.tree.leaf = Some(id.clone());
+        self.last_entry = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Ends a turn: with `turn` durability, this is where the appends reach the disk.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn commit(&mut self) -> Result<(), SessionWriteError> {
+        self.save()?;
+        if self.durability != Durability::None {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Writes a `leaf` record when the active leaf is not the last entry.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn save(&mut self) -> Result<(), SessionWriteError> {
+        if self.tree.leaf == self.last_entry {
+            return Ok(());
+        }
+        let Some(last) = self.last_entry.clone() else {
+            return Ok(());
+        };
+        let record = json!({
+            "type": "leaf",
+            "id": uuid::Uuid::new_v4().to_string(),
+            "parentId": last,
+            "timestamp": iso_now(),
+            "targetId": self.tree.leaf,
+        });
+        self.write_line(&record)?;
+        self.sync_if(Durability::Entry)?;
+        self.last_entry = self.tree.leaf.clone();
+        Ok(())
+    }
+
+    fn write_line(&mut self, record: &Value) -> Result<(), SessionWriteError> {
+        let mut line = serde_json::to_vec(record).expect("a JSON value serializes");
+        line.push(b'\n');
+        // One write of the whole line: an append of a torn line is what a crash leaves at worst,
+        // and the reader drops it.
+        self.file
+            .write_all(&line)
+            .map_err(|source| SessionWriteError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    fn sync_if(&mut self, level: Durability) -> Result<(), SessionWriteError> {
+        if self.durability == level {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), SessionWriteError> {
+        self.file
+            .sync_data()
+            .map_err(|source| SessionWriteError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+impl Drop for SessionWriter {
+    fn drop(&mut self) {
+        if let Err(err) = self.commit() {
+            tracing::warn!(%err, "session not saved on close");
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The current time as `YYYY-MM-DDTHH:MM:SS.fffZ` (JavaScript's `toISOString`).
+pub fn iso_now() -> String {
+    iso_from_ms(now_ms())
+}
+
+/// `ms` since the Unix epoch as `toISOString` writes it.
+pub fn iso_from_ms(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let in_day = ms.rem_euclid(86_400_000);
+    // Civil date from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::tree::parse_iso_ms;
+
+    #[test]
+    fn iso_times_round_trip() {
+        for ms in [0, 1_715_803_800_000, 1_796_231_157_499, 951_782_400_000] {
+            assert_eq!(
+                parse_iso_ms(&iso_from_ms(ms)),
+                Some(ms),
+                "{}",
+                iso_from_ms(ms)
+            );
+        }
+        assert_eq!(iso_from_ms(1_715_803_800_000), "2024-05-15T20:10:00.000Z");
+    }
+}
