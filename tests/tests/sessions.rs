@@ -541,3 +541,114 @@ fn a_writer_killed_mid_append_loses_no_acknowledged_entry() {
     }
     assert!(acknowledged.len() >= 5 * 8);
 }
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI import and export
+// ---------------------------------------------------------------------------------------------
+
+/// `transcript` with every tool call's `arguments` parsed, for comparing JSON values.
+fn arguments_parsed(transcript: &[Value]) -> Vec<Value> {
+    transcript
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                for call in calls {
+                    let args = &mut call["function"]["arguments"];
+                    if let Some(text) = args.as_str() {
+                        *args = serde_json::from_str(text).unwrap();
+                    }
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+#[test]
+fn every_tau_bench_transcript_imports_exports_and_reimports_unchanged() {
+    use pincer_host::session::openai::{export_openai, import_openai};
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let tmp = tempfile::TempDir::new().unwrap();
+    let mut count = 0;
+    for (i, task) in tasks.as_array().unwrap().iter().enumerate() {
+        let traj = task["traj"].as_array().unwrap();
+        let path = tmp.path().join(format!("{i}.jsonl"));
+        drop(import_openai(traj, &path, "/srv/agent", Durability::None).unwrap());
+        let tree = SessionTree::read(&path).unwrap();
+        let exported = export_openai(&tree);
+        assert_eq!(
+            arguments_parsed(&exported),
+            arguments_parsed(traj),
+            "task {i}"
+        );
+        // The system prompt is in the session, not in the context.
+        let context = build_session_context(&tree, None);
+        assert!(
+            context.messages.iter().all(|m| m.role_name() != "system"),
+            "task {i}"
+        );
+        assert_eq!(context.messages.len(), traj.len() - 1, "task {i}");
+        // Re-import of the export gives the same session context.
+        let again = tmp.path().join(format!("{i}-again.jsonl"));
+        drop(import_openai(&exported, &again, "/srv/agent", Durability::None).unwrap());
+        let again = build_session_context(&SessionTree::read(&again).unwrap(), None);
+        assert_eq!(again.messages, context.messages, "task {i}");
+        count += 1;
+    }
+    assert_eq!(count, 150);
+}
+
+#[test]
+fn pincer_sessions_import_and_export_through_the_binary() {
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let home = tempfile::TempDir::new().unwrap();
+    let task = home.path().join("task.json");
+    std::fs::write(&task, tasks[0].to_string()).unwrap();
+    let out =
+        pincer_tests::run_pincer(home.path(), &["sessions", "import", task.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(
+        session.starts_with(
+            &home
+                .path()
+                .join("agents/main/sessions")
+                .display()
+                .to_string()
+        ),
+        "{session}"
+    );
+    let out = pincer_tests::run_pincer(
+        home.path(),
+        &["sessions", "export", &session, "--format", "openai"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        arguments_parsed(&exported),
+        arguments_parsed(tasks[0]["traj"].as_array().unwrap())
+    );
+    let out = pincer_tests::run_pincer(
+        home.path(),
+        &["sessions", "export", &session, "--format", "jsonl"],
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        std::fs::read_to_string(&session).unwrap()
+    );
+}

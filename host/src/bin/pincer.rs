@@ -108,6 +108,34 @@ enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Imports an OpenAI chat transcript (a JSON array of messages, or an object with
+    /// `messages` or `traj`, as a τ-bench task) as a new session file, and prints its path.
+    Import {
+        /// The transcript.
+        file: PathBuf,
+        /// The format of the transcript (only `openai`).
+        #[arg(long, value_name = "FORMAT", default_value = "openai")]
+        format: String,
+        /// Where to write the session (default: `$PINCER_HOME/agents/main/sessions/<id>.jsonl`).
+        #[arg(long, value_name = "PATH")]
+        out: Option<PathBuf>,
+    },
+    /// Prints a session's active path as an OpenAI chat transcript, or the file as it is.
+    Export {
+        /// The session file.
+        session: PathBuf,
+        /// `openai` or `jsonl`.
+        #[arg(long, value_name = "FORMAT", default_value = "openai")]
+        format: ExportFormat,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ExportFormat {
+    /// OpenAI chat messages (a JSON array), the system prompt first.
+    Openai,
+    /// The session file itself, as JSON lines.
+    Jsonl,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +229,12 @@ fn main() -> ExitCode {
                     json: _,
                 },
         } => session_context(&session, leaf.as_deref(), format),
+        Command::Sessions {
+            command: SessionsCommand::Import { file, format, out },
+        } => session_import(&home, &file, &format, out),
+        Command::Sessions {
+            command: SessionsCommand::Export { session, format },
+        } => session_export(&session, format),
         Command::CheckEngine { run, json } => match prepare(home, run) {
             Ok((runtime, transcript)) => {
                 let code = check_engine(&runtime, &transcript, json);
@@ -385,6 +419,92 @@ fn estimate(path: &Path) -> ExitCode {
         serde_json::to_string_pretty(&out).expect("serializes")
     );
     ExitCode::SUCCESS
+}
+
+fn session_import(home: &PincerHome, file: &Path, format: &str, out: Option<PathBuf>) -> ExitCode {
+    if format != "openai" {
+        return fail(
+            format!("unknown --format {format:?}: only \"openai\" can be imported"),
+            2,
+        );
+    }
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(err) => return fail(format!("cannot read {}: {err}", file.display()), 2),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(err) => return fail(format!("{} is not JSON: {err}", file.display()), 2),
+    };
+    let transcript = match &value {
+        serde_json::Value::Array(list) => list.clone(),
+        serde_json::Value::Object(map) => match map.get("messages").or_else(|| map.get("traj")) {
+            Some(serde_json::Value::Array(list)) => list.clone(),
+            _ => {
+                return fail(
+                    format!("{}: no \"messages\" or \"traj\" array", file.display()),
+                    2,
+                )
+            }
+        },
+        _ => {
+            return fail(
+                format!(
+                    "{}: expected an array of OpenAI chat messages",
+                    file.display()
+                ),
+                2,
+            )
+        }
+    };
+    let path = out.unwrap_or_else(|| {
+        home.root()
+            .join("agents/main/sessions")
+            .join(format!("{}.jsonl", uuid_like()))
+    });
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    match pincer_host::session::openai::import_openai(
+        &transcript,
+        &path,
+        &cwd,
+        pincer_host::session::Durability::Entry,
+    ) {
+        Ok(_) => {
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(err, 1),
+    }
+}
+
+/// A fresh session id (UUID v7, time-ordered, as OpenClaw's).
+fn uuid_like() -> String {
+    pincer_host::session::writer::new_session_id()
+}
+
+fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
+    match format {
+        ExportFormat::Jsonl => match std::fs::read_to_string(path) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(format!("cannot read {}: {err}", path.display()), 2),
+        },
+        ExportFormat::Openai => match SessionTree::read(path) {
+            Ok(tree) => {
+                let out = pincer_host::session::openai::export_openai(&tree);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&out).expect("serializes")
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(err, 2),
+        },
+    }
 }
 
 fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {

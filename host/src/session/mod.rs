@@ -2,10 +2,11 @@
 //! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
 //! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
 //! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
-//! ([`writer`]). The readers know nothing of engines; the session store comes next (issue 7).
+//! ([`writer`]); importing and exporting OpenAI chat transcripts ([`openai`]). The readers know nothing of engines; the session store comes next (issue 7).
 
 pub mod assemble;
 pub mod context;
+pub mod openai;
 pub mod transcript;
 pub mod tree;
 pub mod writer;

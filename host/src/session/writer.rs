@@ -138,7 +138,7 @@ impl SessionWriter {
         let header = json!({
             "type": "session",
             "version": SESSION_VERSION,
-            "id": uuid::Uuid::now_v7().to_string(),
+            "id": new_session_id(),
             "timestamp": iso_now(),
             "cwd": cwd,
         });
@@ -558,6 +558,11 @@ impl Drop for SessionWriter {
             tracing::warn!(%err, "session not saved on close");
         }
     }
+}
+
+/// A fresh session id: a UUID v7 (time-ordered), as OpenClaw's.
+pub fn new_session_id() -> String {
+    uuid::Uuid::now_v7().to_string()
 }
 
 fn now_ms() -> i64 {
