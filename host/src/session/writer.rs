@@ -252,7 +252,7 @@ impl SessionWriter {
         header.insert("version".into(), SESSION_VERSION.into());
         let mut text = serde_json::to_string(&Value::Object(header)).expect("json") + "\n";
         for entry in &tree.entries {
-            text += &serde_json::to_string(&Value::Object(entry.raw.clone())).expect("json");
+            text += &serde_json::to_string(&entry.to_record()).expect("json");
             text.push('\n');
         }
         for record in &tree.opaque {
