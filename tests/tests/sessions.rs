@@ -652,3 +652,84 @@ fn pincer_sessions_import_and_export_through_the_binary() {
         std::fs::read_to_string(&session).unwrap()
     );
 }
+
+#[test]
+fn sessions_are_listed_and_named_by_path_key_or_id() {
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let home = tempfile::TempDir::new().unwrap();
+    let run = |args: &[&str]| pincer_tests::run_pincer(home.path(), args);
+    let out = run(&["sessions", "list", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        serde_json::json!([])
+    );
+
+    let task = home.path().join("task0.json");
+    std::fs::write(&task, tasks[0].to_string()).unwrap();
+    let out = run(&["sessions", "import", task.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let listed: Value =
+        serde_json::from_slice(&run(&["sessions", "list", "--json"]).stdout).unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["sessionKey"], "import:task0");
+    assert_eq!(listed[0]["sessionFile"], file.as_str());
+    let id = listed[0]["sessionId"].as_str().unwrap().to_owned();
+    // The index is plain JSON, written whole.
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join("agents/main/sessions/sessions.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(index["import:task0"]["sessionId"], id.as_str());
+
+    // One argument names a session: its path, its key, or its id; all give the same context.
+    let contexts: Vec<Value> = [file.as_str(), "import:task0", id.as_str()]
+        .iter()
+        .map(|reference| {
+            let out = run(&["sessions", "context", reference]);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{reference}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice(&out.stdout).unwrap()
+        })
+        .collect();
+    assert_eq!(contexts[0], contexts[1]);
+    assert_eq!(contexts[0], contexts[2]);
+    assert_eq!(
+        contexts[0]["messages"].as_array().unwrap().len(),
+        tasks[0]["traj"].as_array().unwrap().len() - 1
+    );
+
+    let show: Value =
+        serde_json::from_slice(&run(&["sessions", "show", "import:task0"]).stdout).unwrap();
+    assert_eq!(show["header"]["version"], 4);
+    assert_eq!(show["skippedLines"], 0);
+    let tree = String::from_utf8(run(&["sessions", "tree", &id]).stdout).unwrap();
+    assert_eq!(
+        tree.lines().count(),
+        tasks[0]["traj"].as_array().unwrap().len(),
+        "one line per entry"
+    );
+    assert!(
+        tree.lines().all(|l| l.starts_with('*')),
+        "a linear session is all active path"
+    );
+
+    let out = run(&["sessions", "context", "no-such-session"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("no session \"no-such-session\" for agent \"main\""));
+}

@@ -13,7 +13,10 @@ use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::engines::request::HostInputs;
 use pincer_host::report::doctor::doctor;
 use pincer_host::report::exercise::exercise_engine;
-use pincer_host::session::{build_session_context, convert_to_llm, SessionTree, Transcript};
+use pincer_host::session::{
+    build_session_context, convert_to_llm, JsonlStore, SessionStore, SessionTree, Transcript,
+    DEFAULT_AGENT,
+};
 use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
@@ -93,11 +96,39 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum SessionsCommand {
+    /// Lists an agent's sessions (`sessionKey`, `sessionId`, `sessionFile`).
+    List {
+        /// The agent.
+        #[arg(long, value_name = "ID", default_value = "main")]
+        agent: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows a session: its header, entry count, active leaf and damaged lines.
+    Show {
+        /// A session file, session key or session id.
+        session: String,
+        /// The agent whose keys and ids are searched.
+        #[arg(long, value_name = "ID", default_value = "main")]
+        agent: String,
+    },
+    /// Prints a session's tree: every entry under its parent, the active path marked `*`.
+    Tree {
+        /// A session file, session key or session id.
+        session: String,
+        /// The agent whose keys and ids are searched.
+        #[arg(long, value_name = "ID", default_value = "main")]
+        agent: String,
+    },
     /// Prints the context a leaf of a session sees: OpenClaw's `{messages, thinkingLevel,
     /// model}` (`--format openclaw`), or the array `convertToLlm` gives (`--format llm`).
     Context {
-        /// The session file.
-        session: PathBuf,
+        /// A session file, session key or session id.
+        session: String,
+        /// The agent whose keys and ids are searched.
+        #[arg(long, value_name = "ID", default_value = "main")]
+        agent: String,
         /// The leaf entry (default: the session's active leaf).
         #[arg(long, value_name = "ENTRY")]
         leaf: Option<String>,
@@ -116,14 +147,21 @@ enum SessionsCommand {
         /// The format of the transcript (only `openai`).
         #[arg(long, value_name = "FORMAT", default_value = "openai")]
         format: String,
-        /// Where to write the session (default: `$PINCER_HOME/agents/main/sessions/<id>.jsonl`).
+        /// Where to write the session (default: `$PINCER_HOME/agents/main/sessions/<id>.jsonl`,
+        /// recorded in the index).
         #[arg(long, value_name = "PATH")]
         out: Option<PathBuf>,
+        /// The session key to record it under (default: `import:<file name>`).
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
     },
     /// Prints a session's active path as an OpenAI chat transcript, or the file as it is.
     Export {
-        /// The session file.
-        session: PathBuf,
+        /// A session file, session key or session id.
+        session: String,
+        /// The agent whose keys and ids are searched.
+        #[arg(long, value_name = "ID", default_value = "main")]
+        agent: String,
         /// `openai` or `jsonl`.
         #[arg(long, value_name = "FORMAT", default_value = "openai")]
         format: ExportFormat,
@@ -224,17 +262,50 @@ fn main() -> ExitCode {
             command:
                 SessionsCommand::Context {
                     session,
+                    agent,
                     leaf,
                     format,
                     json: _,
                 },
-        } => session_context(&session, leaf.as_deref(), format),
+        } => match resolve_session(&home, &agent, &session) {
+            Ok(path) => session_context(&path, leaf.as_deref(), format),
+            Err(code) => code,
+        },
         Command::Sessions {
-            command: SessionsCommand::Import { file, format, out },
-        } => session_import(&home, &file, &format, out),
+            command:
+                SessionsCommand::Import {
+                    file,
+                    format,
+                    out,
+                    key,
+                },
+        } => session_import(&home, &file, &format, out, key),
         Command::Sessions {
-            command: SessionsCommand::Export { session, format },
-        } => session_export(&session, format),
+            command:
+                SessionsCommand::Export {
+                    session,
+                    agent,
+                    format,
+                },
+        } => match resolve_session(&home, &agent, &session) {
+            Ok(path) => session_export(&path, format),
+            Err(code) => code,
+        },
+        Command::Sessions {
+            command: SessionsCommand::List { agent, json },
+        } => session_list(&home, &agent, json),
+        Command::Sessions {
+            command: SessionsCommand::Show { session, agent },
+        } => match resolve_session(&home, &agent, &session) {
+            Ok(path) => session_show(&path),
+            Err(code) => code,
+        },
+        Command::Sessions {
+            command: SessionsCommand::Tree { session, agent },
+        } => match resolve_session(&home, &agent, &session) {
+            Ok(path) => session_tree(&path),
+            Err(code) => code,
+        },
         Command::CheckEngine { run, json } => match prepare(home, run) {
             Ok((runtime, transcript)) => {
                 let code = check_engine(&runtime, &transcript, json);
@@ -421,7 +492,117 @@ fn estimate(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn session_import(home: &PincerHome, file: &Path, format: &str, out: Option<PathBuf>) -> ExitCode {
+fn store(home: &PincerHome) -> JsonlStore {
+    JsonlStore::new(home.root().join("agents"))
+}
+
+/// A session argument: a path, else a session key, else a session id of `agent`.
+fn resolve_session(home: &PincerHome, agent: &str, reference: &str) -> Result<PathBuf, ExitCode> {
+    if Path::new(reference).is_dir() {
+        return Err(fail(
+            format!("{reference} is a directory: name a session file (.jsonl), key or id"),
+            2,
+        ));
+    }
+    store(home)
+        .resolve(agent, reference)
+        .map(|s| s.session_file)
+        .map_err(|err| fail(err, 2))
+}
+
+fn session_list(home: &PincerHome, agent: &str, json: bool) -> ExitCode {
+    let sessions = match store(home).list(agent) {
+        Ok(s) => s,
+        Err(err) => return fail(err, 1),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&sessions).expect("serializes")
+        );
+    } else if sessions.is_empty() {
+        println!(
+            "no sessions for agent \"{agent}\" in {}",
+            store(home).sessions_dir(agent).display()
+        );
+    } else {
+        for s in &sessions {
+            println!(
+                "{:<28} {}  {}",
+                s.session_key.as_deref().unwrap_or("-"),
+                s.session_id,
+                s.session_file.display()
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn session_show(path: &Path) -> ExitCode {
+    let tree = match SessionTree::read(path) {
+        Ok(t) => t,
+        Err(err) => return fail(err, 2),
+    };
+    let out = serde_json::json!({
+        "sessionFile": path,
+        "header": tree.header,
+        "entries": tree.entries.len(),
+        "opaqueRecords": tree.opaque.len(),
+        "skippedLines": tree.skipped_lines,
+        "leafId": tree.leaf,
+        "contextMessages": build_session_context(&tree, None).messages.len(),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).expect("serializes")
+    );
+    ExitCode::SUCCESS
+}
+
+fn session_tree(path: &Path) -> ExitCode {
+    use pincer_host::session::tree::Entry;
+    let tree = match SessionTree::read(path) {
+        Ok(t) => t,
+        Err(err) => return fail(err, 2),
+    };
+    let active: std::collections::HashSet<&str> =
+        tree.path(None).iter().map(|e| e.id.as_str()).collect();
+    let mut children: std::collections::HashMap<Option<&str>, Vec<&Entry>> =
+        std::collections::HashMap::new();
+    for entry in &tree.entries {
+        let parent = entry.parent_id.as_deref().filter(|p| tree.get(p).is_some());
+        children.entry(parent).or_default().push(entry);
+    }
+    let mut stack: Vec<(&Entry, usize)> = children
+        .get(&None)
+        .map(|roots| roots.iter().rev().map(|e| (*e, 0)).collect())
+        .unwrap_or_default();
+    while let Some((entry, depth)) = stack.pop() {
+        let kind = entry
+            .raw
+            .get("type")
+            .and_then(|t| t.as_str())
+            .unwrap_or("?");
+        let mark = if active.contains(entry.id.as_str()) {
+            "*"
+        } else {
+            " "
+        };
+        println!("{mark} {}{} {kind}", "  ".repeat(depth), entry.id);
+        if let Some(kids) = children.get(&Some(entry.id.as_str())) {
+            stack.extend(kids.iter().rev().map(|e| (*e, depth + 1)));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn session_import(
+    home: &PincerHome,
+    file: &Path,
+    format: &str,
+    out: Option<PathBuf>,
+    key: Option<String>,
+) -> ExitCode {
     if format != "openai" {
         return fail(
             format!("unknown --format {format:?}: only \"openai\" can be imported"),
@@ -457,10 +638,11 @@ fn session_import(home: &PincerHome, file: &Path, format: &str, out: Option<Path
             )
         }
     };
+    let session_id = uuid_like();
     let path = out.unwrap_or_else(|| {
-        home.root()
-            .join("agents/main/sessions")
-            .join(format!("{}.jsonl", uuid_like()))
+        store(home)
+            .sessions_dir(DEFAULT_AGENT)
+            .join(format!("{session_id}.jsonl"))
     });
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
@@ -471,7 +653,23 @@ fn session_import(home: &PincerHome, file: &Path, format: &str, out: Option<Path
         &cwd,
         pincer_host::session::Durability::Entry,
     ) {
-        Ok(_) => {
+        Ok(writer) => {
+            drop(writer);
+            let key = key.unwrap_or_else(|| {
+                format!(
+                    "import:{}",
+                    file.file_stem()
+                        .map(|s| s.to_string_lossy())
+                        .unwrap_or_default()
+                )
+            });
+            let id = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or(session_id);
+            if let Err(err) = store(home).register(DEFAULT_AGENT, &key, &id, &path) {
+                return fail(err, 1);
+            }
             println!("{}", path.display());
             ExitCode::SUCCESS
         }

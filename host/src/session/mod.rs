@@ -2,17 +2,21 @@
 //! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
 //! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
 //! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
-//! ([`writer`]); importing and exporting OpenAI chat transcripts ([`openai`]). The readers know nothing of engines; the session store comes next (issue 7).
+//! ([`writer`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
+//! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index). The
+//! readers know nothing of engines.
 
 pub mod assemble;
 pub mod context;
 pub mod openai;
+pub mod store;
 pub mod transcript;
 pub mod tree;
 pub mod writer;
 
 pub use assemble::AssembledView;
 pub use context::{build_session_context, convert_to_llm, SessionContext};
+pub use store::{JsonlStore, SessionStore, SessionSummary, StoreError, DEFAULT_AGENT};
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
 pub use writer::{Durability, SessionWriteError, SessionWriter};

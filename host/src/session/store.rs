@@ -1,0 +1,309 @@
+//! Where sessions live: the [`SessionStore`] seam and its embedded default, [`JsonlStore`] —
+//! `$PINCER_HOME/agents/<agentId>/sessions/<sessionId>.jsonl`, with the index `sessions.json`
+//! (sessionKey → sessionId, file, update time) written atomically (temp file + rename), as
+//! OpenClaw lays them out.
+//!
+//! A command names a session by one argument, resolved as a path, else a session key of the
+//! agent, else a session id ([`SessionStore::resolve`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::tree::SessionTree;
+use super::writer::{new_session_id, Durability, SessionWriteError, SessionWriter};
+
+/// The agent a command means when it names none.
+pub const DEFAULT_AGENT: &str = "main";
+
+/// One session, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    /// The session key (`None` for a file the index does not name).
+    pub session_key: Option<String>,
+    /// The session id (the file's stem).
+    pub session_id: String,
+    /// The file.
+    pub session_file: PathBuf,
+    /// When the index last saw it written, ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<i64>,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Nothing matched the reference.
+    #[error(
+        "no session \"{reference}\" for agent \"{agent}\": give a session file's path, a session \
+         key or a session id (`pincer sessions list` shows them)"
+    )]
+    NotFound {
+        /// The agent.
+        agent: String,
+        /// What was asked for.
+        reference: String,
+    },
+    /// The index is not valid JSON of the expected shape.
+    #[error("the session index {} is damaged: {message}; fix or remove it (the session files are intact)", path.display())]
+    BadIndex {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// An I/O error.
+    #[error("session store I/O on {}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Writing a session failed.
+    #[error(transparent)]
+    Write(#[from] SessionWriteError),
+}
+
+impl StoreError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "session_not_found",
+            StoreError::BadIndex { .. } => "session_index_damaged",
+            StoreError::Io { .. } => "session_store_io",
+            StoreError::Write(e) => e.code(),
+        }
+    }
+}
+
+/// Where sessions are kept. The JSONL store is the embedded default; a database backend (a fleet
+/// of gateways sharing sessions) implements the same operations.
+pub trait SessionStore {
+    /// The sessions of `agent`, by session key, then unindexed files, each sorted.
+    ///
+    /// # Errors
+    /// I/O errors or a damaged index.
+    fn list(&self, agent: &str) -> Result<Vec<SessionSummary>, StoreError>;
+
+    /// The session `reference` names: a path, else a session key, else a session id.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`].
+    fn resolve(&self, agent: &str, reference: &str) -> Result<SessionSummary, StoreError>;
+
+    /// Reads a session.
+    ///
+    /// # Errors
+    /// I/O errors.
+    fn read(&self, session: &SessionSummary) -> Result<SessionTree, StoreError>;
+
+    /// Creates a new, empty session under `session_key` and records it in the index.
+    ///
+    /// # Errors
+    /// I/O errors.
+    fn create(
+        &self,
+        agent: &str,
+        session_key: &str,
+        cwd: &str,
+        durability: Durability,
+    ) -> Result<(SessionSummary, SessionWriter), StoreError>;
+}
+
+/// The on-disk index entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IndexEntry {
+    session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    updated_at: Option<i64>,
+}
+
+/// Sessions as JSONL files under `<root>/<agent>/sessions/`.
+#[derive(Debug, Clone)]
+pub struct JsonlStore {
+    root: PathBuf,
+}
+
+impl JsonlStore {
+    /// A store rooted at `agents_dir` (`$PINCER_HOME/agents`).
+    pub fn new(agents_dir: PathBuf) -> Self {
+        JsonlStore { root: agents_dir }
+    }
+
+    /// The folder of `agent`'s sessions.
+    pub fn sessions_dir(&self, agent: &str) -> PathBuf {
+        self.root.join(agent).join("sessions")
+    }
+
+    fn index_path(&self, agent: &str) -> PathBuf {
+        self.sessions_dir(agent).join("sessions.json")
+    }
+
+    fn read_index(&self, agent: &str) -> Result<BTreeMap<String, IndexEntry>, StoreError> {
+        let path = self.index_path(agent);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| StoreError::BadIndex {
+                path,
+                message: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+            Err(source) => Err(StoreError::Io { path, source }),
+        }
+    }
+
+    /// Writes the index atomically: a temp file beside it, synced, renamed over it.
+    fn write_index(
+        &self,
+        agent: &str,
+        index: &BTreeMap<String, IndexEntry>,
+    ) -> Result<(), StoreError> {
+        let path = self.index_path(agent);
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        let text = serde_json::to_string_pretty(index).expect("the index serializes") + "\n";
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+
+    fn summary(&self, agent: &str, key: Option<&str>, entry: &IndexEntry) -> SessionSummary {
+        SessionSummary {
+            session_key: key.map(str::to_owned),
+            session_id: entry.session_id.clone(),
+            session_file: entry.session_file.clone().unwrap_or_else(|| {
+                self.sessions_dir(agent)
+                    .join(format!("{}.jsonl", entry.session_id))
+            }),
+            updated_at: entry.updated_at,
+        }
+    }
+
+    /// Records `session_file` under `session_key` (an import, or a session written elsewhere).
+    ///
+    /// # Errors
+    /// I/O errors or a damaged index.
+    pub fn register(
+        &self,
+        agent: &str,
+        session_key: &str,
+        session_id: &str,
+        session_file: &Path,
+    ) -> Result<SessionSummary, StoreError> {
+        let mut index = self.read_index(agent)?;
+        let entry = IndexEntry {
+            session_id: session_id.to_owned(),
+            session_file: (session_file
+                != self.sessions_dir(agent).join(format!("{session_id}.jsonl")))
+            .then(|| session_file.to_owned()),
+            updated_at: Some(now_ms()),
+        };
+        let summary = self.summary(agent, Some(session_key), &entry);
+        index.insert(session_key.to_owned(), entry);
+        self.write_index(agent, &index)?;
+        Ok(summary)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl SessionStore for JsonlStore {
+    fn list(&self, agent: &str) -> Result<Vec<SessionSummary>, StoreError> {
+        let index = self.read_index(agent)?;
+        let mut out: Vec<SessionSummary> = index
+            .iter()
+            .map(|(key, entry)| self.summary(agent, Some(key), entry))
+            .collect();
+        let dir = self.sessions_dir(agent);
+        let mut unindexed = Vec::new();
+        match std::fs::read_dir(&dir) {
+            Ok(entries) => {
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    let is_session = path.extension().is_some_and(|e| e == "jsonl")
+                        // Originals kept beside (`<f>.corrupt-…`, `<f>.v1-…`) are not sessions.
+                        && path
+                            .file_stem()
+                            .is_some_and(|s| !s.to_string_lossy().contains('.'));
+                    if is_session && !out.iter().any(|s| s.session_file == path) {
+                        unindexed.push(SessionSummary {
+                            session_key: None,
+                            session_id: path
+                                .file_stem()
+                                .map(|s| s.to_string_lossy().into_owned())
+                                .unwrap_or_default(),
+                            session_file: path,
+                            updated_at: None,
+                        });
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(StoreError::Io { path: dir, source }),
+        }
+        unindexed.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        out.extend(unindexed);
+        Ok(out)
+    }
+
+    fn resolve(&self, agent: &str, reference: &str) -> Result<SessionSummary, StoreError> {
+        let path = Path::new(reference);
+        if path.is_file() {
+            let listed = self.list(agent).unwrap_or_default();
+            return Ok(listed
+                .into_iter()
+                .find(|s| s.session_file == path)
+                .unwrap_or_else(|| SessionSummary {
+                    session_key: None,
+                    session_id: path
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    session_file: path.to_owned(),
+                    updated_at: None,
+                }));
+        }
+        let listed = self.list(agent)?;
+        listed
+            .iter()
+            .find(|s| s.session_key.as_deref() == Some(reference))
+            .or_else(|| listed.iter().find(|s| s.session_id == reference))
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound {
+                agent: agent.to_owned(),
+                reference: reference.to_owned(),
+            })
+    }
+
+    fn read(&self, session: &SessionSummary) -> Result<SessionTree, StoreError> {
+        Ok(SessionTree::read(&session.session_file).map_err(SessionWriteError::from)?)
+    }
+
+    fn create(
+        &self,
+        agent: &str,
+        session_key: &str,
+        cwd: &str,
+        durability: Durability,
+    ) -> Result<(SessionSummary, SessionWriter), StoreError> {
+        let session_id = new_session_id();
+        let file = self.sessions_dir(agent).join(format!("{session_id}.jsonl"));
+        let writer = SessionWriter::create(&file, cwd, durability)?;
+        let summary = self.register(agent, session_key, &session_id, &file)?;
+        Ok((summary, writer))
+    }
+}
