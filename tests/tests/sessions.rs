@@ -733,3 +733,30 @@ fn sessions_are_listed_and_named_by_path_key_or_id() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("no session \"no-such-session\" for agent \"main\""));
 }
+
+#[test]
+fn concurrent_index_updates_all_land() {
+    use pincer_host::session::{JsonlStore, SessionStore};
+    let home = tempfile::TempDir::new().unwrap();
+    let store = JsonlStore::new(home.path().join("agents"));
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let store = &store;
+            scope.spawn(move || {
+                for i in 0..10 {
+                    let (_, writer) = store
+                        .create("main", &format!("key-{t}-{i}"), "/tmp", Durability::None)
+                        .unwrap();
+                    drop(writer);
+                }
+            });
+        }
+    });
+    let listed = store.list("main").unwrap();
+    assert_eq!(
+        listed.iter().filter(|s| s.session_key.is_some()).count(),
+        80,
+        "no update lost"
+    );
+    assert_eq!(listed.len(), 80, "every file is indexed");
+}

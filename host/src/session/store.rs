@@ -1,7 +1,7 @@
 //! Where sessions live: the [`SessionStore`] seam and its embedded default, [`JsonlStore`] —
 //! `$PINCER_HOME/agents/<agentId>/sessions/<sessionId>.jsonl`, with the index `sessions.json`
 //! (sessionKey → sessionId, file, update time) written atomically (temp file + rename), as
-//! OpenClaw lays them out.
+//! OpenClaw lays them out. Index updates are serialised by `sessions.json.lock`.
 //!
 //! A command names a session by one argument, resolved as a path, else a session key of the
 //! agent, else a session id ([`SessionStore::resolve`]).
@@ -145,6 +145,25 @@ impl JsonlStore {
         self.sessions_dir(agent).join("sessions.json")
     }
 
+    /// Holds `sessions.json.lock` exclusively until dropped (waiting for another holder).
+    fn lock_index(&self, agent: &str) -> Result<std::fs::File, StoreError> {
+        let dir = self.sessions_dir(agent);
+        let path = dir.join("sessions.json.lock");
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        file.lock().map_err(io)?;
+        Ok(file)
+    }
+
     fn read_index(&self, agent: &str) -> Result<BTreeMap<String, IndexEntry>, StoreError> {
         let path = self.index_path(agent);
         match std::fs::read_to_string(&path) {
@@ -200,6 +219,8 @@ impl JsonlStore {
         session_id: &str,
         session_file: &Path,
     ) -> Result<SessionSummary, StoreError> {
+        // Read-modify-write under a lock, so that two processes registering at once both land.
+        let _lock = self.lock_index(agent)?;
         let mut index = self.read_index(agent)?;
         let entry = IndexEntry {
             session_id: session_id.to_owned(),
