@@ -347,6 +347,16 @@ fn written_sessions_read_back_to_openclaws_contexts() {
     }
 }
 
+/// The plain texts of the active context of the session at `path`.
+fn context_texts(path: &Path) -> Vec<String> {
+    let tree = SessionTree::read(path).unwrap();
+    build_session_context(&tree, None)
+        .messages
+        .iter()
+        .map(|m| m.plain_text())
+        .collect()
+}
+
 #[test]
 fn a_branch_without_an_append_is_saved_as_a_leaf_record() {
     let tmp = tempfile::TempDir::new().unwrap();
@@ -373,12 +383,7 @@ fn a_branch_without_an_append_is_saved_as_a_leaf_record() {
         .append_message(&pincer_plugin_api::Message::assistant("two, again"))
         .unwrap();
     drop(writer);
-    let tree = SessionTree::read(&path).unwrap();
-    let texts: Vec<String> = build_session_context(&tree, None)
-        .messages
-        .iter()
-        .map(|m| m.plain_text())
-        .collect();
+    let texts = context_texts(&path);
     assert_eq!(texts, ["one", "two, again"]);
 }
 
@@ -483,14 +488,8 @@ fn a_headerless_or_legacy_file_is_kept_beside_before_the_first_append() {
         .collect();
     assert_eq!(backups.len(), 1);
     assert_eq!(std::fs::read_to_string(&backups[0]).unwrap(), text);
-    let tree = SessionTree::read(&headless).unwrap();
-    assert!(tree.header.is_some());
-    let texts: Vec<String> = build_session_context(&tree, None)
-        .messages
-        .iter()
-        .map(|m| m.plain_text())
-        .collect();
-    assert_eq!(texts, ["hi", "hello"]);
+    assert!(SessionTree::read(&headless).unwrap().header.is_some());
+    assert_eq!(context_texts(&headless), ["hi", "hello"]);
 }
 
 #[test]
