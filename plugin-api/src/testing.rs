@@ -478,20 +478,20 @@ impl TestEngine {
             model: ROption::RNone,
             host: self.host_params(&abort),
         };
-        let result = self.engine.assemble(&params).into_result()?;
+        let result = crate::AssembleResult(self.engine.assemble(&params).into_result()?);
         let mut messages = Vec::new();
         let mut kept_indices = Vec::new();
-        for item in result.items.iter() {
+        for item in result.items() {
             match item {
-                abi::AssembledItem::Input { start, end } => {
-                    let end = (*end as usize).min(conversation.len());
-                    for index in (*start as usize).min(end)..end {
+                crate::ContextItem::Kept(range) => {
+                    let end = range.end.min(conversation.len());
+                    for index in range.start.min(end)..end {
                         messages.push(conversation.messages[index].clone());
                         kept_indices.push(Some(index));
                     }
                 }
-                abi::AssembledItem::New(message) => {
-                    messages.push((**message).clone());
+                crate::ContextItem::New(message) => {
+                    messages.push(message.clone());
                     kept_indices.push(None);
                 }
             }
@@ -499,12 +499,9 @@ impl TestEngine {
         Ok(Assembled {
             messages,
             kept_indices,
-            estimated_tokens: result.estimated_tokens.into_option(),
-            system_prompt_addition: result
-                .system_prompt_addition
-                .into_option()
-                .map(|s| s.into_string()),
-            may_overflow: result.prompt_authority == abi::PromptAuthority::PreassemblyMayOverflow,
+            estimated_tokens: result.estimated_tokens(),
+            system_prompt_addition: result.system_prompt_addition().map(str::to_owned),
+            may_overflow: result.0.prompt_authority == abi::PromptAuthority::PreassemblyMayOverflow,
         })
     }
 

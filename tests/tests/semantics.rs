@@ -488,14 +488,13 @@ fn every_host_param(
     }
 }
 
-#[test]
-fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
-    let t = transcript();
-    // Undeclared: everything passes.
+/// What faulty's `assemble` reports of the host parameters it received, configured with
+/// `config` and given every host parameter.
+fn host_params_seen(config: serde_json::Value) -> String {
     let home = TempDir::new().unwrap();
-    let runtime = faulty(&home, json!({}), json!({}));
+    let runtime = faulty(&home, config, json!({}));
     let resolved = runtime.resolve().unwrap();
-    let view = t
+    let view = transcript()
         .assemble_with(
             &resolved.engine,
             "s",
@@ -503,80 +502,37 @@ fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
             every_host_param(&runtime, &resolved),
         )
         .unwrap();
-    assert_eq!(
-        view.result.system_prompt_addition.as_ref().map(|s| s.to_string()).into_option().unwrap(),
-        "faulty engine was here; host params: sessionKey,prompt,runtimeSettings,sessionTarget,runtimeContext,promptCache,abortSignal"
-    );
-    // `runtimeContext.promptCache` goes wherever `runtimeContext` goes.
-    let home = TempDir::new().unwrap();
-    let runtime = faulty(
-        &home,
-        json!({ "acceptedHostParams": ["runtimeContext"] }),
-        json!({}),
-    );
-    let resolved = runtime.resolve().unwrap();
-    let view = t
-        .assemble_with(
-            &resolved.engine,
-            "s",
-            None,
-            every_host_param(&runtime, &resolved),
-        )
-        .unwrap();
-    assert_eq!(
-        view.result
-            .system_prompt_addition
-            .as_ref()
-            .map(|s| s.to_string())
-            .into_option()
-            .unwrap(),
-        "faulty engine was here; host params: runtimeContext,promptCache"
-    );
-    // Declared: only the listed ones (abortSignal stripped too).
-    let home = TempDir::new().unwrap();
-    let runtime = faulty(
-        &home,
-        json!({ "acceptedHostParams": ["sessionKey", "runtimeSettings"] }),
-        json!({}),
-    );
-    let resolved = runtime.resolve().unwrap();
-    let view = t
-        .assemble_with(
-            &resolved.engine,
-            "s",
-            None,
-            every_host_param(&runtime, &resolved),
-        )
-        .unwrap();
-    assert_eq!(
-        view.result
-            .system_prompt_addition
-            .as_ref()
-            .map(|s| s.to_string())
-            .into_option()
-            .unwrap(),
-        "faulty engine was here; host params: sessionKey,runtimeSettings"
-    );
-    // `[]` strips every host param — except compact's abort signal, which is always passed.
-    let home = TempDir::new().unwrap();
-    let runtime = faulty(&home, json!({ "acceptedHostParams": [] }), json!({}));
-    let resolved = runtime.resolve().unwrap();
-    let view = t
-        .assemble_with(
-            &resolved.engine,
-            "s",
-            None,
-            every_host_param(&runtime, &resolved),
-        )
-        .unwrap();
-    assert!(view
-        .result
+    view.result
         .system_prompt_addition
         .as_ref()
         .map(|s| s.to_string())
         .into_option()
         .unwrap()
-        .ends_with("host params: "));
+}
+
+#[test]
+fn undeclared_engines_receive_every_host_param_declared_ones_only_theirs() {
+    let t = transcript();
+    // Undeclared: everything passes.
+    assert_eq!(
+        host_params_seen(json!({})),
+        "faulty engine was here; host params: sessionKey,prompt,runtimeSettings,sessionTarget,runtimeContext,promptCache,abortSignal"
+    );
+    // `runtimeContext.promptCache` goes wherever `runtimeContext` goes.
+    assert_eq!(
+        host_params_seen(json!({ "acceptedHostParams": ["runtimeContext"] })),
+        "faulty engine was here; host params: runtimeContext,promptCache"
+    );
+    // Declared: only the listed ones (abortSignal stripped too).
+    assert_eq!(
+        host_params_seen(json!({ "acceptedHostParams": ["sessionKey", "runtimeSettings"] })),
+        "faulty engine was here; host params: sessionKey,runtimeSettings"
+    );
+    // `[]` strips every host param — except compact's abort signal, which is always passed.
+    assert!(host_params_seen(json!({ "acceptedHostParams": [] })).ends_with("host params: "));
+    let home = TempDir::new().unwrap();
+    let runtime = faulty(&home, json!({ "acceptedHostParams": [] }), json!({}));
+    let resolved = runtime.resolve().unwrap();
     let compact = resolved
         .engine
         .compact(

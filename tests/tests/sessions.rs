@@ -426,6 +426,15 @@ fn one_writer_at_a_time_and_no_append_to_a_future_version() {
     );
 }
 
+/// The files of `dir` whose names start with `prefix`.
+fn files_starting_with(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect()
+}
+
 #[test]
 fn a_headerless_or_legacy_file_is_kept_beside_before_the_first_append() {
     let Some(dir) = golden_dir() else { return };
@@ -444,21 +453,8 @@ fn a_headerless_or_legacy_file_is_kept_beside_before_the_first_append() {
         .append_message(&pincer_plugin_api::Message::user("continued"))
         .unwrap();
     drop(writer);
-    let aside: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("legacy.v1-")
-        })
-        .collect();
-    let listing: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(aside.len(), 1, "the original is kept beside: {listing:?}");
+    let aside = files_starting_with(tmp.path(), "legacy.v1-");
+    assert_eq!(aside.len(), 1, "the original is kept beside: {aside:?}");
     assert_eq!(std::fs::read(&aside[0]).unwrap(), original, "unchanged");
     let tree = SessionTree::read(&legacy).unwrap();
     assert_eq!(tree.header.as_ref().unwrap()["version"], 4);
@@ -476,16 +472,7 @@ fn a_headerless_or_legacy_file_is_kept_beside_before_the_first_append() {
         .append_message(&pincer_plugin_api::Message::assistant("hello"))
         .unwrap();
     drop(writer);
-    let backups: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("headless.corrupt-")
-        })
-        .collect();
+    let backups = files_starting_with(tmp.path(), "headless.corrupt-");
     assert_eq!(backups.len(), 1);
     assert_eq!(std::fs::read_to_string(&backups[0]).unwrap(), text);
     assert!(SessionTree::read(&headless).unwrap().header.is_some());

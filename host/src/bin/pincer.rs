@@ -638,7 +638,7 @@ fn session_import(
             )
         }
     };
-    let session_id = uuid_like();
+    let session_id = pincer_host::session::writer::new_session_id();
     let path = out.unwrap_or_else(|| {
         store(home)
             .sessions_dir(DEFAULT_AGENT)
@@ -677,11 +677,6 @@ fn session_import(
     }
 }
 
-/// A fresh session id (UUID v7, time-ordered, as OpenClaw's).
-fn uuid_like() -> String {
-    pincer_host::session::writer::new_session_id()
-}
-
 fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
     match format {
         ExportFormat::Jsonl => match std::fs::read_to_string(path) {
@@ -706,15 +701,6 @@ fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
 }
 
 fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {
-    if path.is_dir() {
-        return fail(
-            format!(
-                "{} is a directory: name a session file (.jsonl)",
-                path.display()
-            ),
-            2,
-        );
-    }
     let tree = match SessionTree::read(path) {
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),

@@ -147,7 +147,7 @@ impl LoadError {
 }
 
 /// The library's own manifest, in host memory.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LibraryFacts {
     /// Plugin id.
@@ -160,6 +160,32 @@ pub struct LibraryFacts {
     pub engine_ids: Vec<String>,
     /// Built with `panic = "unwind"`.
     pub panic_unwind: bool,
+}
+
+impl LibraryFacts {
+    /// One line: id, version, api, engines, panic strategy.
+    fn describe(&self) -> String {
+        format!(
+            "{} {} (api {}, engines {:?}, panic unwind {})",
+            self.plugin_id,
+            self.plugin_version,
+            self.api_version,
+            self.engine_ids,
+            self.panic_unwind
+        )
+    }
+}
+
+impl From<&EmbeddedManifest> for LibraryFacts {
+    fn from(manifest: &EmbeddedManifest) -> Self {
+        LibraryFacts {
+            plugin_id: manifest.plugin_id.clone(),
+            plugin_version: manifest.plugin_version.clone(),
+            api_version: manifest.api_version.clone(),
+            engine_ids: manifest.engine_ids.clone(),
+            panic_unwind: manifest.panic_unwind,
+        }
+    }
 }
 
 /// A plugin library that passed every check.
@@ -388,54 +414,15 @@ impl Loader {
             panic_unwind: lib.panic_unwind,
         };
         drop(lib);
-        if facts.plugin_id != embedded.plugin_id
-            || facts.plugin_version != embedded.plugin_version
-            || facts.api_version != embedded.api_version
-            || facts.engine_ids != embedded.engine_ids
-            || facts.panic_unwind != embedded.panic_unwind
-        {
-            // The bytes said one thing and the running code another: tampering, or a
-            // hand-made library. Either way it is not what was verified.
+        // The id, version, API major and `panic = "unwind"` were checked against the sidecar
+        // before `dlopen` (step 4); what the loaded code says must be what its bytes said.
+        let expected = LibraryFacts::from(&embedded);
+        if facts != expected {
+            // Tampering, or a hand-made library: either way not what was verified.
             return Err(LoadError::LoadedManifestDiffers {
                 path: source,
-                embedded: format!(
-                    "{} {} (api {}, engines {:?}, panic unwind {})",
-                    embedded.plugin_id,
-                    embedded.plugin_version,
-                    embedded.api_version,
-                    embedded.engine_ids,
-                    embedded.panic_unwind
-                ),
-                loaded: format!(
-                    "{} {} (api {}, engines {:?}, panic unwind {})",
-                    facts.plugin_id,
-                    facts.plugin_version,
-                    facts.api_version,
-                    facts.engine_ids,
-                    facts.panic_unwind
-                ),
-            });
-        }
-        let manifest_path = manifest.dir.join(MANIFEST_FILE_NAME);
-        let mismatch = |field, sidecar: String, library: String| LoadError::ManifestMismatch {
-            field,
-            sidecar,
-            library,
-            manifest: manifest_path.clone(),
-        };
-        if facts.plugin_id != manifest.id {
-            return Err(mismatch("id", manifest.id.clone(), facts.plugin_id));
-        }
-        if facts.plugin_version != manifest.version.to_string() {
-            return Err(mismatch(
-                "version",
-                manifest.version.to_string(),
-                facts.plugin_version,
-            ));
-        }
-        if !facts.panic_unwind {
-            return Err(LoadError::PanicAbort {
-                plugin_id: manifest.id,
+                embedded: expected.describe(),
+                loaded: facts.describe(),
             });
         }
         Ok(Arc::new(LoadedLibrary {

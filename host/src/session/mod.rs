@@ -10,6 +10,7 @@ pub mod assemble;
 pub mod context;
 pub mod openai;
 pub mod store;
+pub mod time;
 pub mod transcript;
 pub mod tree;
 pub mod writer;

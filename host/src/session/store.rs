@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::time::now_ms;
 use super::tree::SessionTree;
 use super::writer::{new_session_id, Durability, SessionWriteError, SessionWriter};
 
@@ -30,6 +31,21 @@ pub struct SessionSummary {
     /// When the index last saw it written, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<i64>,
+}
+
+impl SessionSummary {
+    /// A session file the index does not name: its id is the file's stem.
+    fn unindexed(session_file: PathBuf) -> Self {
+        SessionSummary {
+            session_key: None,
+            session_id: session_file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            session_file,
+            updated_at: None,
+        }
+    }
 }
 
 /// Why a store operation failed.
@@ -236,12 +252,6 @@ impl JsonlStore {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 impl SessionStore for JsonlStore {
     fn list(&self, agent: &str) -> Result<Vec<SessionSummary>, StoreError> {
         let index = self.read_index(agent)?;
@@ -261,15 +271,7 @@ impl SessionStore for JsonlStore {
                             .file_stem()
                             .is_some_and(|s| !s.to_string_lossy().contains('.'));
                     if is_session && !out.iter().any(|s| s.session_file == path) {
-                        unindexed.push(SessionSummary {
-                            session_key: None,
-                            session_id: path
-                                .file_stem()
-                                .map(|s| s.to_string_lossy().into_owned())
-                                .unwrap_or_default(),
-                            session_file: path,
-                            updated_at: None,
-                        });
+                        unindexed.push(SessionSummary::unindexed(path));
                     }
                 }
             }
@@ -288,15 +290,7 @@ impl SessionStore for JsonlStore {
             return Ok(listed
                 .into_iter()
                 .find(|s| s.session_file == path)
-                .unwrap_or_else(|| SessionSummary {
-                    session_key: None,
-                    session_id: path
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    session_file: path.to_owned(),
-                    updated_at: None,
-                }));
+                .unwrap_or_else(|| SessionSummary::unindexed(path.to_owned())));
         }
         let listed = self.list(agent)?;
         listed

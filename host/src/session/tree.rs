@@ -112,7 +112,7 @@ impl Entry {
         self.raw
             .get("timestamp")
             .and_then(Value::as_str)
-            .and_then(parse_iso_ms)
+            .and_then(super::time::parse_iso_ms)
     }
 }
 
@@ -133,6 +133,8 @@ pub struct SessionTree {
     pub migrated: bool,
     /// The version the file declared (1 when its header names none).
     pub source_version: u64,
+    /// Whether the text read ended with a newline (else its last line may be torn).
+    pub ends_with_newline: bool,
     index: HashMap<String, usize>,
 }
 
@@ -156,6 +158,7 @@ impl SessionTree {
         let valid_records = records.len();
         let mut tree = SessionTree {
             skipped_lines: skipped,
+            ends_with_newline: text.is_empty() || text.ends_with('\n'),
             ..SessionTree::default()
         };
         let mut records = records.into_iter().peekable();
@@ -194,13 +197,8 @@ impl SessionTree {
                 }
                 continue;
             }
-            match entry_of(map) {
-                Ok(entry) => {
-                    leaf = Some(entry.id.clone());
-                    tree.index.insert(entry.id.clone(), tree.entries.len());
-                    tree.entries.push(entry);
-                }
-                Err(map) => tree.opaque.push(Value::Object(map)),
+            if let Some(id) = tree.push_record(Value::Object(map)) {
+                leaf = Some(id);
             }
         }
         tree.leaf = leaf;
@@ -214,18 +212,23 @@ impl SessionTree {
         tree
     }
 
-    /// Adds a record just written (an entry, or an opaque record when it is not one).
-    pub(crate) fn push_record(&mut self, record: Value) {
+    /// Adds a record (an entry, or an opaque record when it is not one); the entry's id.
+    pub(crate) fn push_record(&mut self, record: Value) -> Option<String> {
         let Value::Object(map) = record else {
             self.opaque.push(record);
-            return;
+            return None;
         };
         match entry_of(map) {
             Ok(entry) => {
-                self.index.insert(entry.id.clone(), self.entries.len());
+                let id = entry.id.clone();
+                self.index.insert(id.clone(), self.entries.len());
                 self.entries.push(entry);
+                Some(id)
             }
-            Err(map) => self.opaque.push(Value::Object(map)),
+            Err(map) => {
+                self.opaque.push(Value::Object(map));
+                None
+            }
         }
     }
 
@@ -396,56 +399,9 @@ fn migrate(records: &mut [Value]) {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.fff]Z` → ms since the Unix epoch (what `Date.parse` gives for the ISO
-/// strings OpenClaw writes).
-pub fn parse_iso_ms(text: &str) -> Option<i64> {
-    let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !text.ends_with('Z') {
-        return None;
-    }
-    let num = |s: &str| s.parse::<i64>().ok();
-    let (year, month, day) = (num(&text[0..4])?, num(&text[5..7])?, num(&text[8..10])?);
-    let (hour, minute, second) = (
-        num(&text[11..13])?,
-        num(&text[14..16])?,
-        num(&text[17..19])?,
-    );
-    let millis = match &text[19..text.len() - 1] {
-        "" => 0,
-        fraction => {
-            let digits = fraction.strip_prefix('.')?;
-            let padded = format!("{digits:0<3}");
-            num(&padded[..3])?
-        }
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn iso_times_read_as_javascript_reads_them() {
-        assert_eq!(
-            parse_iso_ms("2024-05-15T20:10:00.000Z"),
-            Some(1_715_803_800_000)
-        );
-        assert_eq!(parse_iso_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            parse_iso_ms("2026-12-02T17:05:57.499Z"),
-            Some(1_796_231_157_499)
-        );
-        assert_eq!(parse_iso_ms("yesterday"), None);
-    }
 
     #[test]
     fn a_large_file_parsed_on_two_threads_keeps_its_order() {

@@ -19,11 +19,11 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use pincer_plugin_api::abi::latest::Message;
 use serde_json::{json, Map, Value};
 
+use super::time::{iso_now, now_ms};
 use super::tree::{SessionReadError, SessionTree};
 
 /// The session file version this writer writes.
@@ -186,10 +186,7 @@ impl SessionWriter {
         }
         // A crash can leave a torn last line without its newline: end it, so that the next
         // entry starts a line of its own (the torn one stays one dropped line).
-        let ends_in_newline = std::fs::read(path)
-            .map(|bytes| bytes.last().is_none_or(|b| *b == b'\n'))
-            .map_err(io)?;
-        if !ends_in_newline {
+        if !tree.ends_with_newline {
             writer.file.write_all(b"\n").map_err(io)?;
         }
         writer.last_entry = tree.entries.last().map(|e| e.id.clone());
@@ -480,7 +477,7 @@ impl SessionWriter {
         let record = Value::Object(record);
         self.write_line(&record)?;
         self.sync_if(Durability::Entry)?;
-        self.tree.push_record(record);
+        let _ = self.tree.push_record(record);
         self.tree.leaf = Some(id.clone());
         self.last_entry = Some(id.clone());
         Ok(id)
@@ -563,57 +560,4 @@ impl Drop for SessionWriter {
 /// A fresh session id: a UUID v7 (time-ordered), as OpenClaw's.
 pub fn new_session_id() -> String {
     uuid::Uuid::now_v7().to_string()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The current time as `YYYY-MM-DDTHH:MM:SS.fffZ` (JavaScript's `toISOString`).
-pub fn iso_now() -> String {
-    iso_from_ms(now_ms())
-}
-
-/// `ms` since the Unix epoch as `toISOString` writes it.
-pub fn iso_from_ms(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let in_day = ms.rem_euclid(86_400_000);
-    // Civil date from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1000 % 60,
-        in_day % 1000
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::session::tree::parse_iso_ms;
-
-    #[test]
-    fn iso_times_round_trip() {
-        for ms in [0, 1_715_803_800_000, 1_796_231_157_499, 951_782_400_000] {
-            assert_eq!(
-                parse_iso_ms(&iso_from_ms(ms)),
-                Some(ms),
-                "{}",
-                iso_from_ms(ms)
-            );
-        }
-        assert_eq!(iso_from_ms(1_715_803_800_000), "2024-05-15T20:10:00.000Z");
-    }
 }

@@ -53,14 +53,20 @@ thread_local! {
     static LAST_PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    let text = if let Some(s) = payload.downcast_ref::<&str>() {
+/// A panic payload's text.
+fn payload_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
         s.clone()
     } else {
         "(non-string panic payload)".to_owned()
-    };
+    }
+}
+
+/// A caught panic's text with the location the hook recorded for it.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let text = payload_text(payload);
     match LAST_PANIC_LOCATION.with(|l| l.borrow_mut().take()) {
         Some(location) => format!("{text} (at {location})"),
         None => text,
@@ -86,12 +92,7 @@ fn install_panic_hook() {
             } else {
                 // Not lost, whatever thread it happened on (an engine's own thread has no
                 // `guard` to report it): the host's log gets it, with its location.
-                let payload = info.payload();
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "(non-string panic payload)".to_owned());
+                let message = payload_text(info.payload());
                 tracing::error!(
                     target: "pincer::plugin::panic",
                     location = location.as_deref().unwrap_or("unknown"),

@@ -6,6 +6,7 @@
 //! methods. Tests drive engines through [`crate::testing`], never by building these by hand.
 
 use crate::abi::v1 as abi;
+use crate::abi::v1::message::opt_text;
 use crate::abi::v1::{ReasonCode, RuntimeMode, SelectionSource};
 use crate::abi::{ROption, RStr};
 use crate::{AbortSignal, CompactionTarget, EngineError, EntryId, Message};
@@ -69,13 +70,6 @@ impl<'a> ToolNames<'a> {
     }
 }
 
-fn opt_string(value: &ROption<crate::abi::RString>) -> Option<&str> {
-    match value {
-        ROption::RSome(s) => Some(s.as_str()),
-        ROption::RNone => None,
-    }
-}
-
 /// `runtimeSettings` (schema version 1, §7): what the host says about the run this call
 /// serves. Read through the accessors; [`RuntimeSettings::to_json`] gives the exact JSON.
 #[derive(Clone, Copy, Debug)]
@@ -96,31 +90,31 @@ impl<'a> RuntimeSettings<'a> {
     }
     /// `runtime.harnessId`.
     pub fn harness_id(&self) -> Option<&'a str> {
-        opt_string(&self.0.runtime.harness_id)
+        opt_text(&self.0.runtime.harness_id)
     }
     /// `runtime.runtimeId`.
     pub fn runtime_id(&self) -> Option<&'a str> {
-        opt_string(&self.0.runtime.runtime_id)
+        opt_text(&self.0.runtime.runtime_id)
     }
     /// `model.requested`.
     pub fn requested_model(&self) -> Option<&'a str> {
-        opt_string(&self.0.model.requested)
+        opt_text(&self.0.model.requested)
     }
     /// `model.resolved`.
     pub fn resolved_model(&self) -> Option<&'a str> {
-        opt_string(&self.0.model.resolved)
+        opt_text(&self.0.model.resolved)
     }
     /// `model.provider`.
     pub fn model_provider(&self) -> Option<&'a str> {
-        opt_string(&self.0.model.provider)
+        opt_text(&self.0.model.provider)
     }
     /// `model.family`.
     pub fn model_family(&self) -> Option<&'a str> {
-        opt_string(&self.0.model.family)
+        opt_text(&self.0.model.family)
     }
     /// `contextEngineSelection.selectedId`.
     pub fn selected_engine_id(&self) -> Option<&'a str> {
-        opt_string(&self.0.context_engine_selection.selected_id)
+        opt_text(&self.0.context_engine_selection.selected_id)
     }
     /// `contextEngineSelection.source`.
     pub fn selection_source(&self) -> SelectionSource {
@@ -128,11 +122,11 @@ impl<'a> RuntimeSettings<'a> {
     }
     /// `executionHost.id`.
     pub fn execution_host_id(&self) -> Option<&'a str> {
-        opt_string(&self.0.execution_host.id)
+        opt_text(&self.0.execution_host.id)
     }
     /// `executionHost.label`.
     pub fn execution_host_label(&self) -> Option<&'a str> {
-        opt_string(&self.0.execution_host.label)
+        opt_text(&self.0.execution_host.label)
     }
     /// `limits.promptTokenBudget`.
     pub fn prompt_token_budget(&self) -> Option<u64> {

@@ -3,6 +3,7 @@
 //! them into the ABI types; the engine id comes from [`crate::Engine::ID`] alone.
 
 use crate::abi::v1 as abi;
+use crate::abi::v1::message::opt_text;
 use crate::abi::{ROption, RString, RVec};
 use crate::{HostOperation, TurnMaintenanceMode};
 
@@ -132,7 +133,7 @@ impl EngineInfo {
     /// The author-side info of what the host read (the id and optional methods are not part
     /// of it: see [`crate::testing::TestEngine`]).
     pub(crate) fn from_abi(info: &abi::EngineInfo) -> Self {
-        let text = |s: &ROption<RString>| s.as_ref().map(|s| s.to_string()).into_option();
+        let text = |s: &ROption<RString>| opt_text(s).map(str::to_owned);
         EngineInfo {
             name: info.name.to_string(),
             version: info.version.to_string(),
@@ -336,13 +337,13 @@ impl CompactResult {
 
     /// Why, or why not.
     pub fn reason(&self) -> Option<&str> {
-        self.0.reason.as_ref().map(|s| s.as_str()).into_option()
+        opt_text(&self.0.reason)
     }
 
     /// The summary, when one was made.
     pub fn summary(&self) -> Option<&str> {
         match &self.0.result {
-            ROption::RSome(d) => d.summary.as_ref().map(|s| s.as_str()).into_option(),
+            ROption::RSome(d) => opt_text(&d.summary),
             ROption::RNone => None,
         }
     }

@@ -843,15 +843,6 @@ impl Message {
     /// Stores `value` in `slot` if it fits exactly; false leaves it for extra.
     fn set_slot(&mut self, slot: Slot, value: &Value) -> bool {
         let string = || value.as_str().map(|s| ROption::RSome(RString::from(s)));
-        fn meta(m: &mut Message) -> &mut AssistantMeta {
-            if m.assistant.is_none() {
-                m.assistant = ROption::RSome(RBox::new(AssistantMeta::default()));
-            }
-            match &mut m.assistant {
-                ROption::RSome(meta) => meta,
-                ROption::RNone => unreachable!(),
-            }
-        }
         match slot {
             Slot::Key => string().map(|s| self.key = s).is_some(),
             Slot::Text2 => string().map(|s| self.text2 = s).is_some(),
@@ -870,16 +861,18 @@ impl Message {
                 self.text2 = ROption::RSome(RString::from(value.to_string()));
                 true
             }
-            Slot::Api => string().map(|s| meta(self).api = s).is_some(),
-            Slot::Provider => string().map(|s| meta(self).provider = s).is_some(),
-            Slot::Model => string().map(|s| meta(self).model = s).is_some(),
-            Slot::StopReason => string().map(|s| meta(self).stop_reason = s).is_some(),
-            Slot::ErrorMessage => string().map(|s| meta(self).error_message = s).is_some(),
+            Slot::Api => string().map(|s| self.meta_mut().api = s).is_some(),
+            Slot::Provider => string().map(|s| self.meta_mut().provider = s).is_some(),
+            Slot::Model => string().map(|s| self.meta_mut().model = s).is_some(),
+            Slot::StopReason => string().map(|s| self.meta_mut().stop_reason = s).is_some(),
+            Slot::ErrorMessage => string()
+                .map(|s| self.meta_mut().error_message = s)
+                .is_some(),
             Slot::Usage => match serde_json::from_value::<Usage>(value.clone()) {
                 // Typed only when writing it back gives the same value (integers stay
                 // integers, every key present).
                 Ok(usage) if serde_json::to_value(usage).ok().as_ref() == Some(value) => {
-                    meta(self).usage = ROption::RSome(usage);
+                    self.meta_mut().usage = ROption::RSome(usage);
                     true
                 }
                 _ => false,
@@ -1009,9 +1002,7 @@ impl Message {
     /// The `summary` of a compaction or branch summary.
     pub fn summary(&self) -> Option<&str> {
         match self.role {
-            Role::CompactionSummary | Role::BranchSummary => {
-                self.text2.as_ref().map(|s| s.as_str()).into_option()
-            }
+            Role::CompactionSummary | Role::BranchSummary => opt_text(&self.text2),
             _ => None,
         }
     }
@@ -1038,20 +1029,17 @@ impl Message {
 
     /// An assistant message's `api`.
     pub fn api(&self) -> Option<&str> {
-        self.meta()
-            .and_then(|m| m.api.as_ref().map(|s| s.as_str()).into_option())
+        self.meta().and_then(|m| opt_text(&m.api))
     }
 
     /// An assistant message's `provider`.
     pub fn provider(&self) -> Option<&str> {
-        self.meta()
-            .and_then(|m| m.provider.as_ref().map(|s| s.as_str()).into_option())
+        self.meta().and_then(|m| opt_text(&m.provider))
     }
 
     /// An assistant message's `model`.
     pub fn model(&self) -> Option<&str> {
-        self.meta()
-            .and_then(|m| m.model.as_ref().map(|s| s.as_str()).into_option())
+        self.meta().and_then(|m| opt_text(&m.model))
     }
 
     /// An assistant message's `usage`.
@@ -1061,14 +1049,12 @@ impl Message {
 
     /// An assistant message's `stopReason` (`stop`, `toolUse`, `error`, …).
     pub fn stop_reason(&self) -> Option<&str> {
-        self.meta()
-            .and_then(|m| m.stop_reason.as_ref().map(|s| s.as_str()).into_option())
+        self.meta().and_then(|m| opt_text(&m.stop_reason))
     }
 
     /// An assistant message's `errorMessage`.
     pub fn error_message(&self) -> Option<&str> {
-        self.meta()
-            .and_then(|m| m.error_message.as_ref().map(|s| s.as_str()).into_option())
+        self.meta().and_then(|m| opt_text(&m.error_message))
     }
 
     /// The value of a key this version does not model (or whose value had another type than
@@ -1077,20 +1063,27 @@ impl Message {
         extra_map(&self.extra).remove(key)
     }
 
+    /// The assistant metadata, created empty if the message has none yet.
+    fn meta_mut(&mut self) -> &mut AssistantMeta {
+        if self.assistant.is_none() {
+            self.assistant = ROption::RSome(RBox::new(AssistantMeta::default()));
+        }
+        match &mut self.assistant {
+            ROption::RSome(meta) => meta,
+            ROption::RNone => unreachable!("set above"),
+        }
+    }
+
     fn meta(&self) -> Option<&AssistantMeta> {
         self.assistant.as_ref().map(|b| &**b).into_option()
     }
 
     fn key_for(&self, role: Role) -> Option<&str> {
-        (self.role == role)
-            .then(|| self.key.as_ref().map(|s| s.as_str()).into_option())
-            .flatten()
+        (self.role == role).then(|| opt_text(&self.key)).flatten()
     }
 
     fn text2_for(&self, role: Role) -> Option<&str> {
-        (self.role == role)
-            .then(|| self.text2.as_ref().map(|s| s.as_str()).into_option())
-            .flatten()
+        (self.role == role).then(|| opt_text(&self.text2)).flatten()
     }
 
     // -- setters the host needs for imports and repairs -----------------------------------
@@ -1111,11 +1104,10 @@ impl Message {
     pub fn with_model(mut self, api: &str, provider: &str, model: &str) -> Self {
         if self.role == Role::Assistant {
             self.forget_extra(&["api", "provider", "model"]);
-            let mut meta = self.meta().cloned().unwrap_or_default();
+            let meta = self.meta_mut();
             meta.api = ROption::RSome(api.into());
             meta.provider = ROption::RSome(provider.into());
             meta.model = ROption::RSome(model.into());
-            self.assistant = ROption::RSome(RBox::new(meta));
         }
         self
     }
@@ -1124,10 +1116,9 @@ impl Message {
     pub fn with_usage(mut self, usage: Usage, stop_reason: &str) -> Self {
         if self.role == Role::Assistant {
             self.forget_extra(&["usage", "stopReason"]);
-            let mut meta = self.meta().cloned().unwrap_or_default();
+            let meta = self.meta_mut();
             meta.usage = ROption::RSome(usage);
             meta.stop_reason = ROption::RSome(stop_reason.into());
-            self.assistant = ROption::RSome(RBox::new(meta));
         }
         self
     }
@@ -1198,9 +1189,7 @@ impl Message {
         slot: Slot,
     ) -> Result<(), M::Error> {
         let meta = self.meta();
-        fn text(s: &ROption<RString>) -> Option<&str> {
-            s.as_ref().map(|s| s.as_str()).into_option()
-        }
+        let text = opt_text;
         match slot {
             Slot::Key => opt_entry(map, key, text(&self.key)),
             Slot::Text2 => opt_entry(map, key, text(&self.text2)),
@@ -1249,6 +1238,14 @@ fn exact_i64(value: &Value) -> Option<i64> {
     match value {
         Value::Number(n) if n.is_i64() || n.is_u64() => n.as_i64(),
         _ => None,
+    }
+}
+
+/// An optional FFI string as `Option<&str>`.
+pub(crate) fn opt_text(value: &ROption<RString>) -> Option<&str> {
+    match value {
+        ROption::RSome(s) => Some(s.as_str()),
+        ROption::RNone => None,
     }
 }
 
