@@ -229,8 +229,8 @@ fn replay(golden: &SessionTree, path: &Path) -> SessionTree {
         if let Some(parent) = entry.parent_id.as_deref() {
             writer.branch(&ids[parent]).unwrap();
         }
-        let raw = &entry.raw;
-        let new_id = match &entry.kind {
+        let raw = &entry.record();
+        let new_id = match &entry.kind() {
             EntryKind::Message(message) => writer.append_message(message),
             EntryKind::Compaction {
                 summary,

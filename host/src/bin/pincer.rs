@@ -578,11 +578,7 @@ fn session_tree(path: &Path) -> ExitCode {
         .map(|roots| roots.iter().rev().map(|e| (*e, 0)).collect())
         .unwrap_or_default();
     while let Some((entry, depth)) = stack.pop() {
-        let kind = entry
-            .raw
-            .get("type")
-            .and_then(|t| t.as_str())
-            .unwrap_or("?");
+        let kind = entry.entry_type.as_str();
         let mark = if active.contains(entry.id.as_str()) {
             "*"
         } else {

@@ -7,7 +7,7 @@ use pincer_plugin_api::abi::latest::{Message, Role};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::tree::{Entry, EntryKind, SessionTree};
+use super::tree::{Entry, EntryKind, EntryType, SessionTree};
 
 /// What OpenClaw's `buildSessionContext` returns: `{messages, thinkingLevel, model}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -36,47 +36,54 @@ const BRANCH_PREFIX: &str =
 const BRANCH_SUFFIX: &str = "</summary>";
 
 /// The context of `leaf` (the active leaf when `None`).
+///
+/// Only the entries that give the context are parsed: the last thinking-level change, the last
+/// model change or assistant message, the boundary, and the messages after it (on both cores
+/// when there are many).
 pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionContext {
     let path = tree.path(leaf);
-    let mut thinking_level = "off".to_owned();
-    let mut model = None;
-    for entry in &path {
-        match &entry.kind {
-            EntryKind::ThinkingLevelChange(level) => thinking_level = level.clone(),
+    // The last of each on the path wins: search from the leaf back.
+    let thinking_level = path
+        .iter()
+        .rev()
+        .find(|e| e.entry_type == EntryType::ThinkingLevelChange)
+        .and_then(|e| match e.kind() {
+            EntryKind::ThinkingLevelChange(level) => Some(level),
+            _ => None,
+        })
+        .unwrap_or_else(|| "off".to_owned());
+    let model = path
+        .iter()
+        .rev()
+        .find(|e| {
+            matches!(
+                e.entry_type,
+                EntryType::ModelChange | EntryType::Message(Role::Assistant)
+            )
+        })
+        .and_then(|e| match e.kind() {
             EntryKind::ModelChange { provider, model_id } => {
-                model = Some(json!({"provider": provider, "modelId": model_id}));
+                Some(json!({"provider": provider, "modelId": model_id}))
             }
-            EntryKind::Message(message) if message.role() == Role::Assistant => {
-                model = Some(json!({
-                    "provider": message.provider(),
-                    "modelId": message.model(),
-                }));
-            }
-            _ => {}
-        }
-    }
-    let boundary = path.iter().rposition(|e| {
-        matches!(
-            e.kind,
-            EntryKind::Compaction { .. } | EntryKind::Reset { .. }
-        )
-    });
+            EntryKind::Message(message) => Some(json!({
+                "provider": message.provider(),
+                "modelId": message.model(),
+            })),
+            _ => None,
+        });
+    let boundary = path
+        .iter()
+        .rposition(|e| matches!(e.entry_type, EntryType::Compaction | EntryType::Reset));
     let mut messages: Vec<(String, Message)> = Vec::new();
-    let from = |entries: &[&Entry]| -> Vec<(String, Message)> {
-        entries
-            .iter()
-            .filter_map(|e| message_of(e).map(|m| (e.id.clone(), m)))
-            .collect()
-    };
     match boundary {
-        None => messages.extend(from(&path)),
+        None => messages.extend(messages_of(&path)),
         Some(b) => {
-            let kept_from = |first: &Option<String>| {
+            let kept_from = |first: Option<String>| {
                 first
                     .as_deref()
                     .and_then(|id| path[..b].iter().position(|e| e.id == id))
             };
-            match &path[b].kind {
+            match path[b].kind() {
                 EntryKind::Compaction {
                     summary,
                     first_kept_entry_id,
@@ -84,8 +91,8 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
                 } => {
                     let mut summary_message = Map::new();
                     summary_message.insert("role".into(), "compactionSummary".into());
-                    summary_message.insert("summary".into(), summary.clone().into());
-                    summary_message.insert("tokensBefore".into(), tokens_before.clone());
+                    summary_message.insert("summary".into(), summary.into());
+                    summary_message.insert("tokensBefore".into(), tokens_before);
                     if let Some(ms) = path[b].timestamp_ms() {
                         summary_message.insert("timestamp".into(), ms.into());
                     }
@@ -93,7 +100,7 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
                         messages.push((path[b].id.clone(), m));
                     }
                     if let Some(k) = kept_from(first_kept_entry_id) {
-                        messages.extend(from(&path[k..b]));
+                        messages.extend(messages_of(&path[k..b]));
                     }
                 }
                 EntryKind::Reset {
@@ -105,7 +112,7 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
                 }
                 _ => unreachable!("the boundary is a compaction or a reset"),
             }
-            messages.extend(from(&path[b + 1..]));
+            messages.extend(messages_of(&path[b + 1..]));
         }
     }
     let (entry_ids, messages) = messages.into_iter().unzip();
@@ -117,40 +124,65 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
     }
 }
 
+/// The messages `entries` yield in the context, with their entry ids; parsed on two threads
+/// when there are many.
+fn messages_of(entries: &[&Entry]) -> Vec<(String, Message)> {
+    fn parse(entries: &[&Entry]) -> Vec<(String, Message)> {
+        entries
+            .iter()
+            .filter_map(|e| message_of(e).map(|m| (e.id.clone(), m)))
+            .collect()
+    }
+    const PARALLEL_FROM: usize = 2_000;
+    if entries.len() < PARALLEL_FROM {
+        return parse(entries);
+    }
+    let (first, second) = entries.split_at(entries.len() / 2);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| parse(second));
+        let mut mine = parse(first);
+        // A panic there is a bug here; parse again on this thread rather than lose messages.
+        mine.extend(other.join().unwrap_or_else(|_| parse(second)));
+        mine
+    })
+}
+
 /// The kept range of a reset: user and assistant messages, and the tool results whose call is
 /// kept too.
 fn reset_replay(range: &[&Entry]) -> Vec<(String, Message)> {
-    let kept: Vec<(&str, &Message)> = range
+    let kept: Vec<(&str, Message)> = range
         .iter()
-        .filter_map(|e| match &e.kind {
-            EntryKind::Message(m)
-                if !m.is_excluded_from_context()
-                    && matches!(m.role(), Role::User | Role::Assistant | Role::ToolResult) =>
-            {
-                Some((e.id.as_str(), m))
-            }
-            _ => None,
+        .filter(|e| {
+            matches!(
+                e.entry_type,
+                EntryType::Message(Role::User | Role::Assistant | Role::ToolResult)
+            )
         })
+        .filter_map(|e| e.message().map(|m| (e.id.as_str(), m)))
+        .filter(|(_, m)| !m.is_excluded_from_context())
         .collect();
-    let calls: std::collections::HashSet<&str> =
-        kept.iter().flat_map(|(_, m)| m.tool_call_ids()).collect();
+    let calls: std::collections::HashSet<String> = kept
+        .iter()
+        .flat_map(|(_, m)| m.tool_call_ids().map(str::to_owned))
+        .collect();
     kept.into_iter()
         .filter(|(_, m)| {
             m.role() != Role::ToolResult || m.tool_result_id().is_some_and(|id| calls.contains(id))
         })
-        .map(|(id, m)| (id.to_owned(), m.clone()))
+        .map(|(id, m)| (id.to_owned(), m))
         .collect()
 }
 
 /// The message an entry yields in the context, if any.
 fn message_of(entry: &Entry) -> Option<Message> {
-    match &entry.kind {
-        EntryKind::Message(message) if !message.is_excluded_from_context() => Some(message.clone()),
-        EntryKind::CustomMessage => {
+    match entry.entry_type {
+        EntryType::Message(_) => entry.message().filter(|m| !m.is_excluded_from_context()),
+        EntryType::CustomMessage => {
+            let record = entry.record();
             let mut m = Map::new();
             m.insert("role".into(), "custom".into());
             for key in ["customType", "content", "display", "details"] {
-                if let Some(value) = entry.raw.get(key) {
+                if let Some(value) = record.get(key) {
                     m.insert(key.into(), value.clone());
                 }
             }
@@ -159,11 +191,17 @@ fn message_of(entry: &Entry) -> Option<Message> {
             }
             Message::from_value(Value::Object(m)).ok()
         }
-        EntryKind::BranchSummary { from_id, summary } if !summary.is_empty() => {
+        EntryType::BranchSummary => {
+            let EntryKind::BranchSummary { from_id, summary } = entry.kind() else {
+                return None;
+            };
+            if summary.is_empty() {
+                return None;
+            }
             let mut m = Map::new();
             m.insert("role".into(), "branchSummary".into());
-            m.insert("summary".into(), summary.clone().into());
-            m.insert("fromId".into(), from_id.clone());
+            m.insert("summary".into(), summary.into());
+            m.insert("fromId".into(), from_id);
             if let Some(ms) = entry.timestamp_ms() {
                 m.insert("timestamp".into(), ms.into());
             }

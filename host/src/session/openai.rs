@@ -15,7 +15,7 @@ use pincer_plugin_api::abi::latest::{Message, Role};
 use pincer_plugin_api::interop::openai_chat_to_openclaw;
 use serde_json::{json, Value};
 
-use super::tree::{EntryKind, SessionTree};
+use super::tree::{EntryType, SessionTree};
 use super::writer::{Durability, SessionWriteError, SessionWriter};
 
 /// The `customType` of the entry that keeps an imported system prompt.
@@ -87,20 +87,24 @@ impl ImportError {
 pub fn export_openai(tree: &SessionTree) -> Vec<Value> {
     let mut out = Vec::new();
     for entry in tree.path(None) {
-        match &entry.kind {
-            EntryKind::Other
-                if entry.raw.get("customType").and_then(Value::as_str)
-                    == Some(SYSTEM_PROMPT_TYPE) =>
-            {
-                let content = entry
-                    .raw
+        match entry.entry_type {
+            EntryType::Custom => {
+                let record = entry.record();
+                if record.get("customType").and_then(Value::as_str) != Some(SYSTEM_PROMPT_TYPE) {
+                    continue;
+                }
+                let content = record
                     .get("data")
                     .and_then(|d| d.get("content"))
                     .cloned()
                     .unwrap_or(Value::Null);
                 out.push(json!({ "role": "system", "content": content }));
             }
-            EntryKind::Message(message) => out.extend(message_to_openai(message)),
+            EntryType::Message(_) => {
+                if let Some(message) = entry.message() {
+                    out.extend(message_to_openai(&message));
+                }
+            }
             _ => {}
         }
     }

@@ -248,12 +248,14 @@ impl SessionWriter {
         });
         header.insert("version".into(), SESSION_VERSION.into());
         let mut text = serde_json::to_string(&Value::Object(header)).expect("json") + "\n";
-        for entry in &tree.entries {
-            text += &serde_json::to_string(&entry.to_record()).expect("json");
-            text.push('\n');
-        }
-        for record in &tree.opaque {
-            text += &serde_json::to_string(record).expect("json");
+        // Every record as read (a migrated one as migrated), in the order read.
+        for line in tree
+            .entries
+            .iter()
+            .map(|e| e.text())
+            .chain(tree.opaque.iter().map(|r| r.as_str()))
+        {
+            text += line;
             text.push('\n');
         }
         // Write the new content beside, then swap it in: the lock stays on our open handle,
@@ -474,10 +476,9 @@ impl SessionWriter {
         if let Value::Object(fields) = fields {
             record.extend(fields);
         }
-        let record = Value::Object(record);
-        self.write_line(&record)?;
+        let line = self.write_line(&Value::Object(record))?;
         self.sync_if(Durability::Entry)?;
-        let _ = self.tree.push_record(record);
+        let _ = self.tree.push_line(line);
         self.tree.leaf = Some(id.clone());
         self.last_entry = Some(id.clone());
         Ok(id)
@@ -519,17 +520,20 @@ impl SessionWriter {
         Ok(())
     }
 
-    fn write_line(&mut self, record: &Value) -> Result<(), SessionWriteError> {
-        let mut line = serde_json::to_vec(record).expect("a JSON value serializes");
-        line.push(b'\n');
+    /// Writes `record` as one line; the line, without its newline.
+    fn write_line(&mut self, record: &Value) -> Result<String, SessionWriteError> {
+        let mut line = serde_json::to_string(record).expect("a JSON value serializes");
+        line.push('\n');
         // One write of the whole line: an append of a torn line is what a crash leaves at worst,
         // and the reader drops it.
         self.file
-            .write_all(&line)
+            .write_all(line.as_bytes())
             .map_err(|source| SessionWriteError::Io {
                 path: self.path.clone(),
                 source,
-            })
+            })?;
+        line.pop();
+        Ok(line)
     }
 
     fn sync_if(&mut self, level: Durability) -> Result<(), SessionWriteError> {
