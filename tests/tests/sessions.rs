@@ -174,7 +174,7 @@ fn a_session_context_carries_its_entry_ids_beside_the_messages() {
     let transcript = pincer_host::session::Transcript::from_session(&tree);
     let ids = transcript.entry_ids();
     assert_eq!(ids.len(), transcript.messages().len());
-    let path: Vec<&str> = tree.path(None).iter().map(|e| e.id.as_str()).collect();
+    let path: Vec<&str> = tree.path(None).iter().map(|e| e.id()).collect();
     for (id, message) in ids.iter().zip(transcript.messages()) {
         let id = id.as_str().expect("every context message has an entry");
         assert!(path.contains(&id), "{id} lies on the active path");
@@ -226,7 +226,7 @@ fn replay(golden: &SessionTree, path: &Path) -> SessionTree {
             .map(|id| ids.get(id).cloned().unwrap_or_else(|| id.to_owned()))
     };
     for entry in &golden.entries {
-        if let Some(parent) = entry.parent_id.as_deref() {
+        if let Some(parent) = entry.parent_id() {
             writer.branch(&ids[parent]).unwrap();
         }
         let raw = &entry.record();
@@ -274,7 +274,7 @@ fn replay(golden: &SessionTree, path: &Path) -> SessionTree {
             },
         }
         .unwrap();
-        ids.insert(entry.id.clone(), new_id);
+        ids.insert(entry.id().to_owned(), new_id);
     }
     if let Some(leaf) = &golden.leaf {
         writer.branch(&ids[leaf]).unwrap();
@@ -342,7 +342,7 @@ fn written_sessions_read_back_to_openclaws_contexts() {
         assert_eq!(got["model"], want["model"], "{name}");
         // Full UUIDs, one JSON object per line.
         for entry in &written.entries {
-            assert_eq!(entry.id.len(), 36, "{name}: {}", entry.id);
+            assert_eq!(entry.id().len(), 36, "{name}: {}", entry.id());
         }
     }
 }

@@ -565,12 +565,11 @@ fn session_tree(path: &Path) -> ExitCode {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
-    let active: std::collections::HashSet<&str> =
-        tree.path(None).iter().map(|e| e.id.as_str()).collect();
+    let active: std::collections::HashSet<&str> = tree.path(None).iter().map(|e| e.id()).collect();
     let mut children: std::collections::HashMap<Option<&str>, Vec<&Entry>> =
         std::collections::HashMap::new();
     for entry in &tree.entries {
-        let parent = entry.parent_id.as_deref().filter(|p| tree.get(p).is_some());
+        let parent = entry.parent_id().filter(|p| tree.get(p).is_some());
         children.entry(parent).or_default().push(entry);
     }
     let mut stack: Vec<(&Entry, usize)> = children
@@ -579,13 +578,13 @@ fn session_tree(path: &Path) -> ExitCode {
         .unwrap_or_default();
     while let Some((entry, depth)) = stack.pop() {
         let kind = entry.entry_type.as_str();
-        let mark = if active.contains(entry.id.as_str()) {
+        let mark = if active.contains(entry.id()) {
             "*"
         } else {
             " "
         };
-        println!("{mark} {}{} {kind}", "  ".repeat(depth), entry.id);
-        if let Some(kids) = children.get(&Some(entry.id.as_str())) {
+        println!("{mark} {}{} {kind}", "  ".repeat(depth), entry.id());
+        if let Some(kids) = children.get(&Some(entry.id())) {
             stack.extend(kids.iter().rev().map(|e| (*e, depth + 1)));
         }
     }

@@ -81,7 +81,7 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
             let kept_from = |first: Option<String>| {
                 first
                     .as_deref()
-                    .and_then(|id| path[..b].iter().position(|e| e.id == id))
+                    .and_then(|id| tree.position_on_path(&path[..b], id))
             };
             match path[b].kind() {
                 EntryKind::Compaction {
@@ -97,7 +97,7 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
                         summary_message.insert("timestamp".into(), ms.into());
                     }
                     if let Ok(m) = Message::from_value(Value::Object(summary_message)) {
-                        messages.push((path[b].id.clone(), m));
+                        messages.push((path[b].id().to_owned(), m));
                     }
                     if let Some(k) = kept_from(first_kept_entry_id) {
                         messages.extend(messages_of(&path[k..b]));
@@ -130,7 +130,7 @@ fn messages_of(entries: &[&Entry]) -> Vec<(String, Message)> {
     fn parse(entries: &[&Entry]) -> Vec<(String, Message)> {
         entries
             .iter()
-            .filter_map(|e| message_of(e).map(|m| (e.id.clone(), m)))
+            .filter_map(|e| message_of(e).map(|m| (e.id().to_owned(), m)))
             .collect()
     }
     const PARALLEL_FROM: usize = 2_000;
@@ -158,7 +158,7 @@ fn reset_replay(range: &[&Entry]) -> Vec<(String, Message)> {
                 EntryType::Message(Role::User | Role::Assistant | Role::ToolResult)
             )
         })
-        .filter_map(|e| e.message().map(|m| (e.id.as_str(), m)))
+        .filter_map(|e| e.message().map(|m| (e.id(), m)))
         .filter(|(_, m)| !m.is_excluded_from_context())
         .collect();
     let calls: std::collections::HashSet<String> = kept

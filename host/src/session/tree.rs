@@ -25,7 +25,6 @@
 //! Writing is [`super::writer`].
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -195,19 +194,44 @@ impl PartialEq for RecordText {
     }
 }
 
-/// One entry of the tree.
-#[derive(Debug, Clone, PartialEq)]
+/// One entry of the tree: its type, and its line, from which everything else is read.
+#[derive(Clone, PartialEq)]
 pub struct Entry {
-    /// The id.
-    pub id: String,
-    /// The parent (`None` for a root).
-    pub parent_id: Option<String>,
     /// The type (and a message's role).
     pub entry_type: EntryType,
     text: RecordText,
+    id: Span,
+    parent: Option<Span>,
+    /// The id hashed with the tree's hasher.
+    id_hash: u64,
+    /// Where the parent is in `entries` ([`NO_PARENT`] for a root or a missing parent).
+    parent_index: u32,
+}
+
+/// [`Entry::parent_index`] of an entry without a parent in the tree.
+const NO_PARENT: u32 = u32::MAX;
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("id", &self.id())
+            .field("parent_id", &self.parent_id())
+            .field("entry_type", &self.entry_type)
+            .finish()
+    }
 }
 
 impl Entry {
+    /// The id.
+    pub fn id(&self) -> &str {
+        self.id.resolve(self.text())
+    }
+
+    /// The parent's id (`None` for a root).
+    pub fn parent_id(&self) -> Option<&str> {
+        self.parent.as_ref().map(|p| p.resolve(self.text()))
+    }
+
     /// The record's line, exactly as in the file (for a migrated file: as migrated).
     pub fn text(&self) -> &str {
         self.text.as_str()
@@ -270,9 +294,10 @@ impl Entry {
                 summary: string("summary").unwrap_or_default(),
             },
             EntryType::CustomMessage => EntryKind::CustomMessage,
-            EntryType::Message(_) | EntryType::Custom | EntryType::Label | EntryType::SessionInfo => {
-                EntryKind::Other
-            }
+            EntryType::Message(_)
+            | EntryType::Custom
+            | EntryType::Label
+            | EntryType::SessionInfo => EntryKind::Other,
         }
     }
 
@@ -283,7 +308,9 @@ impl Entry {
             #[serde(borrow)]
             timestamp: Option<Cow<'a, str>>,
         }
-        let stamp = serde_json::from_str::<Only<'_>>(self.text()).ok()?.timestamp?;
+        let stamp = serde_json::from_str::<Only<'_>>(self.text())
+            .ok()?
+            .timestamp?;
         super::time::parse_iso_ms(&stamp)
     }
 }
@@ -309,7 +336,64 @@ pub struct SessionTree {
     pub ends_with_newline: bool,
     /// Whether the file held bytes that are not UTF-8 (read as U+FFFD).
     pub replaced_invalid_utf8: bool,
-    index: HashMap<String, usize>,
+    index: EntryIndex,
+}
+
+/// Entries by id (the last of equal ids wins), holding positions in `entries` rather than
+/// copies of the ids; hashed with a per-process random seed (a crafted file cannot make lookups
+/// collide).
+#[derive(Clone, Default)]
+struct EntryIndex {
+    table: hashbrown::HashTable<u32>,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// Whether two entries have had one id (then parents are found by id, not by position).
+    duplicates: bool,
+}
+
+impl EntryIndex {
+    fn hash(&self, id: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, id)
+    }
+
+    fn find(&self, entries: &[Entry], hash: u64, id: &str) -> Option<usize> {
+        self.table
+            .find(hash, |&i| {
+                let entry = &entries[i as usize];
+                entry.id_hash == hash && entry.id() == id
+            })
+            .map(|&i| i as usize)
+    }
+
+    /// Indexes `entries[at]` (which must be the last entry).
+    fn insert(&mut self, entries: &[Entry], at: usize) {
+        // The new entry's line is not touched (it left the cache when it was scanned) unless
+        // another id has its hash.
+        let entry = &entries[at];
+        let hash = entry.id_hash;
+        let position = u32::try_from(at).expect("fewer than 2^32 entries");
+        match self.table.entry(
+            hash,
+            |&i| {
+                let other = &entries[i as usize];
+                other.id_hash == hash && other.id() == entry.id()
+            },
+            |&i| entries[i as usize].id_hash,
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut slot) => {
+                *slot.get_mut() = position;
+                self.duplicates = true;
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(position);
+            }
+        }
+    }
+}
+
+impl fmt::Debug for EntryIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EntryIndex({} ids)", self.table.len())
+    }
 }
 
 impl SessionTree {
@@ -331,10 +415,7 @@ impl SessionTree {
         let bytes = read_on_two_threads(&file).map_err(unreadable)?;
         let (text, replaced) = match String::from_utf8(bytes) {
             Ok(text) => (text, false),
-            Err(err) => (
-                String::from_utf8_lossy(err.as_bytes()).into_owned(),
-                true,
-            ),
+            Err(err) => (String::from_utf8_lossy(err.as_bytes()).into_owned(), true),
         };
         let mut tree = Self::from_text(text);
         if replaced {
@@ -355,22 +436,24 @@ impl SessionTree {
     /// Parses a session file's text, keeping it as the entries' lines.
     pub fn from_text(text: String) -> Self {
         let text = Arc::new(text);
-        let lines = scan_lines(&text);
         let mut tree = SessionTree {
             ends_with_newline: text.is_empty() || text.ends_with('\n'),
             ..SessionTree::default()
         };
-        let mut records = Vec::with_capacity(lines.len());
-        for (range, head) in lines {
-            match head {
-                None => tree.skipped_lines += 1,
-                Some(head) => records.push((RecordText(TextRepr::Shared(text.clone(), range)), head)),
-            }
+        let lines = scan_lines(&text, &tree.index.hasher);
+        tree.skipped_lines = lines.iter().filter(|(_, head)| head.is_none()).count();
+        let valid_records = lines.len() - tree.skipped_lines;
+        // A malformed line stays in the stream as `None`: the record after it does not follow
+        // the record before it.
+        let mut records = lines
+            .into_iter()
+            .map(|(range, head)| (RecordText(TextRepr::Shared(text.clone(), range)), head))
+            .peekable();
+        while let Some((_, None)) = records.peek() {
+            records.next();
         }
-        let valid_records = records.len();
-        let mut records = records.into_iter().peekable();
-        if let Some((line, RecordHead::Object(head))) = records.peek() {
-            if head.kind == Some(RecordKind::Session) {
+        if let Some((line, Some(Head::Object(head)))) = records.peek() {
+            if head.head.kind == Some(RecordKind::Session) {
                 if let Value::Object(header) = line.to_value() {
                     tree.header = Some(header);
                     records.next();
@@ -384,34 +467,57 @@ impl SessionTree {
             .and_then(Value::as_u64)
             .unwrap_or(1);
         tree.source_version = version;
-        let records: Vec<(RecordText, RecordHead<'_>)> = if tree.header.is_some() && version < 3 {
-            tree.migrated = true;
-            if let Some(header) = &mut tree.header {
-                header.insert("version".into(), Value::from(3));
-            }
-            migrate(records.map(|(line, _)| line.to_value()).collect())
-        } else {
-            records.collect()
-        };
+        let records: Box<dyn Iterator<Item = (RecordText, Option<Head>)>> =
+            if tree.header.is_some() && version < 3 {
+                tree.migrated = true;
+                if let Some(header) = &mut tree.header {
+                    header.insert("version".into(), Value::from(3));
+                }
+                let values = records
+                    .filter(|(_, head)| head.is_some())
+                    .map(|(line, _)| line.to_value());
+                Box::new(migrate(values.collect(), &tree.index.hasher).into_iter())
+            } else {
+                Box::new(records)
+            };
         // Records in order: each entry becomes the leaf, a `leaf` record moves it.
-        let mut leaf = None;
-        tree.entries.reserve(records.len());
+        enum Leaf {
+            Entry(usize),
+            Id(Option<String>),
+        }
+        let mut leaf = Leaf::Id(None);
+        tree.entries.reserve(valid_records);
+        tree.index.table = hashbrown::HashTable::with_capacity(valid_records);
+        // The entry the previous record became, if it became one.
+        let mut previous: Option<usize> = None;
         for (line, head) in records {
-            if let RecordHead::Object(head) = &head {
-                if head.kind == Some(RecordKind::Leaf) {
-                    match &head.target {
+            let Some(head) = head else {
+                previous = None;
+                continue;
+            };
+            if let Head::Object(head) = &head {
+                if head.head.kind == Some(RecordKind::Leaf) {
+                    match &head.head.target {
                         Field::Absent => {}
-                        Field::Str(target) => leaf = Some(target.clone().into_owned()),
-                        Field::Null | Field::Other => leaf = None,
+                        Field::Str(target) => {
+                            leaf = Leaf::Id(Some(target.resolve(line.as_str()).to_owned()))
+                        }
+                        Field::Null | Field::Other => leaf = Leaf::Id(None),
                     }
+                    previous = None;
                     continue;
                 }
             }
-            if let Some(id) = tree.push_head(line, head) {
-                leaf = Some(id);
+            previous = tree.push_head(line, head, previous);
+            if let Some(at) = previous {
+                leaf = Leaf::Entry(at);
             }
         }
-        tree.leaf = leaf;
+        tree.resolve_parents();
+        tree.leaf = match leaf {
+            Leaf::Entry(at) => Some(tree.entries[at].id().to_owned()),
+            Leaf::Id(id) => id,
+        };
         if tree.skipped_lines > 0 {
             tracing::warn!(
                 "[parseJsonlEntries] skipped {} malformed JSONL line(s) — {} valid entries were loaded",
@@ -425,12 +531,26 @@ impl SessionTree {
     /// Adds a record the writer wrote (one line, without its newline); the entry's id, or
     /// `None` when the record is not an entry (then it is kept opaque).
     pub(crate) fn push_line(&mut self, line: String) -> Option<String> {
-        let head = RecordHead::parse(&line).unwrap_or(RecordHead::NotObject).into_owned();
-        self.push_head(RecordText::new(line), head)
+        let head = Head::of(&line, &self.index.hasher, None).unwrap_or(Head::NotObject);
+        let at = self.push_head(RecordText::new(line), head, None)?;
+        self.resolve_parents();
+        Some(self.entries[at].id().to_owned())
     }
 
-    fn push_head(&mut self, text: RecordText, head: RecordHead<'_>) -> Option<String> {
-        let RecordHead::Object(head) = head else {
+    /// Adds the record `text` with its `head`: as an entry (its position returned) when it is
+    /// one, else as an opaque record. `previous`: the entry the record before became.
+    fn push_head(
+        &mut self,
+        text: RecordText,
+        head: Head,
+        previous: Option<usize>,
+    ) -> Option<usize> {
+        let Head::Object(Located {
+            head,
+            id_hash,
+            parent_is_previous,
+        }) = head
+        else {
             self.opaque.push(text);
             return None;
         };
@@ -439,28 +559,63 @@ impl SessionTree {
             self.opaque.push(text);
             return None;
         };
-        let parent_id = match head.parent {
-            Field::Str(parent) => Some(parent.into_owned()),
+        let parent = match head.parent {
+            Field::Str(parent) => Some(parent),
             Field::Null | Field::Absent => None,
             Field::Other => {
                 self.opaque.push(text);
                 return None;
             }
         };
-        let id = id.into_owned();
-        self.index.insert(id.clone(), self.entries.len());
+        // The parent is found by position when it is the entry just before (the common case);
+        // else by id, now or (not yet read, or ids repeated) in `resolve_parents`.
+        let parent_index = match (&parent, previous) {
+            (Some(_), Some(before)) if parent_is_previous => before as u32,
+            (Some(span), _) => {
+                let parent_id = span.resolve(text.as_str());
+                let hash = self.index.hash(parent_id);
+                self.index
+                    .find(&self.entries, hash, parent_id)
+                    .map_or(NO_PARENT, |i| i as u32)
+            }
+            (None, _) => NO_PARENT,
+        };
         self.entries.push(Entry {
-            id: id.clone(),
-            parent_id,
             entry_type,
             text,
+            id,
+            parent,
+            id_hash,
+            parent_index,
         });
-        Some(id)
+        let at = self.entries.len() - 1;
+        self.index.insert(&self.entries, at);
+        Some(at)
+    }
+
+    /// Finds by id the parents not found by position while reading: parents read after their
+    /// children, missing parents, and every parent when ids repeat (the last of equal ids is
+    /// the one found).
+    fn resolve_parents(&mut self) {
+        let all = self.index.duplicates;
+        for at in 0..self.entries.len() {
+            let entry = &self.entries[at];
+            if entry.parent.is_none() || !(all || entry.parent_index == NO_PARENT) {
+                continue;
+            }
+            let parent_id = entry.parent_id().unwrap_or_default();
+            let hash = self.index.hash(parent_id);
+            let found = self.index.find(&self.entries, hash, parent_id);
+            self.entries[at].parent_index = found.map_or(NO_PARENT, |i| i as u32);
+        }
     }
 
     /// The entry `id`.
     pub fn get(&self, id: &str) -> Option<&Entry> {
-        self.index.get(id).map(|&i| &self.entries[i])
+        let hash = self.index.hash(id);
+        self.index
+            .find(&self.entries, hash, id)
+            .map(|i| &self.entries[i])
     }
 
     /// The path from the root to `leaf` (the active leaf when `None`), stopping at a missing
@@ -468,30 +623,32 @@ impl SessionTree {
     pub fn path(&self, leaf: Option<&str>) -> Vec<&Entry> {
         let mut path = Vec::new();
         let mut next = leaf.or(self.leaf.as_deref()).and_then(|id| self.get(id));
-        let mut guard = 0;
         while let Some(entry) = next {
             path.push(entry);
-            guard += 1;
-            if guard > self.entries.len() {
+            if path.len() > self.entries.len() {
                 break; // a cycle in a damaged file: stop rather than loop
             }
-            next = entry.parent_id.as_deref().and_then(|id| self.get(id));
+            next = self.entries.get(entry.parent_index as usize);
         }
         path.reverse();
         path
     }
 
+    /// Where the first entry with id `id` is on `path` (a path of this tree), comparing hashes
+    /// before ids.
+    pub fn position_on_path(&self, path: &[&Entry], id: &str) -> Option<usize> {
+        let hash = self.index.hash(id);
+        path.iter().position(|e| e.id_hash == hash && e.id() == id)
+    }
+
     /// The tips of the tree: entries no other entry names as its parent.
     pub fn tips(&self) -> Vec<&str> {
-        let parents: std::collections::HashSet<&str> = self
-            .entries
-            .iter()
-            .filter_map(|e| e.parent_id.as_deref())
-            .collect();
+        let parents: std::collections::HashSet<&str> =
+            self.entries.iter().filter_map(Entry::parent_id).collect();
         self.entries
             .iter()
-            .filter(|e| !parents.contains(e.id.as_str()))
-            .map(|e| e.id.as_str())
+            .filter(|e| !parents.contains(e.id()))
+            .map(Entry::id)
             .collect()
     }
 }
@@ -499,7 +656,7 @@ impl SessionTree {
 /// Reads a whole file; a large one as two halves read at once (page-cache copies and page faults
 /// on both cores).
 fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
+    use std::io::{Read as _, Seek as _};
     use std::os::unix::fs::FileExt as _;
     const PARALLEL_FROM: u64 = 4 << 20;
     let len = file.metadata()?.len();
@@ -515,21 +672,29 @@ fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
     let (a, b) = std::thread::scope(|scope| {
         let other = scope.spawn(|| read_exact_at(second, len / 2));
         let mine = read_exact_at(first, 0);
-        (mine, other.join().unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked"))))
+        (
+            mine,
+            other
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked"))),
+        )
     });
     a?;
     b?;
     // The file may have grown since its length was taken (a writer appending): read the rest.
+    (&*file).seek(std::io::SeekFrom::Start(len as u64))?;
     (&*file).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
 /// The non-blank lines of `text` with their heads (`None`: the line does not parse), in order,
 /// scanned on up to two threads (the machine's cores).
-fn scan_lines(text: &str) -> Vec<(Range<usize>, Option<RecordHead<'static>>)> {
-    fn scan(text: &str, offset: usize) -> Vec<(Range<usize>, Option<RecordHead<'static>>)> {
+fn scan_lines(text: &str, hasher: &Hasher) -> Vec<(Range<usize>, Option<Head>)> {
+    let scan = |text: &str, offset: usize| {
         let mut out = Vec::with_capacity(text.len() / 512);
         let mut start = 0;
+        // The id of the record before (while its line is still in the cache).
+        let mut previous_id: Option<&str> = None;
         for line in text.split('\n') {
             let range = offset + start..offset + start + line.len();
             start += line.len() + 1;
@@ -537,17 +702,27 @@ fn scan_lines(text: &str) -> Vec<(Range<usize>, Option<RecordHead<'static>>)> {
             if trimmed.is_empty() {
                 continue;
             }
-            out.push((range, RecordHead::parse(line).map(RecordHead::into_owned)));
+            let head = Head::of(line, hasher, previous_id);
+            previous_id = match &head {
+                // (An id written with escapes is not compared: its parent is found by id.)
+                Some(Head::Object(located)) => {
+                    located.head.id.as_ref().and_then(|id| id.in_line(line))
+                }
+                _ => None,
+            };
+            out.push((range, head));
         }
         out
-    }
+    };
     const PARALLEL_FROM: usize = 1 << 20;
     if text.len() < PARALLEL_FROM {
         return scan(text, 0);
     }
     // Split at the newline nearest the middle: each half holds whole lines.
     let middle = text.len() / 2;
-    let cut = text[middle..].find('\n').map_or(text.len(), |at| middle + at);
+    let cut = text[middle..]
+        .find('\n')
+        .map_or(text.len(), |at| middle + at);
     let (first, second) = (&text[..cut], text.get(cut + 1..).unwrap_or(""));
     let (mut lines, rest) = std::thread::scope(|scope| {
         let other = scope.spawn(|| scan(second, cut + 1));
@@ -561,7 +736,7 @@ fn scan_lines(text: &str) -> Vec<(Range<usize>, Option<RecordHead<'static>>)> {
 /// Version 1–2 → 3, in memory: fresh ids in a linear chain, `firstKeptEntryIndex` →
 /// `firstKeptEntryId` (record index, header = 0), `hookMessage` → `custom`/`hook`. Each record
 /// gets a line of its own (the migrated record).
-fn migrate(mut records: Vec<Value>) -> Vec<(RecordText, RecordHead<'static>)> {
+fn migrate(mut records: Vec<Value>, hasher: &Hasher) -> Vec<(RecordText, Option<Head>)> {
     let ids: Vec<String> = records
         .iter()
         .map(|_| uuid::Uuid::new_v4().to_string())
@@ -592,10 +767,8 @@ fn migrate(mut records: Vec<Value>) -> Vec<(RecordText, RecordHead<'static>)> {
         .into_iter()
         .map(|record| {
             let line = serde_json::to_string(&record).expect("a JSON value serializes");
-            let head = RecordHead::parse(&line)
-                .unwrap_or(RecordHead::NotObject)
-                .into_owned();
-            (RecordText::new(line), head)
+            let head = Head::of(&line, hasher, None).unwrap_or(Head::NotObject);
+            (RecordText::new(line), Some(head))
         })
         .collect()
 }
@@ -606,25 +779,25 @@ fn migrate(mut records: Vec<Value>) -> Vec<(RecordText, RecordHead<'static>)> {
 
 /// A string field of a record: absent, `null`, a string, or another JSON value.
 #[derive(Debug, Clone, Default)]
-enum Field<'a> {
+enum Field<S> {
     #[default]
     Absent,
     Null,
-    Str(Cow<'a, str>),
+    Str(S),
     Other,
 }
 
-impl Field<'_> {
-    fn into_owned(self) -> Field<'static> {
+impl<S> Field<S> {
+    fn map<T>(self, f: impl FnOnce(S) -> T) -> Field<T> {
         match self {
             Field::Absent => Field::Absent,
             Field::Null => Field::Null,
-            Field::Str(s) => Field::Str(Cow::Owned(s.into_owned())),
+            Field::Str(s) => Field::Str(f(s)),
             Field::Other => Field::Other,
         }
     }
 
-    fn as_str(&self) -> Option<&str> {
+    fn into_str(self) -> Option<S> {
         match self {
             Field::Str(s) => Some(s),
             _ => None,
@@ -632,49 +805,137 @@ impl Field<'_> {
     }
 }
 
-/// What a valid record line is, as far as the tree needs to know.
-#[derive(Debug)]
-enum RecordHead<'a> {
-    /// Valid JSON that is not an object.
-    NotObject,
-    /// An object.
-    Object(ObjectHead<'a>),
+/// A string of a record: where it is in the record's line (when written there without
+/// escapes, the common case: no copy), or the unescaped string.
+#[derive(Debug, Clone, PartialEq)]
+enum Span {
+    InLine { start: u32, len: u32 },
+    Own(Box<str>),
 }
 
-/// The fields of a record object the tree reads; every other value is skipped unparsed. As in
-/// `JSON.parse`, of two equal keys the last counts.
-#[derive(Debug, Default)]
-struct ObjectHead<'a> {
-    /// `None` when `type` is absent or not a string.
-    kind: Option<RecordKind>,
-    id: Option<Cow<'a, str>>,
-    parent: Field<'a>,
-    target: Field<'a>,
-    /// `Some(role)` when `message` is an object with a string `role`.
-    message_role: Option<Role>,
-}
-
-impl<'a> RecordHead<'a> {
-    /// The head of a line; `None` when the line is not valid JSON.
-    fn parse(line: &'a str) -> Option<Self> {
-        serde_json::from_str(line).ok()
+impl Span {
+    /// The span of `s`, a string read from `line`.
+    fn of(line: &str, s: Cow<'_, str>) -> Span {
+        match s {
+            Cow::Borrowed(b) => {
+                let start = (b.as_ptr() as usize).wrapping_sub(line.as_ptr() as usize);
+                match (u32::try_from(start), u32::try_from(b.len())) {
+                    (Ok(start), Ok(len))
+                        if line
+                            .get(start as usize..)
+                            .is_some_and(|rest| rest.starts_with(b)) =>
+                    {
+                        Span::InLine { start, len }
+                    }
+                    _ => Span::Own(b.into()),
+                }
+            }
+            Cow::Owned(o) => Span::Own(o.into()),
+        }
     }
 
-    fn into_owned(self) -> RecordHead<'static> {
+    /// The string, when it is a range of `line`.
+    fn in_line<'t>(&self, line: &'t str) -> Option<&'t str> {
         match self {
-            RecordHead::NotObject => RecordHead::NotObject,
-            RecordHead::Object(head) => RecordHead::Object(ObjectHead {
-                kind: head.kind,
-                id: head.id.map(|s| Cow::Owned(s.into_owned())),
-                parent: head.parent.into_owned(),
-                target: head.target.into_owned(),
-                message_role: head.message_role,
-            }),
+            Span::InLine { start, len } => line.get(*start as usize..(*start + *len) as usize),
+            Span::Own(_) => None,
+        }
+    }
+
+    fn resolve<'t>(&'t self, line: &'t str) -> &'t str {
+        match self {
+            Span::InLine { start, len } => &line[*start as usize..(*start + *len) as usize],
+            Span::Own(s) => s,
         }
     }
 }
 
-impl ObjectHead<'_> {
+/// What a valid record line is, as far as the tree needs to know; strings as [`Span`]s of the
+/// line.
+#[derive(Debug)]
+enum Head {
+    /// Valid JSON that is not an object.
+    NotObject,
+    /// An object.
+    Object(Located),
+}
+
+/// The hasher of a tree's ids.
+type Hasher = hashbrown::DefaultHashBuilder;
+
+/// An object's head, with what the tree works out while the line is at hand.
+#[derive(Debug)]
+struct Located {
+    head: ObjectHead<Span>,
+    /// The id hashed (0 without an id).
+    id_hash: u64,
+    /// Whether the parent is the id of the record just before.
+    parent_is_previous: bool,
+}
+
+impl Head {
+    /// The head of a line; `None` when the line is not valid JSON. `previous_id`: the id of
+    /// the record before, if known.
+    fn of(line: &str, hasher: &Hasher, previous_id: Option<&str>) -> Option<Head> {
+        let head = match serde_json::from_str::<RecordHead<'_>>(line).ok()? {
+            RecordHead::NotObject => return Some(Head::NotObject),
+            RecordHead::Object(head) => head,
+        };
+        let id_hash = head
+            .id
+            .as_deref()
+            .map_or(0, |id| std::hash::BuildHasher::hash_one(hasher, id));
+        let parent_is_previous = match (&head.parent, previous_id) {
+            (Field::Str(parent), Some(previous)) => parent == previous,
+            _ => false,
+        };
+        let span = |s| Span::of(line, s);
+        Some(Head::Object(Located {
+            head: ObjectHead {
+                kind: head.kind,
+                id: head.id.map(span),
+                parent: head.parent.map(span),
+                target: head.target.map(span),
+                message_role: head.message_role,
+            },
+            id_hash,
+            parent_is_previous,
+        }))
+    }
+}
+
+/// A record line as parsed, its strings borrowed from the line where they can be.
+enum RecordHead<'a> {
+    NotObject,
+    Object(ObjectHead<Cow<'a, str>>),
+}
+
+/// The fields of a record object the tree reads; every other value is skipped unparsed. As in
+/// `JSON.parse`, of two equal keys the last counts.
+#[derive(Debug)]
+struct ObjectHead<S> {
+    /// `None` when `type` is absent or not a string.
+    kind: Option<RecordKind>,
+    id: Option<S>,
+    parent: Field<S>,
+    target: Field<S>,
+    /// `Some(role)` when `message` is an object with a string `role`.
+    message_role: Option<Role>,
+}
+
+impl<S> Default for ObjectHead<S> {
+    fn default() -> Self {
+        ObjectHead {
+            kind: None,
+            id: None,
+            parent: Field::Absent,
+            target: Field::Absent,
+            message_role: None,
+        }
+    }
+}
+
+impl<S> ObjectHead<S> {
     /// The entry this record is, if it is one by its type (a `message` needs an object with a
     /// string `role`).
     fn entry_type(&self) -> Option<EntryType> {
@@ -739,39 +1000,48 @@ impl<'de> Deserialize<'de> for Str<'de> {
 }
 
 /// Any JSON value, read as a [`Field`] (other values are skipped unparsed).
-impl<'de> Deserialize<'de> for Field<'de> {
+impl<'de> Deserialize<'de> for Field<Cow<'de, str>> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Field<'de>;
+            type Value = Field<Cow<'de, str>>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Field<'de>, E> {
+            fn visit_borrowed_str<E: de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Str(Cow::Borrowed(v)))
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field<'de>, E> {
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Str(Cow::Owned(v.to_owned())))
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Field<'de>, E> {
+            fn visit_unit<E: de::Error>(self) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Null)
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Field<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Field<Cow<'de, str>>, A::Error> {
                 IgnoredAny.visit_map(map).map(|_| Field::Other)
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Field<'de>, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Field<Cow<'de, str>>, A::Error> {
                 IgnoredAny.visit_seq(seq).map(|_| Field::Other)
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Field<'de>, E> {
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Other)
             }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Field<'de>, E> {
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Other)
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Field<'de>, E> {
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Other)
             }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Field<'de>, E> {
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Field<Cow<'de, str>>, E> {
                 Ok(Field::Other)
             }
         }
@@ -794,7 +1064,7 @@ impl<'de> Deserialize<'de> for MessageRole {
                 let mut role = None;
                 while let Some(Str(key)) = map.next_key::<Str<'_>>()? {
                     if key == "role" {
-                        role = match map.next_value::<Field<'_>>()? {
+                        role = match map.next_value::<Field<Cow<'_, str>>>()? {
                             Field::Str(name) => Some(Role::from_name(&name)),
                             _ => None,
                         };
@@ -843,9 +1113,12 @@ impl<'de> Deserialize<'de> for RecordHead<'de> {
                 while let Some(Str(key)) = map.next_key::<Str<'_>>()? {
                     match &*key {
                         "type" => {
-                            head.kind = map.next_value::<Field<'_>>()?.as_str().map(RecordKind::of)
+                            head.kind = map
+                                .next_value::<Field<Cow<'_, str>>>()?
+                                .into_str()
+                                .map(|kind| RecordKind::of(&kind))
                         }
-                        "id" => head.id = string_of(map.next_value::<Field<'_>>()?),
+                        "id" => head.id = map.next_value::<Field<Cow<'_, str>>>()?.into_str(),
                         "parentId" => head.parent = map.next_value()?,
                         "targetId" => head.target = map.next_value()?,
                         "message" => head.message_role = map.next_value::<MessageRole>()?.0,
@@ -882,13 +1155,6 @@ impl<'de> Deserialize<'de> for RecordHead<'de> {
     }
 }
 
-fn string_of(field: Field<'_>) -> Option<Cow<'_, str>> {
-    match field {
-        Field::Str(s) => Some(s),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -910,11 +1176,25 @@ mod tests {
         assert!(text.len() > 2 << 20);
         let tree = SessionTree::parse(&text);
         assert_eq!(tree.skipped_lines, 1);
-        let ids: Vec<&str> = tree.entries.iter().map(|e| e.id.as_str()).collect();
+        let ids: Vec<&str> = tree.entries.iter().map(Entry::id).collect();
         let expected: Vec<String> = (0..3000).map(|i| format!("e{i}")).collect();
         assert_eq!(ids, expected);
         assert_eq!(tree.path(None).len(), 3000);
         assert_eq!(tree.entries[2999].message().unwrap().plain_text(), body);
+        // Read from a file: large enough to be read as two halves at once.
+        let mut big = text.clone();
+        while big.len() <= 4 << 20 {
+            big += &text[text.find('\n').unwrap() + 1..];
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.jsonl");
+        std::fs::write(&path, &big).unwrap();
+        let read = SessionTree::read(&path).unwrap();
+        assert_eq!(read.entries.len(), SessionTree::parse(&big).entries.len());
+        assert_eq!(
+            read.entries.last().unwrap().text(),
+            big.trim_end().rsplit('\n').next().unwrap()
+        );
     }
 
     #[test]
@@ -959,11 +1239,49 @@ mod tests {
         ]
         .join("\n");
         let tree = SessionTree::parse(&text);
-        let ids: Vec<&str> = tree.entries.iter().map(|e| e.id.as_str()).collect();
+        let ids: Vec<&str> = tree.entries.iter().map(Entry::id).collect();
         assert_eq!(ids, ["a", "d", "f\"g"]);
         assert_eq!(tree.entries[2].entry_type, EntryType::Custom);
         assert_eq!(tree.opaque.len(), 5);
         assert_eq!(tree.leaf.as_deref(), Some("d"));
         assert_eq!(tree.skipped_lines, 0);
+    }
+
+    fn path_ids(tree: &SessionTree) -> Vec<&str> {
+        tree.path(None).into_iter().map(Entry::id).collect()
+    }
+
+    /// Parents are found as OpenClaw's `Map` finds them: a parent written after its child is
+    /// found; of two entries with one id, the later one is everyone's parent.
+    #[test]
+    fn parents_are_found_by_id_wherever_they_are() {
+        let line = |id: &str, parent: &str| {
+            format!(
+                r#"{{"type":"message","id":"{id}","parentId":{parent},"message":{{"role":"user","content":"{id}"}}}}"#
+            )
+        };
+        let forward = [line("b", "\"a\""), line("a", "null"), line("c", "\"b\"")].join("\n");
+        let tree = SessionTree::parse(&forward);
+        assert_eq!(path_ids(&tree), ["a", "b", "c"]);
+
+        let duplicate = [
+            line("a", "null"),
+            line("x", "\"a\""),
+            line("b", "\"x\""),
+            line("x", "null"),
+            line("c", "\"b\""),
+        ]
+        .join("\n");
+        let tree = SessionTree::parse(&duplicate);
+        // b's parent is the second x (a root), not the line before b.
+        assert_eq!(path_ids(&tree), ["x", "b", "c"]);
+        let context = crate::session::build_session_context(&tree, None);
+        let texts: Vec<String> = context.messages.iter().map(|m| m.plain_text()).collect();
+        assert_eq!(texts, ["x", "b", "c"]);
+        assert_eq!(context.entry_ids, ["x", "b", "c"]);
+
+        // A hole: the walk stops there.
+        let hole = [line("a", "null"), line("b", "\"gone\""), line("c", "\"b\"")].join("\n");
+        assert_eq!(path_ids(&SessionTree::parse(&hole)), ["b", "c"]);
     }
 }

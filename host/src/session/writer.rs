@@ -189,7 +189,7 @@ impl SessionWriter {
         if !tree.ends_with_newline {
             writer.file.write_all(b"\n").map_err(io)?;
         }
-        writer.last_entry = tree.entries.last().map(|e| e.id.clone());
+        writer.last_entry = tree.entries.last().map(|e| e.id().to_owned());
         writer.tree = tree;
         Ok(writer)
     }
