@@ -425,7 +425,7 @@ fn pincer_bounded(s: &Scratch, args: &[&str], limit: usize) -> (String, bool) {
 }
 
 #[test]
-#[ignore = "known bug: `pincer sessions tree` never ends on a duplicate-id cycle, and the context repeats its entries"]
+
 fn a_duplicate_id_cycle_is_listed_and_walked_once() {
     let s = Scratch::new();
     let x1 = message_line("x", None, "user", "x one");
@@ -447,7 +447,7 @@ fn a_duplicate_id_cycle_is_listed_and_walked_once() {
 }
 
 #[test]
-#[ignore = "known bug: `pincer sessions tree` lists the children of a repeated id under each copy"]
+
 fn sessions_tree_lists_each_entry_once_when_ids_repeat() {
     let s = Scratch::new();
     let r = message_line("r", None, "user", "root");
@@ -464,7 +464,7 @@ fn sessions_tree_lists_each_entry_once_when_ids_repeat() {
 }
 
 #[test]
-#[ignore = "known bug: SessionWriter::open takes the last entry, not the leaf record, as what the file says the leaf is"]
+
 fn a_leaf_moved_back_to_the_last_entry_after_reopening_is_saved() {
     let s = Scratch::new();
     let path = s.dir.path().join("s.jsonl");

@@ -120,6 +120,10 @@ enum SessionsCommand {
         /// The agent whose keys and ids are searched.
         #[arg(long, value_name = "ID", default_value = "main")]
         agent: String,
+        /// Print the entries as a JSON array in tree order (id, parentId, type, depth,
+        /// active, leaf).
+        #[arg(long)]
+        json: bool,
     },
     /// Prints the context a leaf of a session sees: OpenClaw's `{messages, thinkingLevel,
     /// model}` (`--format openclaw`), or the array `convertToLlm` gives (`--format llm`).
@@ -301,9 +305,14 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Sessions {
-            command: SessionsCommand::Tree { session, agent },
+            command:
+                SessionsCommand::Tree {
+                    session,
+                    agent,
+                    json,
+                },
         } => match resolve_session(&home, &agent, &session) {
-            Ok(path) => session_tree(&path),
+            Ok(path) => session_tree(&path, json),
             Err(code) => code,
         },
         Command::CheckEngine { run, json } => match prepare(home, run) {
@@ -559,34 +568,69 @@ fn session_show(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn session_tree(path: &Path) -> ExitCode {
-    use pincer_host::session::tree::Entry;
+fn session_tree(path: &Path, json: bool) -> ExitCode {
     let tree = match SessionTree::read(path) {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
     let active: std::collections::HashSet<&str> = tree.path(None).iter().map(|e| e.id()).collect();
-    let mut children: std::collections::HashMap<Option<&str>, Vec<&Entry>> =
-        std::collections::HashMap::new();
-    for entry in &tree.entries {
-        let parent = entry.parent_id().filter(|p| tree.get(p).is_some());
-        children.entry(parent).or_default().push(entry);
+    // Children by the parent each entry resolves to (the last of equal ids), in file order.
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); tree.entries.len()];
+    let mut roots = Vec::new();
+    for at in 0..tree.entries.len() {
+        match tree.parent_position(at) {
+            Some(parent) => children[parent].push(at),
+            None => roots.push(at),
+        }
     }
-    let mut stack: Vec<(&Entry, usize)> = children
-        .get(&None)
-        .map(|roots| roots.iter().rev().map(|e| (*e, 0)).collect())
-        .unwrap_or_default();
-    while let Some((entry, depth)) = stack.pop() {
-        let kind = entry.entry_type.as_str();
+    // Depth first from the roots; entries only a cycle reaches start walks of their own. Each
+    // entry is listed once.
+    let mut seen = vec![false; tree.entries.len()];
+    let mut rows = Vec::with_capacity(tree.entries.len());
+    for start in roots.into_iter().chain(0..tree.entries.len()) {
+        let mut stack = vec![(start, 0usize)];
+        while let Some((at, depth)) = stack.pop() {
+            if std::mem::replace(&mut seen[at], true) {
+                continue;
+            }
+            rows.push((at, depth));
+            stack.extend(children[at].iter().rev().map(|&kid| (kid, depth + 1)));
+        }
+    }
+    if json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|&(at, depth)| {
+                let entry = &tree.entries[at];
+                serde_json::json!({
+                    "id": entry.id(),
+                    "parentId": entry.parent_id(),
+                    "type": entry.entry_type.as_str(),
+                    "depth": depth,
+                    "active": active.contains(entry.id()),
+                    "leaf": tree.leaf.as_deref() == Some(entry.id()),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serializes")
+        );
+        return ExitCode::SUCCESS;
+    }
+    for (at, depth) in rows {
+        let entry = &tree.entries[at];
         let mark = if active.contains(entry.id()) {
             "*"
         } else {
             " "
         };
-        println!("{mark} {}{} {kind}", "  ".repeat(depth), entry.id());
-        if let Some(kids) = children.get(&Some(entry.id())) {
-            stack.extend(kids.iter().rev().map(|e| (*e, depth + 1)));
-        }
+        println!(
+            "{mark} {}{} {}",
+            "  ".repeat(depth),
+            entry.id(),
+            entry.entry_type.as_str()
+        );
     }
     ExitCode::SUCCESS
 }

@@ -440,7 +440,14 @@ impl SessionTree {
             ends_with_newline: text.is_empty() || text.ends_with('\n'),
             ..SessionTree::default()
         };
-        let lines = scan_lines(&text, &tree.index.hasher);
+        // `text.trim()` in OpenClaw removes a byte-order mark before the first line.
+        let bom = if text.starts_with('\u{feff}') { 3 } else { 0 };
+        let mut lines = scan_lines(&text[bom..], &tree.index.hasher);
+        if bom > 0 {
+            for (range, _) in &mut lines {
+                *range = range.start + bom..range.end + bom;
+            }
+        }
         tree.skipped_lines = lines.iter().filter(|(_, head)| head.is_none()).count();
         let valid_records = lines.len() - tree.skipped_lines;
         // A malformed line stays in the stream as `None`: the record after it does not follow
@@ -612,23 +619,39 @@ impl SessionTree {
 
     /// The entry `id`.
     pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.position(id).map(|i| &self.entries[i])
+    }
+
+    /// Where the entry `id` is in [`SessionTree::entries`].
+    pub fn position(&self, id: &str) -> Option<usize> {
         let hash = self.index.hash(id);
-        self.index
-            .find(&self.entries, hash, id)
-            .map(|i| &self.entries[i])
+        self.index.find(&self.entries, hash, id)
+    }
+
+    /// Where the parent of `entries[at]` is in [`SessionTree::entries`]: the entry its
+    /// `parentId` names (the last of equal ids); `None` for a root or a missing parent.
+    pub fn parent_position(&self, at: usize) -> Option<usize> {
+        let index = self.entries.get(at)?.parent_index;
+        (index != NO_PARENT).then_some(index as usize)
     }
 
     /// The path from the root to `leaf` (the active leaf when `None`), stopping at a missing
     /// parent.
     pub fn path(&self, leaf: Option<&str>) -> Vec<&Entry> {
         let mut path = Vec::new();
-        let mut next = leaf.or(self.leaf.as_deref()).and_then(|id| self.get(id));
-        while let Some(entry) = next {
-            path.push(entry);
-            if path.len() > self.entries.len() {
-                break; // a cycle in a damaged file: stop rather than loop
+        let mut next = leaf
+            .or(self.leaf.as_deref())
+            .and_then(|id| self.position(id));
+        // A damaged file can make a cycle (a parent written after its child, repeated ids):
+        // the walk stops at the first entry it has seen.
+        let mut seen = vec![false; self.entries.len()];
+        while let Some(at) = next {
+            if std::mem::replace(&mut seen[at], true) {
+                break;
             }
-            next = self.entries.get(entry.parent_index as usize);
+            let entry = &self.entries[at];
+            path.push(entry);
+            next = (entry.parent_index != NO_PARENT).then_some(entry.parent_index as usize);
         }
         path.reverse();
         path
@@ -1279,6 +1302,15 @@ mod tests {
         let texts: Vec<String> = context.messages.iter().map(|m| m.plain_text()).collect();
         assert_eq!(texts, ["x", "b", "c"]);
         assert_eq!(context.entry_ids, ["x", "b", "c"]);
+
+        // A byte-order mark before the header is not part of it (JavaScript's trim drops it).
+        let with_bom = format!(
+            "\u{feff}{{\"type\":\"session\",\"version\":4,\"id\":\"s\"}}\n{}",
+            line("a", "null")
+        );
+        let tree = SessionTree::parse(&with_bom);
+        assert!(tree.header.is_some());
+        assert_eq!((tree.skipped_lines, path_ids(&tree)), (0, vec!["a"]));
 
         // A hole: the walk stops there.
         let hole = [line("a", "null"), line("b", "\"gone\""), line("c", "\"b\"")].join("\n");

@@ -189,7 +189,9 @@ impl SessionWriter {
         if !tree.ends_with_newline {
             writer.file.write_all(b"\n").map_err(io)?;
         }
-        writer.last_entry = tree.entries.last().map(|e| e.id().to_owned());
+        // Where the file leaves the leaf (its last `leaf` record, else its last entry): a
+        // `leaf` record is written on save when the leaf moves away from it.
+        writer.last_entry = tree.leaf.clone();
         writer.tree = tree;
         Ok(writer)
     }
