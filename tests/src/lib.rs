@@ -156,3 +156,67 @@ pub fn tau_bench_transcripts() -> Option<serde_json::Value> {
         }
     }
 }
+
+/// Writes a session of `entries` entries to `path` the way OpenClaw users' sessions look and
+/// OpenClaw's own measurements built them (`shared/reference/openclaw-peer.md` §3): the
+/// τ-bench transcripts' messages in order (repeated), a branch back every `entries / 10`
+/// entries (every third with a branch summary) and a compaction every `entries / 8` entries
+/// keeping the context from a recent user message. Returns the number of context messages at
+/// the leaf.
+pub fn generate_session(tasks: &serde_json::Value, entries: usize, path: &Path) -> usize {
+    use pincer_host::session::{build_session_context, Durability, SessionTree, SessionWriter};
+    use pincer_plugin_api::abi::latest::Role;
+    let messages: Vec<_> = tasks
+        .as_array()
+        .expect("an array of tasks")
+        .iter()
+        .flat_map(|task| {
+            let traj = task["traj"].as_array().cloned().unwrap_or_default();
+            pincer_plugin_api::interop::openai_chat_messages(&traj)
+        })
+        .collect();
+    let _ = std::fs::remove_file(path);
+    let mut writer = SessionWriter::create(path, "/srv/agent", Durability::None).expect("create");
+    let (branch_every, compact_every) = ((entries / 10).max(1), (entries / 8).max(1));
+    let mut ids: Vec<String> = Vec::with_capacity(entries);
+    let mut last_user: Option<String> = None;
+    let mut branches = 0;
+    for i in 0..entries {
+        let id = if i > 0 && i % branch_every == 0 {
+            branches += 1;
+            let back = ids[ids.len() - (branch_every / 2).max(1)].clone();
+            if branches % 3 == 0 {
+                writer
+                    .branch_with_summary(Some(&back), "The user explored another option.", None)
+                    .expect("branch")
+            } else {
+                writer.branch(&back).expect("branch");
+                let message = &messages[i % messages.len()];
+                writer.append_message(message).expect("append")
+            }
+        } else if i > 0 && i % compact_every == 0 {
+            let first_kept = last_user
+                .clone()
+                .unwrap_or_else(|| ids[ids.len() - 1].clone());
+            writer
+                .append_compaction(
+                    "Summary of the conversation so far.",
+                    &first_kept,
+                    12_000,
+                    None,
+                )
+                .expect("compaction")
+        } else {
+            let message = &messages[i % messages.len()];
+            let id = writer.append_message(message).expect("append");
+            if message.role() == Role::User {
+                last_user = Some(id.clone());
+            }
+            id
+        };
+        ids.push(id);
+    }
+    drop(writer);
+    let tree = SessionTree::read(path).expect("readable");
+    build_session_context(&tree, None).messages.len()
+}

@@ -539,8 +539,12 @@ impl SessionTree {
     /// `None` when the record is not an entry (then it is kept opaque).
     pub(crate) fn push_line(&mut self, line: String) -> Option<String> {
         let head = Head::of(&line, &self.index.hasher, None).unwrap_or(Head::NotObject);
+        let duplicates_before = self.index.duplicates;
         let at = self.push_head(RecordText::new(line), head, None)?;
-        self.resolve_parents();
+        // A repeated id changes whose parent it is for every child of that id.
+        if self.index.duplicates && !duplicates_before {
+            self.resolve_parents();
+        }
         Some(self.entries[at].id().to_owned())
     }
 

@@ -1,0 +1,71 @@
+//! Sessions at the sizes OpenClaw was measured at (`shared/reference/openclaw-peer.md` §3):
+//! open + parse + build the leaf's context of generated 1k, 10k and 100k-entry files, and
+//! durable appends beside the fsync they cost, measured in one run.
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use pincer_host::session::{build_session_context, Durability, SessionTree, SessionWriter};
+use pincer_plugin_api::abi::latest::Message;
+
+fn open_and_context(c: &mut Criterion) {
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut group = c.benchmark_group("session-open-context");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(8));
+    for entries in [1_000, 10_000, 100_000] {
+        let path = dir.path().join(format!("s{entries}.jsonl"));
+        let context = pincer_tests::generate_session(&tasks, entries, &path);
+        let size = std::fs::metadata(&path).unwrap().len();
+        eprintln!(
+            "session of {entries} entries: {:.1} MiB, {context} context messages",
+            size as f64 / (1 << 20) as f64
+        );
+        group.bench_with_input(BenchmarkId::from_parameter(entries), &path, |b, path| {
+            b.iter(|| {
+                let tree = SessionTree::read(path).unwrap();
+                build_session_context(&tree, None).messages.len()
+            })
+        });
+    }
+    group.finish();
+}
+
+fn durable_appends(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let message = Message::user("Please change my flight to the 20th, same cabin.");
+    let mut group = c.benchmark_group("session-append");
+    group.sample_size(20);
+    // The bound: one fdatasync of a file just appended to.
+    let raw = dir.path().join("raw.bin");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&raw)
+        .unwrap();
+    group.bench_function("fdatasync-alone", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                std::io::Write::write_all(&mut file, b"{\"x\":1}\n").unwrap();
+                file.sync_data().unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    for (name, durability) in [("entry", Durability::Entry), ("none", Durability::None)] {
+        let path = dir.path().join(format!("{name}.jsonl"));
+        let mut writer = SessionWriter::create(&path, "/srv/agent", durability).unwrap();
+        group.bench_function(name, |b| {
+            b.iter(|| writer.append_message(&message).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, open_and_context, durable_appends);
+criterion_main!(benches);
