@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use pincer_host::session::{build_session_context, Durability, SessionTree, SessionWriter};
+use pincer_host::session::{
+    build_session_context, Durability, SessionTree, SessionWriter, SharedSessionWriter,
+};
 use pincer_plugin_api::abi::latest::Message;
 
 fn open_and_context(c: &mut Criterion) {
@@ -64,6 +66,29 @@ fn durable_appends(c: &mut Criterion) {
             b.iter(|| writer.append_message(&message).unwrap())
         });
     }
+    // Eight writers sharing one session through group commit: time per append (the bound is
+    // the fdatasync above ÷ 8).
+    let path = dir.path().join("shared.jsonl");
+    let shared = SharedSessionWriter::new(
+        SessionWriter::create(&path, "/srv/agent", Durability::Entry).unwrap(),
+    )
+    .unwrap();
+    group.bench_function("entry-8-writers-group-commit", |b| {
+        b.iter_custom(|iters| {
+            let per_thread = iters.div_ceil(8);
+            let start = Instant::now();
+            std::thread::scope(|scope| {
+                for _ in 0..8 {
+                    scope.spawn(|| {
+                        for _ in 0..per_thread {
+                            shared.append_message(&message).unwrap();
+                        }
+                    });
+                }
+            });
+            start.elapsed() * iters as u32 / (per_thread * 8) as u32
+        })
+    });
     group.finish();
 }
 

@@ -746,3 +746,53 @@ fn concurrent_index_updates_all_land() {
     );
     assert_eq!(listed.len(), 80, "every file is indexed");
 }
+
+/// Eight threads appending to one session share fsyncs (group commit): every acknowledged entry
+/// is in the file, in one parent chain, and fewer fsyncs than appends were needed.
+#[test]
+fn concurrent_appenders_share_fsyncs_and_lose_nothing() {
+    use pincer_host::session::SharedSessionWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.jsonl");
+    let writer = SessionWriter::create(&path, "/tmp", Durability::Entry).unwrap();
+    let shared = SharedSessionWriter::new(writer).unwrap();
+    let (threads, each) = (8, 50);
+    let acknowledged: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let message = pincer_plugin_api::abi::latest::Message::user(format!(
+                                "thread {t} message {i}"
+                            ));
+                            shared.append_message(&message).unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let syncs = shared.syncs();
+    drop(shared.into_inner());
+    assert!(
+        syncs < (threads * each) as u64,
+        "{syncs} fsyncs for {} appends: none shared",
+        threads * each
+    );
+    let tree = SessionTree::read(&path).unwrap();
+    assert_eq!(tree.skipped_lines, 0);
+    let on_path: std::collections::HashSet<&str> = tree.path(None).iter().map(|e| e.id()).collect();
+    assert_eq!(on_path.len(), threads * each, "one chain holds every entry");
+    for id in &acknowledged {
+        assert!(
+            on_path.contains(id.as_str()),
+            "acknowledged {id} is missing"
+        );
+    }
+}

@@ -20,4 +20,4 @@ pub use context::{build_session_context, convert_to_llm, SessionContext};
 pub use store::{JsonlStore, SessionStore, SessionSummary, StoreError, DEFAULT_AGENT};
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
-pub use writer::{Durability, SessionWriteError, SessionWriter};
+pub use writer::{Durability, SessionWriteError, SessionWriter, SharedSessionWriter};

@@ -567,3 +567,135 @@ impl Drop for SessionWriter {
 pub fn new_session_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
+
+/// A session written by several threads at once (subagents and tools of one turn, a gateway's
+/// connections), with **group commit**: each append is written in order under a lock, then
+/// waits until an `fdatasync` covers it; one waiter syncs for all the appends written before it
+/// began, so concurrent appenders share fsyncs. An append returns only once durable.
+#[derive(Debug)]
+pub struct SharedSessionWriter {
+    writer: std::sync::Mutex<(SessionWriter, u64)>,
+    sync_handle: File,
+    state: std::sync::Mutex<SyncState>,
+    synced: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    /// Appends known to be on disk (appends are numbered from 1 in write order).
+    durable: u64,
+    /// Whether a waiter is syncing now.
+    syncing: bool,
+    /// fsyncs done.
+    syncs: u64,
+    /// The error of the last failed sync, reported to every waiter it covered.
+    failed: Option<String>,
+}
+
+impl SharedSessionWriter {
+    /// Shares `writer` (its own durability setting is replaced by group commit).
+    ///
+    /// # Errors
+    /// When the file handle cannot be duplicated for syncing.
+    pub fn new(mut writer: SessionWriter) -> Result<Self, SessionWriteError> {
+        writer.durability = Durability::None;
+        let sync_handle = writer
+            .file
+            .try_clone()
+            .map_err(|source| SessionWriteError::Io {
+                path: writer.path.clone(),
+                source,
+            })?;
+        Ok(SharedSessionWriter {
+            writer: std::sync::Mutex::new((writer, 0)),
+            sync_handle,
+            state: std::sync::Mutex::new(SyncState::default()),
+            synced: std::sync::Condvar::new(),
+        })
+    }
+
+    /// Appends `message` as a child of the active leaf; returns its id once it is on disk.
+    ///
+    /// # Errors
+    /// I/O errors, of the write or of the sync that was to cover it.
+    pub fn append_message(&self, message: &Message) -> Result<String, SessionWriteError> {
+        self.append_with(|writer| writer.append_message(message))
+    }
+
+    /// Runs `append` on the writer (under its lock), then waits until it is durable.
+    ///
+    /// # Errors
+    /// `append`'s errors, or the sync's.
+    pub fn append_with<T>(
+        &self,
+        append: impl FnOnce(&mut SessionWriter) -> Result<T, SessionWriteError>,
+    ) -> Result<T, SessionWriteError> {
+        let (value, number) = {
+            let mut guard = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let value = append(&mut guard.0)?;
+            guard.1 += 1;
+            (value, guard.1)
+        };
+        self.wait_durable(number)?;
+        Ok(value)
+    }
+
+    fn wait_durable(&self, number: u64) -> Result<(), SessionWriteError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if state.durable >= number {
+                return Ok(());
+            }
+            if let Some(error) = &state.failed {
+                return Err(self.io_error(error.clone()));
+            }
+            if state.syncing {
+                state = self.synced.wait(state).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Lead: sync everything written so far.
+            state.syncing = true;
+            drop(state);
+            let written = self.writer.lock().unwrap_or_else(|e| e.into_inner()).1;
+            let result = self.sync_handle.sync_data();
+            state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.syncing = false;
+            state.syncs += 1;
+            match result {
+                Ok(()) => {
+                    state.durable = state.durable.max(written);
+                    state.failed = None;
+                }
+                Err(err) => state.failed = Some(err.to_string()),
+            }
+            self.synced.notify_all();
+        }
+    }
+
+    fn io_error(&self, message: String) -> SessionWriteError {
+        let path = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .path
+            .clone();
+        SessionWriteError::Io {
+            path,
+            source: std::io::Error::other(message),
+        }
+    }
+
+    /// The fsyncs done so far (fewer than the appends when appenders shared them).
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).syncs
+    }
+
+    /// The writer back (after the last appender is done).
+    pub fn into_inner(self) -> SessionWriter {
+        self.writer
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+    }
+}
