@@ -578,6 +578,8 @@ pub struct SharedSessionWriter {
     sync_handle: File,
     state: std::sync::Mutex<SyncState>,
     synced: std::sync::Condvar,
+    /// Appenders between entering and having written their line.
+    writing: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -611,6 +613,7 @@ impl SharedSessionWriter {
             sync_handle,
             state: std::sync::Mutex::new(SyncState::default()),
             synced: std::sync::Condvar::new(),
+            writing: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -630,12 +633,17 @@ impl SharedSessionWriter {
         &self,
         append: impl FnOnce(&mut SessionWriter) -> Result<T, SessionWriteError>,
     ) -> Result<T, SessionWriteError> {
-        let (value, number) = {
+        use std::sync::atomic::Ordering;
+        self.writing.fetch_add(1, Ordering::SeqCst);
+        let written = {
             let mut guard = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            let value = append(&mut guard.0)?;
-            guard.1 += 1;
-            (value, guard.1)
+            append(&mut guard.0).map(|value| {
+                guard.1 += 1;
+                (value, guard.1)
+            })
         };
+        self.writing.fetch_sub(1, Ordering::SeqCst);
+        let (value, number) = written?;
         self.wait_durable(number)?;
         Ok(value)
     }
@@ -656,6 +664,14 @@ impl SharedSessionWriter {
             // Lead: sync everything written so far.
             state.syncing = true;
             drop(state);
+            // Let the appenders already queued on the writer write first (a bounded wait, far
+            // shorter than the fsync they then share).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_micros(100);
+            while self.writing.load(std::sync::atomic::Ordering::SeqCst) > 0
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
             let written = self.writer.lock().unwrap_or_else(|e| e.into_inner()).1;
             let result = self.sync_handle.sync_data();
             state = self.state.lock().unwrap_or_else(|e| e.into_inner());
