@@ -186,7 +186,9 @@ fn message_of(entry: &Entry) -> Option<Message> {
                     m.insert(key.into(), value.clone());
                 }
             }
-            if let Some(ms) = entry.timestamp_ms() {
+            // From the record already parsed, not a second parse of the line.
+            let timestamp = record.get("timestamp").and_then(Value::as_str);
+            if let Some(ms) = timestamp.and_then(super::time::parse_iso_ms) {
                 m.insert("timestamp".into(), ms.into());
             }
             Message::from_value(Value::Object(m)).ok()

@@ -1011,6 +1011,37 @@ impl RecordKind {
     }
 }
 
+/// The `visit_*` methods of a visitor for the JSON values that are neither what it looks for nor
+/// anything to read: arrays (skipped unparsed) and scalars all give `$value`; with `str unit:`,
+/// strings and `null` too.
+macro_rules! other_values {
+    (str unit: $ty:ty, $value:expr) => {
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<$ty, E> {
+            Ok($value)
+        }
+    };
+    ($ty:ty, $value:expr) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<$ty, A::Error> {
+            IgnoredAny.visit_seq(seq).map(|_| $value)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<$ty, E> {
+            Ok($value)
+        }
+    };
+}
+
 /// A string, borrowed from the line when it has no escapes.
 struct Str<'a>(Cow<'a, str>);
 
@@ -1060,24 +1091,7 @@ impl<'de> Deserialize<'de> for Field<Cow<'de, str>> {
             ) -> Result<Field<Cow<'de, str>>, A::Error> {
                 IgnoredAny.visit_map(map).map(|_| Field::Other)
             }
-            fn visit_seq<A: SeqAccess<'de>>(
-                self,
-                seq: A,
-            ) -> Result<Field<Cow<'de, str>>, A::Error> {
-                IgnoredAny.visit_seq(seq).map(|_| Field::Other)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Field<Cow<'de, str>>, E> {
-                Ok(Field::Other)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Field<Cow<'de, str>>, E> {
-                Ok(Field::Other)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Field<Cow<'de, str>>, E> {
-                Ok(Field::Other)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Field<Cow<'de, str>>, E> {
-                Ok(Field::Other)
-            }
+            other_values!(Field<Cow<'de, str>>, Field::Other);
         }
         d.deserialize_any(V)
     }
@@ -1108,27 +1122,8 @@ impl<'de> Deserialize<'de> for MessageRole {
                 }
                 Ok(MessageRole(role))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MessageRole, A::Error> {
-                IgnoredAny.visit_seq(seq).map(|_| MessageRole(None))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<MessageRole, E> {
-                Ok(MessageRole(None))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<MessageRole, E> {
-                Ok(MessageRole(None))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<MessageRole, E> {
-                Ok(MessageRole(None))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<MessageRole, E> {
-                Ok(MessageRole(None))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<MessageRole, E> {
-                Ok(MessageRole(None))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<MessageRole, E> {
-                Ok(MessageRole(None))
-            }
+            other_values!(MessageRole, MessageRole(None));
+            other_values!(str unit: MessageRole, MessageRole(None));
         }
         d.deserialize_any(V)
     }
@@ -1163,27 +1158,8 @@ impl<'de> Deserialize<'de> for RecordHead<'de> {
                 }
                 Ok(RecordHead::Object(head))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RecordHead<'de>, A::Error> {
-                IgnoredAny.visit_seq(seq).map(|_| RecordHead::NotObject)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<RecordHead<'de>, E> {
-                Ok(RecordHead::NotObject)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<RecordHead<'de>, E> {
-                Ok(RecordHead::NotObject)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<RecordHead<'de>, E> {
-                Ok(RecordHead::NotObject)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<RecordHead<'de>, E> {
-                Ok(RecordHead::NotObject)
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<RecordHead<'de>, E> {
-                Ok(RecordHead::NotObject)
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<RecordHead<'de>, E> {
-                Ok(RecordHead::NotObject)
-            }
+            other_values!(RecordHead<'de>, RecordHead::NotObject);
+            other_values!(str unit: RecordHead<'de>, RecordHead::NotObject);
         }
         d.deserialize_any(V)
     }
