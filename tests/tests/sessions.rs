@@ -779,7 +779,7 @@ fn concurrent_appenders_share_fsyncs_and_lose_nothing() {
             .collect()
     });
     let syncs = shared.syncs();
-    drop(shared.into_inner());
+    drop(shared.into_inner().unwrap());
     assert!(
         syncs < (threads * each) as u64,
         "{syncs} fsyncs for {} appends: none shared",
