@@ -747,6 +747,84 @@ fn concurrent_index_updates_all_land() {
     assert_eq!(listed.len(), 80, "every file is indexed");
 }
 
+/// `sessions.json` keeps OpenClaw's counters per session key: concurrent updates (as from a CLI
+/// beside a gateway) all land, fields pincer does not know survive, and `sessions list --json`
+/// shows the counters.
+#[test]
+fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
+    use pincer_host::session::{CounterUpdate, JsonlStore, SessionStore};
+    let home = tempfile::TempDir::new().unwrap();
+    let store = JsonlStore::new(home.path().join("agents"));
+    let key = "agent:main:main";
+    let (summary, writer) = store.create("main", key, "/tmp", Durability::None).unwrap();
+    drop(writer);
+    // Fields OpenClaw writes and pincer does not model, and a count OpenClaw left.
+    let index_path = store.sessions_dir("main").join("sessions.json");
+    let mut index: Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    index[key]["chatType"] = "direct".into();
+    index[key]["thinkingLevel"] = "high".into();
+    index[key]["compactionCount"] = 2.into();
+    std::fs::write(&index_path, serde_json::to_string_pretty(&index).unwrap()).unwrap();
+
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for _ in 0..10 {
+                    store
+                        .record("main", key, CounterUpdate::Compaction)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let counters = store
+        .record(
+            "main",
+            key,
+            CounterUpdate::Usage {
+                input: 1200,
+                output: 80,
+                total: 1280,
+                context: 1150,
+            },
+        )
+        .unwrap();
+    assert_eq!(counters.compaction_count, Some(82), "no update lost");
+
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let entry = &index[key];
+    assert_eq!(entry["sessionId"], summary.session_id.as_str());
+    assert_eq!(entry["compactionCount"], 82);
+    assert_eq!(entry["inputTokens"], 1200);
+    assert_eq!(entry["outputTokens"], 80);
+    assert_eq!(entry["totalTokens"], 1280);
+    assert_eq!(entry["contextTokens"], 1150);
+    assert_eq!(entry["chatType"], "direct", "OpenClaw's fields are kept");
+    assert_eq!(entry["thinkingLevel"], "high");
+
+    let listed = pincer_tests::run_pincer(home.path(), &["sessions", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["sessionKey"], key);
+    assert_eq!(listed[0]["compactionCount"], 82);
+    assert_eq!(listed[0]["contextTokens"], 1150);
+
+    // The key given a new session (`/new`): its settings stay, its counters start again.
+    let (_, writer) = store.create("main", key, "/tmp", Durability::None).unwrap();
+    drop(writer);
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    assert_ne!(index[key]["sessionId"], summary.session_id.as_str());
+    assert_eq!(index[key]["chatType"], "direct");
+    assert!(index[key].get("compactionCount").is_none());
+
+    let err = store
+        .record("main", "agent:main:other", CounterUpdate::Compaction)
+        .unwrap_err();
+    assert_eq!(err.code(), "session_not_found");
+}
+
 /// Eight threads appending to one session share fsyncs (group commit): every acknowledged entry
 /// is in the file, in one parent chain, and fewer fsyncs than appends were needed.
 #[test]

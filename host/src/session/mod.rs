@@ -17,7 +17,10 @@ pub mod writer;
 
 pub use assemble::AssembledView;
 pub use context::{build_session_context, convert_to_llm, SessionContext};
-pub use store::{JsonlStore, SessionStore, SessionSummary, StoreError, DEFAULT_AGENT};
+pub use store::{
+    CounterUpdate, JsonlStore, SessionCounters, SessionStore, SessionSummary, StoreError,
+    DEFAULT_AGENT,
+};
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
 pub use writer::{Durability, SessionWriteError, SessionWriter, SharedSessionWriter};

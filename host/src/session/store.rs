@@ -1,7 +1,11 @@
 //! Where sessions live: the [`SessionStore`] seam and its embedded default, [`JsonlStore`] —
 //! `$PINCER_HOME/agents/<agentId>/sessions/<sessionId>.jsonl`, with the index `sessions.json`
-//! (sessionKey → sessionId, file, update time) written atomically (temp file + rename), as
-//! OpenClaw lays them out. Index updates are serialised by `sessions.json.lock`.
+//! (sessionKey → sessionId, file, update time and OpenClaw's counters: `compactionCount`,
+//! `inputTokens`, `outputTokens`, `totalTokens`, `contextTokens`) written atomically (temp file
+//! + rename), as OpenClaw lays them out. Index updates are read-modify-writes serialised by
+//! `sessions.json.lock`, so concurrent updates (two processes, a CLI beside a gateway) never lose
+//! one another; fields of an index entry that pincer does not know (OpenClaw's `chatType`,
+//! toggles, overrides …) are kept as they are.
 //!
 //! A command names a session by one argument, resolved as a path, else a session key of the
 //! agent, else a session id ([`SessionStore::resolve`]).
@@ -11,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::context::{build_session_context, SessionContext};
 use super::time::now_ms;
 use super::tree::SessionTree;
 use super::writer::{new_session_id, Durability, SessionWriteError, SessionWriter};
@@ -31,6 +36,69 @@ pub struct SessionSummary {
     /// When the index last saw it written, ms since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<i64>,
+    /// OpenClaw's counters kept in the index.
+    #[serde(flatten)]
+    pub counters: SessionCounters,
+}
+
+/// The counters `sessions.json` keeps per session key, named as OpenClaw names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCounters {
+    /// Compactions completed for this session key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_count: Option<u64>,
+    /// Input tokens of the last model call (as the provider reported them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Output tokens of the last model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Total tokens of the last model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// The context the last turn sent, in tokens (an estimate where no usage was reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
+}
+
+/// One change to a session's counters ([`SessionStore::record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterUpdate {
+    /// A compaction completed: `compactionCount` + 1.
+    Compaction,
+    /// A model call's usage: the token counters are replaced by it.
+    Usage {
+        /// Input tokens.
+        input: u64,
+        /// Output tokens.
+        output: u64,
+        /// Total tokens (input + output + cache, as reported).
+        total: u64,
+        /// The context sent, in tokens.
+        context: u64,
+    },
+}
+
+impl SessionCounters {
+    fn apply(&mut self, update: CounterUpdate) {
+        match update {
+            CounterUpdate::Compaction => {
+                self.compaction_count = Some(self.compaction_count.unwrap_or(0) + 1);
+            }
+            CounterUpdate::Usage {
+                input,
+                output,
+                total,
+                context,
+            } => {
+                self.input_tokens = Some(input);
+                self.output_tokens = Some(output);
+                self.total_tokens = Some(total);
+                self.context_tokens = Some(context);
+            }
+        }
+    }
 }
 
 impl SessionSummary {
@@ -44,6 +112,7 @@ impl SessionSummary {
                 .unwrap_or_default(),
             session_file,
             updated_at: None,
+            counters: SessionCounters::default(),
         }
     }
 }
@@ -116,6 +185,41 @@ pub trait SessionStore {
     /// I/O errors.
     fn read(&self, session: &SessionSummary) -> Result<SessionTree, StoreError>;
 
+    /// The context of a session at `leaf` (the active leaf when `None`): OpenClaw's
+    /// `buildSessionContext`.
+    ///
+    /// # Errors
+    /// As [`SessionStore::read`].
+    fn context(
+        &self,
+        session: &SessionSummary,
+        leaf: Option<&str>,
+    ) -> Result<SessionContext, StoreError> {
+        let tree = self.read(session)?;
+        Ok(build_session_context(&tree, leaf))
+    }
+
+    /// Opens a session to append to it (one writer per session at a time).
+    ///
+    /// # Errors
+    /// I/O errors, [`SessionWriteError::Locked`] or a session of a future version.
+    fn open(
+        &self,
+        session: &SessionSummary,
+        durability: Durability,
+    ) -> Result<SessionWriter, StoreError>;
+
+    /// Updates the counters of the session indexed under `session_key`.
+    ///
+    /// # Errors
+    /// I/O errors, a damaged index, or a key the index does not hold.
+    fn record(
+        &self,
+        agent: &str,
+        session_key: &str,
+        update: CounterUpdate,
+    ) -> Result<SessionCounters, StoreError>;
+
     /// Creates a new, empty session under `session_key` and records it in the index.
     ///
     /// # Errors
@@ -138,6 +242,11 @@ struct IndexEntry {
     session_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     updated_at: Option<i64>,
+    #[serde(flatten)]
+    counters: SessionCounters,
+    /// Fields pincer does not know, kept as they are.
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Sessions as JSONL files under `<root>/<agent>/sessions/`.
@@ -221,6 +330,7 @@ impl JsonlStore {
                     .join(format!("{}.jsonl", entry.session_id))
             }),
             updated_at: entry.updated_at,
+            counters: entry.counters.clone(),
         }
     }
 
@@ -238,12 +348,21 @@ impl JsonlStore {
         // Read-modify-write under a lock, so that two processes registering at once both land.
         let _lock = self.lock_index(agent)?;
         let mut index = self.read_index(agent)?;
+        // A key given a new session keeps its settings (the fields pincer does not know); its
+        // counters start again unless it is the same session.
+        let (counters, other) = match index.remove(session_key) {
+            Some(old) if old.session_id == session_id => (old.counters, old.other),
+            Some(old) => (SessionCounters::default(), old.other),
+            None => Default::default(),
+        };
         let entry = IndexEntry {
             session_id: session_id.to_owned(),
             session_file: (session_file
                 != self.sessions_dir(agent).join(format!("{session_id}.jsonl")))
             .then(|| session_file.to_owned()),
             updated_at: Some(now_ms()),
+            counters,
+            other,
         };
         let summary = self.summary(agent, Some(session_key), &entry);
         index.insert(session_key.to_owned(), entry);
@@ -320,5 +439,34 @@ impl SessionStore for JsonlStore {
         let writer = SessionWriter::create(&file, cwd, durability)?;
         let summary = self.register(agent, session_key, &session_id, &file)?;
         Ok((summary, writer))
+    }
+
+    fn open(
+        &self,
+        session: &SessionSummary,
+        durability: Durability,
+    ) -> Result<SessionWriter, StoreError> {
+        Ok(SessionWriter::open(&session.session_file, durability)?)
+    }
+
+    fn record(
+        &self,
+        agent: &str,
+        session_key: &str,
+        update: CounterUpdate,
+    ) -> Result<SessionCounters, StoreError> {
+        let _lock = self.lock_index(agent)?;
+        let mut index = self.read_index(agent)?;
+        let entry = index
+            .get_mut(session_key)
+            .ok_or_else(|| StoreError::NotFound {
+                agent: agent.to_owned(),
+                reference: session_key.to_owned(),
+            })?;
+        entry.counters.apply(update);
+        entry.updated_at = Some(now_ms());
+        let counters = entry.counters.clone();
+        self.write_index(agent, &index)?;
+        Ok(counters)
     }
 }
