@@ -825,6 +825,37 @@ fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
     assert_eq!(err.code(), "session_not_found");
 }
 
+/// With durability `turn`, appenders sharing a session write without syncing, and the turn's
+/// commit syncs once for all of them.
+#[test]
+fn shared_turn_durability_syncs_once_at_commit() {
+    use pincer_host::session::SharedSessionWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turn.jsonl");
+    let writer = SessionWriter::create(&path, "/tmp", Durability::Turn).unwrap();
+    let shared = SharedSessionWriter::new(writer).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let shared = &shared;
+            scope.spawn(move || {
+                for i in 0..25 {
+                    let message = pincer_plugin_api::abi::latest::Message::user(format!("{t}/{i}"));
+                    shared.append_message(&message).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(shared.syncs(), 0, "no sync before the turn ends");
+    assert_eq!(
+        SessionTree::read(&path).unwrap().entries.len(),
+        100,
+        "all written"
+    );
+    shared.commit().unwrap();
+    assert_eq!(shared.syncs(), 1, "one sync for the turn");
+    drop(shared.into_inner().unwrap());
+}
+
 /// Eight threads appending to one session share fsyncs (group commit): every acknowledged entry
 /// is in the file, in one parent chain, and fewer fsyncs than appends were needed.
 #[test]
@@ -857,6 +888,7 @@ fn concurrent_appenders_share_fsyncs_and_lose_nothing() {
             .collect()
     });
     let syncs = shared.syncs();
+    shared.commit().unwrap();
     drop(shared.into_inner().unwrap());
     assert!(
         syncs < (threads * each) as u64,

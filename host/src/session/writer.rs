@@ -596,9 +596,12 @@ pub fn new_session_id() -> String {
 /// connections), with **group commit**. An append formats its line in order under a lock and
 /// stages it in memory; one appender at a time leads: it gathers the appends of the others (up
 /// to as many as its previous batch held, for at most [`GATHER_LIMIT`]), writes the batch with
-/// one `write` and makes it durable with one `fdatasync`. An append returns only once durable,
-/// so concurrent appenders share fsyncs; a lone appender never waits to gather. Waiting
-/// appenders are parked and woken one by one, with no lock to take when their batch is done.
+/// one `write` and makes it durable with one `fdatasync`. An append returns only once written
+/// and, with durability `entry`, durable, so concurrent appenders share fsyncs; a lone appender
+/// never waits to gather. With durability `turn`, batches are written without a sync and
+/// [`SharedSessionWriter::commit`] syncs once (shared with the appends beside it); with `none`,
+/// nothing is synced. Waiting appenders are parked and woken one by one, with no lock to take
+/// when their batch is done.
 ///
 /// A failed write or sync fails every append it covered and every append after it: what
 /// reached the disk is then unknown (after a failed `fsync` Linux may drop the dirty pages), so
@@ -606,7 +609,7 @@ pub fn new_session_id() -> String {
 #[derive(Debug)]
 pub struct SharedSessionWriter {
     state: std::sync::Mutex<GroupState>,
-    /// Appends known to be on disk (appends are numbered from 1 in file order).
+    /// Appends written, and synced where the durability asks (numbered from 1 in file order).
     durable: std::sync::atomic::AtomicU64,
     /// The file, written and synced by the leader outside the lock.
     file: File,
@@ -630,6 +633,8 @@ struct GroupState {
     waiting: Vec<std::thread::Thread>,
     /// The size of the last batch: how many appends the next leader waits for.
     last_batch: u64,
+    /// A commit asked the next batch to be synced (durability `turn`).
+    sync_asked: bool,
     /// fsyncs done.
     syncs: u64,
     /// The error that ended group commit, reported to every append from then on.
@@ -637,8 +642,7 @@ struct GroupState {
 }
 
 impl SharedSessionWriter {
-    /// Shares `writer`: every append is durable when it returns, whatever the writer's
-    /// durability setting (which applies again when it is taken back).
+    /// Shares `writer`, keeping its durability setting.
     ///
     /// # Errors
     /// When the file handle cannot be duplicated for the leader.
@@ -660,6 +664,7 @@ impl SharedSessionWriter {
                 gathering: None,
                 waiting: Vec::new(),
                 last_batch: 1,
+                sync_asked: false,
                 syncs: 0,
                 failed: None,
             }),
@@ -685,12 +690,23 @@ impl SharedSessionWriter {
         &self,
         append: impl FnOnce(&mut SessionWriter) -> Result<T, SessionWriteError>,
     ) -> Result<T, SessionWriteError> {
+        self.stage_and_wait(append, false)
+    }
+
+    fn stage_and_wait<T>(
+        &self,
+        append: impl FnOnce(&mut SessionWriter) -> Result<T, SessionWriteError>,
+        ask_sync: bool,
+    ) -> Result<T, SessionWriteError> {
         use std::sync::atomic::Ordering;
         let mut state = self.lock();
         if let Some(error) = &state.failed {
             return Err(self.io_error(error.clone()));
         }
         let value = append(&mut state.writer)?;
+        if ask_sync && state.writer.durability != Durability::None {
+            state.sync_asked = true;
+        }
         state.staged += 1;
         let number = state.staged;
         if let Some(leader) = &state.gathering {
@@ -722,9 +738,12 @@ impl SharedSessionWriter {
     fn lead<'a>(&'a self, mut state: std::sync::MutexGuard<'a, GroupState>) {
         use std::sync::atomic::Ordering;
         let deadline = std::time::Instant::now() + GATHER_LIMIT;
-        // Let the appenders of the last batch, woken by its end, stage again first.
-        state.gathering = Some(std::thread::current());
-        while state.staged - self.durable.load(Ordering::Acquire) < state.last_batch {
+        let sync =
+            state.writer.durability == Durability::Entry || std::mem::take(&mut state.sync_asked);
+        // Let the appenders of the last batch, woken by its end, stage again first: they share
+        // the sync (a batch without one is written at once).
+        state.gathering = sync.then(std::thread::current);
+        while sync && state.staged - self.durable.load(Ordering::Acquire) < state.last_batch {
             let now = std::time::Instant::now();
             if now >= deadline {
                 break;
@@ -736,13 +755,18 @@ impl SharedSessionWriter {
         state.gathering = None;
         let batch = std::mem::take(state.writer.staged.get_or_insert_with(Vec::new));
         let end = state.staged;
+        let sync = sync || std::mem::take(&mut state.sync_asked);
         drop(state);
-        let result = (&self.file)
-            .write_all(&batch)
-            .and_then(|()| self.file.sync_data());
+        let result = (&self.file).write_all(&batch).and_then(|()| {
+            if sync {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
         let mut state = self.lock();
         state.leading = false;
-        state.syncs += 1;
+        state.syncs += u64::from(sync);
         match result {
             Ok(()) => {
                 let durable = self.durable.load(Ordering::Acquire);
@@ -772,6 +796,15 @@ impl SharedSessionWriter {
             path: self.path.clone(),
             source: std::io::Error::other(message),
         }
+    }
+
+    /// Ends a turn: writes a `leaf` record if the active leaf moved, and with durability `entry`
+    /// or `turn` returns once everything appended before it is durable.
+    ///
+    /// # Errors
+    /// I/O errors, of this write or sync or of an earlier one.
+    pub fn commit(&self) -> Result<(), SessionWriteError> {
+        self.stage_and_wait(SessionWriter::save, true)
     }
 
     /// The fsyncs done so far (fewer than the appends when appenders shared them).
