@@ -1,8 +1,8 @@
 //! Where sessions live: the [`SessionStore`] seam and its embedded default, [`JsonlStore`] —
 //! `$PINCER_HOME/agents/<agentId>/sessions/<sessionId>.jsonl`, with the index `sessions.json`
 //! (sessionKey → sessionId, file, update time and OpenClaw's counters: `compactionCount`,
-//! `inputTokens`, `outputTokens`, `totalTokens`, `contextTokens`) written atomically (temp file
-//! + rename), as OpenClaw lays them out. Index updates are read-modify-writes serialised by
+//! `inputTokens`, `outputTokens`, `totalTokens`, `contextTokens`) written atomically (a temp
+//! file, then a rename), as OpenClaw lays them out. Index updates are read-modify-writes serialised by
 //! `sessions.json.lock`, so concurrent updates (two processes, a CLI beside a gateway) never lose
 //! one another; fields of an index entry that pincer does not know (OpenClaw's `chatType`,
 //! toggles, overrides …) are kept as they are.
