@@ -549,6 +549,55 @@ fn invalid_utf8_reads_as_replacement_characters_and_the_file_keeps_its_bytes() {
     assert_eq!(texts(&context), with_new);
 }
 
+/// A file large enough to be read as two halves at once, each checked for UTF-8 by its own
+/// thread: a character cut by the middle is still read whole, and a bad byte in the second half
+/// still reads as U+FFFD.
+#[test]
+fn a_large_file_reads_characters_across_its_middle_and_bad_bytes_in_its_second_half() {
+    let s = Scratch::new();
+    let euros = "€".repeat(400);
+    let build = |pad: usize| {
+        let mut text = format!("{HEADER}\n");
+        let mut parent: Option<String> = None;
+        for i in 0..4000 {
+            let id = format!("m{i}");
+            let content = if i == 0 { format!("{}{euros}", "p".repeat(pad)) } else { euros.clone() };
+            text += &message_line(&id, parent.as_deref(), "user", &content);
+            text.push('\n');
+            parent = Some(id);
+        }
+        text
+    };
+    let text = (0..3)
+        .map(build)
+        .find(|t| !t.is_char_boundary(t.len() / 2))
+        .expect("one of three paddings cuts a three-byte character");
+    assert!(text.len() > 4 << 20, "read as two halves");
+    let path = s.file("large.jsonl", &text);
+    let tree = SessionTree::read(&path).unwrap();
+    assert!(!tree.replaced_invalid_utf8, "no byte was replaced");
+    let context = build_session_context(&tree, None);
+    assert_eq!(context.messages.len(), 4000);
+    assert!(context.messages[1..].iter().all(|m| m.plain_text() == euros));
+
+    // One bad byte in the second half: read as U+FFFD, the rest intact.
+    let mut bytes = text.into_bytes();
+    let at = bytes.len() * 3 / 4;
+    let at = at + bytes[at..].iter().position(|&b| b == 0xE2).unwrap();
+    bytes[at] = 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    let tree = SessionTree::read(&path).unwrap();
+    assert!(tree.replaced_invalid_utf8);
+    let context = build_session_context(&tree, None);
+    assert_eq!(context.messages.len(), 4000);
+    let damaged: Vec<_> = context
+        .messages
+        .iter()
+        .filter(|m| m.plain_text().contains('\u{FFFD}'))
+        .collect();
+    assert_eq!(damaged.len(), 1, "one message holds the bad byte");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Paths
 // ---------------------------------------------------------------------------------------------

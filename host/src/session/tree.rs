@@ -419,10 +419,16 @@ impl SessionTree {
                 path: path.to_owned(),
             });
         }
-        let bytes = read_on_two_threads(&file).map_err(unreadable)?;
-        let (text, replaced) = match String::from_utf8(bytes) {
-            Ok(text) => (text, false),
-            Err(err) => (String::from_utf8_lossy(err.as_bytes()).into_owned(), true),
+        let (bytes, halves_are_utf8) = read_on_two_threads(&file).map_err(unreadable)?;
+        let (text, replaced) = if halves_are_utf8 {
+            // SAFETY: each half was checked to be UTF-8, and they were cut between characters
+            // (a half that does not end on a character boundary fails its check).
+            (unsafe { String::from_utf8_unchecked(bytes) }, false)
+        } else {
+            match String::from_utf8(bytes) {
+                Ok(text) => (text, false),
+                Err(err) => (String::from_utf8_lossy(err.as_bytes()).into_owned(), true),
+            }
         };
         let mut tree = Self::from_text(text);
         if replaced {
@@ -688,8 +694,9 @@ impl SessionTree {
 }
 
 /// Reads a whole file; a large one as two halves read at once (page-cache copies and page faults
-/// on both cores).
-fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+/// on both cores), each checked for UTF-8 by the thread that read it. The flag says whether the
+/// whole file was so checked (false: not checked yet, or not UTF-8).
+fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<(Vec<u8>, bool)> {
     use std::io::{Read as _, Seek as _};
     use std::os::unix::fs::FileExt as _;
     const PARALLEL_FROM: u64 = 4 << 20;
@@ -697,15 +704,18 @@ fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
     if len < PARALLEL_FROM {
         let mut bytes = Vec::with_capacity(len as usize + 1);
         (&*file).read_to_end(&mut bytes)?;
-        return Ok(bytes);
+        return Ok((bytes, false));
     }
     let len = usize::try_from(len).map_err(std::io::Error::other)?;
     let mut bytes = vec![0u8; len];
     let (first, second) = bytes.split_at_mut(len / 2);
-    let read_exact_at = |buf: &mut [u8], offset: usize| file.read_exact_at(buf, offset as u64);
+    let read_and_check = |buf: &mut [u8], offset: usize| {
+        file.read_exact_at(buf, offset as u64)
+            .map(|()| std::str::from_utf8(buf).is_ok())
+    };
     let (a, b) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| read_exact_at(second, len / 2));
-        let mine = read_exact_at(first, 0);
+        let other = scope.spawn(|| read_and_check(second, len / 2));
+        let mine = read_and_check(first, 0);
         (
             mine,
             other
@@ -713,12 +723,11 @@ fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
                 .unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked"))),
         )
     });
-    a?;
-    b?;
+    let halves_are_utf8 = a? && b?;
     // The file may have grown since its length was taken (a writer appending): read the rest.
     (&*file).seek(std::io::SeekFrom::Start(len as u64))?;
-    (&*file).read_to_end(&mut bytes)?;
-    Ok(bytes)
+    let grew = (&*file).read_to_end(&mut bytes)? > 0;
+    Ok((bytes, halves_are_utf8 && !grew))
 }
 
 /// The non-blank lines of `text` with their heads (`None`: the line does not parse), in order,
@@ -752,10 +761,12 @@ fn scan_lines(text: &str, hasher: &Hasher) -> Vec<(Range<usize>, Option<Head>)> 
     if text.len() < PARALLEL_FROM {
         return scan(text, 0);
     }
-    // Split at the newline nearest the middle: each half holds whole lines.
+    // Split at the first newline after the middle byte (which may be inside a character): each
+    // half holds whole lines.
     let middle = text.len() / 2;
-    let cut = text[middle..]
-        .find('\n')
+    let cut = text.as_bytes()[middle..]
+        .iter()
+        .position(|&b| b == b'\n')
         .map_or(text.len(), |at| middle + at);
     let (first, second) = (&text[..cut], text.get(cut + 1..).unwrap_or(""));
     let (mut lines, rest) = std::thread::scope(|scope| {
