@@ -1,6 +1,7 @@
 //! Sessions at the sizes OpenClaw was measured at (`shared/reference/openclaw-peer.md` §3):
 //! open + parse + build the leaf's context of generated 1k, 10k and 100k-entry files, and
-//! durable appends beside the fsync they cost, measured in one run.
+//! durable appends beside the fsync they cost (one writer; eight threads and eight async tasks
+//! sharing a session through group commit), measured in one run.
 
 use std::time::{Duration, Instant};
 
@@ -87,6 +88,40 @@ fn durable_appends(c: &mut Criterion) {
                 }
             });
             start.elapsed() * iters as u32 / (per_thread * 8) as u32
+        })
+    });
+    // The same through async appends: eight tasks on a two-thread runtime, a gateway's shape.
+    let path = dir.path().join("shared-async.jsonl");
+    let shared = std::sync::Arc::new(
+        SharedSessionWriter::new(
+            SessionWriter::create(&path, "/srv/agent", Durability::Entry).unwrap(),
+        )
+        .unwrap(),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    group.bench_function("entry-8-tasks-group-commit", |b| {
+        b.iter_custom(|iters| {
+            let per_task = iters.div_ceil(8);
+            let start = Instant::now();
+            runtime.block_on(async {
+                let tasks: Vec<_> = (0..8)
+                    .map(|_| {
+                        let (shared, message) = (shared.clone(), message.clone());
+                        tokio::spawn(async move {
+                            for _ in 0..per_task {
+                                shared.append_message_async(&message).await.unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+            });
+            start.elapsed() * iters as u32 / (per_task * 8) as u32
         })
     });
     group.finish();

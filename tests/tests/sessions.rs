@@ -856,6 +856,71 @@ fn shared_turn_durability_syncs_once_at_commit() {
     drop(shared.into_inner().unwrap());
 }
 
+/// Eight async tasks on a two-thread runtime (as a gateway's connections) append to one session
+/// through group commit: each append is staged when called, so every task's entries keep its
+/// order; every acknowledged entry is in the file; fsyncs are shared; an append whose future is
+/// dropped unawaited is still written when the writer closes.
+#[test]
+fn async_appenders_share_fsyncs_keep_their_order_and_lose_nothing() {
+    use pincer_host::session::SharedSessionWriter;
+    use pincer_plugin_api::abi::latest::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("async.jsonl");
+    let writer = SessionWriter::create(&path, "/tmp", Durability::Entry).unwrap();
+    let shared = std::sync::Arc::new(SharedSessionWriter::new(writer).unwrap());
+    let (tasks, each) = (8, 50);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let acknowledged: Vec<Vec<String>> = runtime.block_on(async {
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let mut ids = Vec::new();
+                    for i in 0..each {
+                        let message = Message::user(format!("task {t} message {i}"));
+                        ids.push(shared.append_message_async(&message).await.unwrap());
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for handle in handles {
+            all.push(handle.await.unwrap());
+        }
+        all
+    });
+    let syncs = shared.syncs();
+    assert!(
+        syncs < (tasks * each) as u64,
+        "{syncs} fsyncs for {} appends: none shared",
+        tasks * each
+    );
+    // Staged on the call, not on the first poll: dropped unawaited, still written.
+    drop(shared.append_message_async(&Message::user("never awaited")));
+    let shared = std::sync::Arc::into_inner(shared).unwrap();
+    drop(shared.into_inner().unwrap());
+
+    let tree = SessionTree::read(&path).unwrap();
+    assert_eq!(tree.skipped_lines, 0);
+    let chain: Vec<&str> = tree.path(None).iter().map(|e| e.id()).collect();
+    assert_eq!(chain.len(), tasks * each + 1, "one chain holds every entry");
+    let position: std::collections::HashMap<&str, usize> =
+        chain.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    for ids in &acknowledged {
+        let places: Vec<usize> = ids
+            .iter()
+            .map(|id| *position.get(id.as_str()).expect("an acknowledged entry is missing"))
+            .collect();
+        assert!(places.windows(2).all(|w| w[0] < w[1]), "a task's entries keep its order");
+    }
+    let last = build_session_context(&tree, None).messages.last().unwrap().plain_text();
+    assert_eq!(last, "never awaited");
+}
+
 /// Eight threads appending to one session share fsyncs (group commit): every acknowledged entry
 /// is in the file, in one parent chain, and fewer fsyncs than appends were needed.
 #[test]

@@ -2,12 +2,13 @@
 //! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
 //! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
 //! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
-//! ([`writer`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
+//! ([`writer`]), by many threads or tasks at once with group commit ([`group_commit`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
 //! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index). The
 //! readers know nothing of engines.
 
 pub mod assemble;
 pub mod context;
+pub mod group_commit;
 pub mod openai;
 pub mod store;
 pub mod time;
@@ -17,10 +18,11 @@ pub mod writer;
 
 pub use assemble::AssembledView;
 pub use context::{build_session_context, convert_to_llm, SessionContext};
+pub use group_commit::{DurableAppend, SharedSessionWriter};
 pub use store::{
     CounterUpdate, JsonlStore, SessionCounters, SessionStore, SessionSummary, StoreError,
     DEFAULT_AGENT,
 };
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
-pub use writer::{Durability, SessionWriteError, SessionWriter, SharedSessionWriter};
+pub use writer::{Durability, SessionWriteError, SessionWriter};

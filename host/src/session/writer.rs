@@ -13,6 +13,8 @@
 //! - A file of a newer version than 4 is read for what is understood and refused for writing.
 //! - Durability ([`Durability`]): `entry` fsyncs every append, `turn` at
 //!   [`SessionWriter::commit`], `none` leaves it to the OS.
+//! - Several threads or tasks share one writer through
+//!   [`SharedSessionWriter`](super::group_commit::SharedSessionWriter) (group commit).
 //! - One writer per file: an exclusive advisory lock is held while the writer lives; a second
 //!   writer (in this or another process) gets [`SessionWriteError::Locked`] at once.
 
@@ -104,18 +106,18 @@ impl SessionWriteError {
 /// An open session file, appended to.
 #[derive(Debug)]
 pub struct SessionWriter {
-    path: PathBuf,
-    file: File,
+    pub(super) path: PathBuf,
+    pub(super) file: File,
     tree: SessionTree,
-    durability: Durability,
+    pub(super) durability: Durability,
     /// The last entry written or read, in file order (where a `leaf` record must point away from).
     last_entry: Option<String>,
     /// Lines formatted but not yet written, when a [`SharedSessionWriter`] writes them in
     /// batches; `None` when every line is written at once.
-    staged: Option<Vec<u8>>,
+    pub(super) staged: Option<Vec<u8>>,
     /// A batched write or sync failed: what reached the disk is unknown, so nothing more is
     /// written (not even the `leaf` record on drop).
-    poisoned: bool,
+    pub(super) poisoned: bool,
 }
 
 impl SessionWriter {
@@ -590,243 +592,4 @@ impl Drop for SessionWriter {
 /// A fresh session id: a UUID v7 (time-ordered), as OpenClaw's.
 pub fn new_session_id() -> String {
     uuid::Uuid::now_v7().to_string()
-}
-
-/// A session written by several threads at once (subagents and tools of one turn, a gateway's
-/// connections), with **group commit**. An append formats its line in order under a lock and
-/// stages it in memory; one appender at a time leads: it gathers the appends of the others (up
-/// to as many as its previous batch held, for at most [`GATHER_LIMIT`]), writes the batch with
-/// one `write` and makes it durable with one `fdatasync`. An append returns only once written
-/// and, with durability `entry`, durable, so concurrent appenders share fsyncs; a lone appender
-/// never waits to gather. With durability `turn`, batches are written without a sync and
-/// [`SharedSessionWriter::commit`] syncs once (shared with the appends beside it); with `none`,
-/// nothing is synced. Waiting appenders are parked and woken one by one, with no lock to take
-/// when their batch is done.
-///
-/// A failed write or sync fails every append it covered and every append after it: what
-/// reached the disk is then unknown (after a failed `fsync` Linux may drop the dirty pages), so
-/// the session must be reopened, which reads what is really there.
-#[derive(Debug)]
-pub struct SharedSessionWriter {
-    state: std::sync::Mutex<GroupState>,
-    /// Appends written, and synced where the durability asks (numbered from 1 in file order).
-    durable: std::sync::atomic::AtomicU64,
-    /// The file, written and synced by the leader outside the lock.
-    file: File,
-    path: PathBuf,
-}
-
-/// How long a leader waits for the appenders of its previous batch to stage again: a small part
-/// of the fsync they then share (about 180 µs on this kind of machine).
-pub const GATHER_LIMIT: std::time::Duration = std::time::Duration::from_micros(100);
-
-#[derive(Debug)]
-struct GroupState {
-    writer: SessionWriter,
-    /// Appends staged so far.
-    staged: u64,
-    /// Whether an appender is leading a batch now.
-    leading: bool,
-    /// The leader, while it waits for appenders to stage.
-    gathering: Option<std::thread::Thread>,
-    /// Appenders waiting for a batch to end.
-    waiting: Vec<std::thread::Thread>,
-    /// The size of the last batch: how many appends the next leader waits for.
-    last_batch: u64,
-    /// A commit asked the next batch to be synced (durability `turn`).
-    sync_asked: bool,
-    /// fsyncs done.
-    syncs: u64,
-    /// The error that ended group commit, reported to every append from then on.
-    failed: Option<String>,
-}
-
-impl SharedSessionWriter {
-    /// Shares `writer`, keeping its durability setting.
-    ///
-    /// # Errors
-    /// When the file handle cannot be duplicated for the leader.
-    pub fn new(mut writer: SessionWriter) -> Result<Self, SessionWriteError> {
-        writer.staged = Some(Vec::new());
-        let file = writer
-            .file
-            .try_clone()
-            .map_err(|source| SessionWriteError::Io {
-                path: writer.path.clone(),
-                source,
-            })?;
-        Ok(SharedSessionWriter {
-            path: writer.path.clone(),
-            state: std::sync::Mutex::new(GroupState {
-                writer,
-                staged: 0,
-                leading: false,
-                gathering: None,
-                waiting: Vec::new(),
-                last_batch: 1,
-                sync_asked: false,
-                syncs: 0,
-                failed: None,
-            }),
-            durable: std::sync::atomic::AtomicU64::new(0),
-            file,
-        })
-    }
-
-    /// Appends `message` as a child of the active leaf; returns its id once it is on disk.
-    ///
-    /// # Errors
-    /// I/O errors, of the write or of the sync that was to cover it, or of an earlier one.
-    pub fn append_message(&self, message: &Message) -> Result<String, SessionWriteError> {
-        self.append_with(|writer| writer.append_message(message))
-    }
-
-    /// Runs `append` on the writer (under its lock; its lines are staged), then waits until
-    /// they are durable.
-    ///
-    /// # Errors
-    /// `append`'s errors, or the write's or sync's that was to cover it.
-    pub fn append_with<T>(
-        &self,
-        append: impl FnOnce(&mut SessionWriter) -> Result<T, SessionWriteError>,
-    ) -> Result<T, SessionWriteError> {
-        self.stage_and_wait(append, false)
-    }
-
-    fn stage_and_wait<T>(
-        &self,
-        append: impl FnOnce(&mut SessionWriter) -> Result<T, SessionWriteError>,
-        ask_sync: bool,
-    ) -> Result<T, SessionWriteError> {
-        use std::sync::atomic::Ordering;
-        let mut state = self.lock();
-        if let Some(error) = &state.failed {
-            return Err(self.io_error(error.clone()));
-        }
-        let value = append(&mut state.writer)?;
-        if ask_sync && state.writer.durability != Durability::None {
-            state.sync_asked = true;
-        }
-        state.staged += 1;
-        let number = state.staged;
-        if let Some(leader) = &state.gathering {
-            if number - self.durable.load(Ordering::Acquire) >= state.last_batch {
-                leader.unpark();
-            }
-        }
-        loop {
-            if let Some(error) = &state.failed {
-                return Err(self.io_error(error.clone()));
-            }
-            if !state.leading {
-                state.leading = true;
-                self.lead(state);
-            } else {
-                state.waiting.push(std::thread::current());
-                drop(state);
-                // Woken when a batch ends (or spuriously): done if it covered this append.
-                std::thread::park();
-            }
-            if self.durable.load(Ordering::Acquire) >= number {
-                return Ok(value);
-            }
-            state = self.lock();
-        }
-    }
-
-    /// Gathers, writes and syncs one batch, then wakes the appenders waiting.
-    fn lead<'a>(&'a self, mut state: std::sync::MutexGuard<'a, GroupState>) {
-        use std::sync::atomic::Ordering;
-        let deadline = std::time::Instant::now() + GATHER_LIMIT;
-        let sync =
-            state.writer.durability == Durability::Entry || std::mem::take(&mut state.sync_asked);
-        // Let the appenders of the last batch, woken by its end, stage again first: they share
-        // the sync (a batch without one is written at once).
-        state.gathering = sync.then(std::thread::current);
-        while sync && state.staged - self.durable.load(Ordering::Acquire) < state.last_batch {
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                break;
-            }
-            drop(state);
-            std::thread::park_timeout(deadline - now);
-            state = self.lock();
-        }
-        state.gathering = None;
-        let batch = std::mem::take(state.writer.staged.get_or_insert_with(Vec::new));
-        let end = state.staged;
-        let sync = sync || std::mem::take(&mut state.sync_asked);
-        drop(state);
-        let result = (&self.file).write_all(&batch).and_then(|()| {
-            if sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
-        let mut state = self.lock();
-        state.leading = false;
-        state.syncs += u64::from(sync);
-        match result {
-            Ok(()) => {
-                let durable = self.durable.load(Ordering::Acquire);
-                state.last_batch = (end - durable).max(1);
-                self.durable.store(end, Ordering::Release);
-            }
-            Err(err) => {
-                tracing::error!(path = %self.path.display(), %err,
-                    "session write failed: appends to it fail until it is reopened");
-                state.failed = Some(err.to_string());
-                state.writer.poisoned = true;
-            }
-        }
-        let waiting = std::mem::take(&mut state.waiting);
-        drop(state);
-        for appender in waiting {
-            appender.unpark();
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, GroupState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn io_error(&self, message: String) -> SessionWriteError {
-        SessionWriteError::Io {
-            path: self.path.clone(),
-            source: std::io::Error::other(message),
-        }
-    }
-
-    /// Ends a turn: writes a `leaf` record if the active leaf moved, and with durability `entry`
-    /// or `turn` returns once everything appended before it is durable.
-    ///
-    /// # Errors
-    /// I/O errors, of this write or sync or of an earlier one.
-    pub fn commit(&self) -> Result<(), SessionWriteError> {
-        self.stage_and_wait(SessionWriter::save, true)
-    }
-
-    /// The fsyncs done so far (fewer than the appends when appenders shared them).
-    pub fn syncs(&self) -> u64 {
-        self.lock().syncs
-    }
-
-    /// The writer back, once the last appender is done.
-    ///
-    /// # Errors
-    /// When a write or sync failed: the writer's view may hold entries that are not on disk;
-    /// reopen the file instead.
-    pub fn into_inner(self) -> Result<SessionWriter, SessionWriteError> {
-        let state = self.state.into_inner().unwrap_or_else(|e| e.into_inner());
-        if let Some(error) = state.failed {
-            return Err(SessionWriteError::Io {
-                path: self.path,
-                source: std::io::Error::other(error),
-            });
-        }
-        let mut writer = state.writer;
-        writer.staged = None;
-        Ok(writer)
-    }
 }
