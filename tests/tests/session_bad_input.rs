@@ -561,7 +561,11 @@ fn a_large_file_reads_characters_across_its_middle_and_bad_bytes_in_its_second_h
         let mut parent: Option<String> = None;
         for i in 0..4000 {
             let id = format!("m{i}");
-            let content = if i == 0 { format!("{}{euros}", "p".repeat(pad)) } else { euros.clone() };
+            let content = if i == 0 {
+                format!("{}{euros}", "p".repeat(pad))
+            } else {
+                euros.clone()
+            };
             text += &message_line(&id, parent.as_deref(), "user", &content);
             text.push('\n');
             parent = Some(id);
@@ -578,7 +582,9 @@ fn a_large_file_reads_characters_across_its_middle_and_bad_bytes_in_its_second_h
     assert!(!tree.replaced_invalid_utf8, "no byte was replaced");
     let context = build_session_context(&tree, None);
     assert_eq!(context.messages.len(), 4000);
-    assert!(context.messages[1..].iter().all(|m| m.plain_text() == euros));
+    assert!(context.messages[1..]
+        .iter()
+        .all(|m| m.plain_text() == euros));
 
     // One bad byte in the second half: read as U+FFFD, the rest intact.
     let mut bytes = text.into_bytes();
