@@ -1,6 +1,6 @@
 //! The core's typed values, shared by every layer: the `legacy` id, plugin ids and their one
-//! validator, the names of engine methods, registry owners and host requirements. Depends on
-//! nothing else in the crate.
+//! validator, the names of engine methods, registry owners, host requirements and session
+//! durability. Depends on nothing else in the crate.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -336,4 +336,17 @@ mod tests {
             assert!(validate_plugin_id(bad).is_err(), "{bad:?}");
         }
     }
+}
+
+/// When session appends reach the disk: config `sessions.durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `fsync` after every append: an acknowledged entry survives a crash.
+    #[default]
+    Entry,
+    /// `fsync` at the end of a turn (the session writer's `commit`).
+    Turn,
+    /// Never `fsync`: the OS writes when it will.
+    None,
 }

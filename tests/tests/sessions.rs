@@ -720,6 +720,50 @@ fn sessions_are_listed_and_named_by_path_key_or_id() {
         .contains("no session \"no-such-session\" for agent \"main\""));
 }
 
+/// `sessions.durability` in `pincer.json` picks how session files are synced; a value that is
+/// not one of the three is refused with the allowed values, before anything is written.
+#[test]
+fn sessions_durability_is_read_from_the_config_and_a_bad_value_is_refused() {
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let home = tempfile::TempDir::new().unwrap();
+    let traj = home.path().join("traj.json");
+    std::fs::write(&traj, tasks[0]["traj"].to_string()).unwrap();
+    let traj = traj.to_str().unwrap();
+    for durability in ["entry", "turn", "none"] {
+        std::fs::write(
+            home.path().join("pincer.json"),
+            format!(r#"{{ sessions: {{ durability: "{durability}" }} }}"#),
+        )
+        .unwrap();
+        let key = format!("import:{durability}");
+        let out =
+            pincer_tests::run_pincer(home.path(), &["sessions", "import", traj, "--key", &key]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::write(
+        home.path().join("pincer.json"),
+        r#"{ sessions: { durability: "sometimes" } }"#,
+    )
+    .unwrap();
+    let before = pincer_tests::run_pincer(home.path(), &["sessions", "list", "--json"]);
+    let out = pincer_tests::run_pincer(home.path(), &["sessions", "import", traj, "--key", "bad"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sometimes") && stderr.contains("entry") && stderr.contains("turn"),
+        "names the bad value and the allowed ones: {stderr}"
+    );
+    let after = pincer_tests::run_pincer(home.path(), &["sessions", "list", "--json"]);
+    assert_eq!(before.stdout, after.stdout, "nothing was imported");
+}
+
 #[test]
 fn concurrent_index_updates_all_land() {
     use pincer_host::session::{JsonlStore, SessionStore};
@@ -913,11 +957,22 @@ fn async_appenders_share_fsyncs_keep_their_order_and_lose_nothing() {
     for ids in &acknowledged {
         let places: Vec<usize> = ids
             .iter()
-            .map(|id| *position.get(id.as_str()).expect("an acknowledged entry is missing"))
+            .map(|id| {
+                *position
+                    .get(id.as_str())
+                    .expect("an acknowledged entry is missing")
+            })
             .collect();
-        assert!(places.windows(2).all(|w| w[0] < w[1]), "a task's entries keep its order");
+        assert!(
+            places.windows(2).all(|w| w[0] < w[1]),
+            "a task's entries keep its order"
+        );
     }
-    let last = build_session_context(&tree, None).messages.last().unwrap().plain_text();
+    let last = build_session_context(&tree, None)
+        .messages
+        .last()
+        .unwrap()
+        .plain_text();
     assert_eq!(last, "never awaited");
 }
 

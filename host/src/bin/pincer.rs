@@ -677,6 +677,10 @@ fn session_import(
             )
         }
     };
+    let durability = match LoadedConfig::load(&home.config_path()) {
+        Ok(config) => config.config.sessions.durability,
+        Err(err) => return fail(err, 2),
+    };
     let session_id = pincer_host::session::writer::new_session_id();
     let path = out.unwrap_or_else(|| {
         store(home)
@@ -686,12 +690,7 @@ fn session_import(
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    match pincer_host::session::openai::import_openai(
-        &transcript,
-        &path,
-        &cwd,
-        pincer_host::session::Durability::Entry,
-    ) {
+    match pincer_host::session::openai::import_openai(&transcript, &path, &cwd, durability) {
         Ok(writer) => {
             drop(writer);
             let key = key.unwrap_or_else(|| {

@@ -254,6 +254,18 @@ pub struct Config {
     /// `hosts`.
     #[serde(default)]
     pub hosts: HostsConfig,
+    /// `sessions`.
+    #[serde(default)]
+    pub sessions: SessionsConfig,
+}
+
+/// `sessions`: how session files are written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsConfig {
+    /// `entry` (default: fsync each append), `turn` (fsync at the end of a turn) or `none`.
+    #[serde(default)]
+    pub durability: crate::types::Durability,
 }
 
 impl Config {

@@ -31,18 +31,8 @@ use super::tree::{SessionReadError, SessionTree};
 /// The session file version this writer writes.
 pub const SESSION_VERSION: u64 = 4;
 
-/// When appends reach the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// `fsync` after every append: an acknowledged entry survives a crash.
-    #[default]
-    Entry,
-    /// `fsync` at the end of a turn ([`SessionWriter::commit`]).
-    Turn,
-    /// Never `fsync`: the OS writes when it will.
-    None,
-}
+/// When appends reach the disk (config `sessions.durability`).
+pub use crate::types::Durability;
 
 /// Why a session could not be written.
 #[derive(Debug, thiserror::Error)]
