@@ -38,7 +38,8 @@
 //! 5. [`slot`] — registry, resolution, runtime, quarantine, the guard, projection,
 //!    requirements, `runtimeSettings`.
 //! 6. [`session`] — conversations and running an engine over one.
-//! 7. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 7. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
+//! 8. [`report`] — `doctor`, `health` and `check-engine` reports.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -55,6 +56,7 @@
 
 pub mod config;
 pub mod engines;
+pub mod model;
 pub mod plugins;
 pub mod report;
 pub mod session;

@@ -9,6 +9,8 @@ use std::process::{Command, Output};
 
 pub use tempfile::TempDir;
 
+pub mod chat_server;
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

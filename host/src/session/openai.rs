@@ -111,7 +111,9 @@ pub fn export_openai(tree: &SessionTree) -> Vec<Value> {
     out
 }
 
-fn message_to_openai(message: &Message) -> Option<Value> {
+/// One OpenClaw message as an OpenAI chat message (`None` for a role OpenAI chat has no
+/// counterpart for).
+pub fn message_to_openai(message: &Message) -> Option<Value> {
     let text = message.content().texts().collect::<Vec<_>>().join("\n");
     match message.role() {
         Role::User | Role::System => Some(json!({ "role": message.role_name(), "content": text })),
