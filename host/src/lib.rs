@@ -39,7 +39,8 @@
 //!    requirements, `runtimeSettings`.
 //! 6. [`session`] — conversations and running an engine over one.
 //! 7. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
-//! 8. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 8. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
+//! 9. [`report`] — `doctor`, `health` and `check-engine` reports.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -56,6 +57,7 @@
 
 pub mod config;
 pub mod engines;
+pub mod harness;
 pub mod model;
 pub mod plugins;
 pub mod report;

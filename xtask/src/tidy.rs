@@ -41,7 +41,7 @@ const DOCUMENTED_ROOTS: &[&str] = &[
 /// The binary (`host/src/bin/`) uses the library through `pincer_host::` and sits above all.
 /// A new top-level module must be added here (which says where it belongs) before it is used.
 const HOST_LAYERS: &[&str] = &[
-    "types", "config", "plugins", "engines", "slot", "session", "model", "report",
+    "types", "config", "plugins", "engines", "slot", "session", "model", "harness", "report",
 ];
 
 /// The only manifest allowed to depend on `abi_stable`.

@@ -5,6 +5,9 @@
 
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
+#[path = "pincer/run.rs"]
+mod run;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -39,6 +42,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Runs a conversation: one turn (`--prompt`) or a whole transcript (`--import`) through
+    /// the selected engine and a model, compacting as it goes, into a session.
+    Run(run::RunArgs),
     /// Lists plugins (loaded or rejected, and why), engines, and what the slot resolves to.
     Doctor {
         /// Print JSON.
@@ -248,6 +254,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Health { json } => health(&home, json),
+        Command::Run(args) => run::run(home, args),
         Command::Assemble {
             run,
             token_budget,
@@ -328,6 +335,16 @@ fn main() -> ExitCode {
 
 /// What the commands that run an engine over a conversation share: the `--config` JSON, the
 /// conversation file, and a runtime with the `--engine` and `--config` overrides applied.
+/// The OpenAI-compatible server for `--model openai:NAME`, from pincer.json's `model`.
+fn load_model_config(
+    home: &PincerHome,
+    name: &str,
+) -> Result<pincer_host::model::openai::OpenAiConfig, String> {
+    let config = LoadedConfig::load(&home.config_path()).map_err(|e| e.to_string())?;
+    let model = config.config.model;
+    Ok(run::model_config(model.base_url, model.api_key_env, name))
+}
+
 fn prepare(home: PincerHome, run: EngineRun) -> Result<(Runtime, Transcript), ExitCode> {
     let EngineRun {
         conversation,

@@ -257,6 +257,21 @@ pub struct Config {
     /// `sessions`.
     #[serde(default)]
     pub sessions: SessionsConfig,
+    /// `model`: the OpenAI-compatible server `--model openai:NAME` talks to.
+    #[serde(default)]
+    pub model: ModelConfig,
+}
+
+/// `model`: where the OpenAI-compatible chat-completions server is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelConfig {
+    /// The API root (`https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (none: no key is sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
 }
 
 /// `sessions`: how session files are written.

@@ -10,6 +10,9 @@
 //!   from a named environment variable. Providers' "prompt too long" answers become
 //!   [`ModelError::ContextOverflow`], which the harness recovers from by compacting.
 //!
+//! The model's tool calls are answered by a [`ToolExecutor`] ([`replay::ReplayTools`] plays the
+//! recorded results; [`NoTools`] answers every call with an error result).
+//!
 //! A model is also what engines reach through `llmComplete` ([`ModelService`] adapts a provider
 //! to the host service), so the `runtime-llm-complete` capability engines are told about is
 //! real.
@@ -19,7 +22,9 @@ pub mod replay;
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{EngineError, LlmCompleteRequest, Message, Usage};
+use pincer_plugin_api::abi::latest::{
+    EngineError, LlmCompleteRequest, Message, ToolCallRef, Usage,
+};
 use serde_json::Value;
 
 use crate::engines::services::ModelClient;
@@ -142,6 +147,34 @@ pub trait ModelProvider: Send + Sync {
     /// # Errors
     /// [`ModelError`]; [`ModelError::ContextOverflow`] when the prompt is too large.
     fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError>;
+}
+
+/// Answers the model's tool calls that no engine tool answers.
+pub trait ToolExecutor: Send + Sync {
+    /// The tools offered to the model.
+    fn tools(&self) -> Vec<ToolSpec>;
+
+    /// Runs `call`; its result as a `toolResult` message.
+    fn execute(&self, call: &ToolCallRef<'_>) -> Message;
+}
+
+/// A tool executor with no tools: every call gets an error result.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTools;
+
+impl ToolExecutor for NoTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
+    fn execute(&self, call: &ToolCallRef<'_>) -> Message {
+        Message::tool_result(
+            call.id,
+            call.name,
+            format!("Tool {} is not available in this host.", call.name),
+            true,
+        )
+    }
 }
 
 /// A provider as the `llmComplete` host service engines call.

@@ -19,7 +19,11 @@ use std::sync::Mutex;
 use pincer_plugin_api::abi::latest::{Message, Role, Usage};
 use pincer_plugin_api::tokens;
 
-use super::{ModelError, ModelProvider, ModelReply, ModelRequest};
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::latest::ToolCallRef;
+
+use super::{ModelError, ModelProvider, ModelReply, ModelRequest, ToolExecutor, ToolSpec};
 
 /// One turn of a transcript: the user's message, then what answered it.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +73,11 @@ impl ReplayScript {
         let turn = self.turns.pop_front()?;
         self.current = turn.answers.into();
         Some(turn.prompt)
+    }
+
+    /// Whether the current turn recorded an answer (a transcript may end on a user message).
+    pub fn turn_has_answer(&self) -> bool {
+        self.current.iter().any(|m| m.role() == Role::Assistant)
     }
 
     /// The next assistant message of the current turn (tool results before it, not asked
@@ -168,5 +177,38 @@ impl ModelProvider for ReplayModel {
         Ok(ModelReply {
             message: answer.with_usage(usage, stop),
         })
+    }
+}
+
+/// The tools of a replayed transcript: each call is answered by the result the transcript
+/// recorded for it (in order), or by an error result when it recorded none.
+#[derive(Debug, Clone)]
+pub struct ReplayTools {
+    model: Arc<ReplayModel>,
+}
+
+impl ReplayTools {
+    /// Answers calls from `model`'s script.
+    pub fn new(model: Arc<ReplayModel>) -> Self {
+        ReplayTools { model }
+    }
+}
+
+impl ToolExecutor for ReplayTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
+    fn execute(&self, call: &ToolCallRef<'_>) -> Message {
+        self.model
+            .script(|s| s.tool_result(call.id))
+            .unwrap_or_else(|| {
+                Message::tool_result(
+                    call.id,
+                    call.name,
+                    "The replayed transcript recorded no result for this call.",
+                    true,
+                )
+            })
     }
 }

@@ -83,6 +83,27 @@ impl ImportError {
     }
 }
 
+/// The system prompt kept in the session (the last one on the active path), if any.
+pub fn system_prompt_of(tree: &SessionTree) -> Option<String> {
+    tree.path(None)
+        .iter()
+        .rev()
+        .filter(|e| e.entry_type == EntryType::Custom)
+        .filter_map(|e| {
+            let record = e.record();
+            (record.get("customType").and_then(Value::as_str) == Some(SYSTEM_PROMPT_TYPE))
+                .then(|| {
+                    record
+                        .get("data")?
+                        .get("content")?
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .flatten()
+        })
+        .next()
+}
+
 /// The active path of `tree` as OpenAI chat messages (the kept system prompt first).
 pub fn export_openai(tree: &SessionTree) -> Vec<Value> {
     let mut out = Vec::new();

@@ -1,0 +1,296 @@
+//! `pincer run`: one turn with `--prompt`, or a whole transcript replayed turn by turn with
+//! `--import` (its system message becomes the system prompt; the replay model answers), through
+//! the selected engine, into a session under `$PINCER_HOME/agents/<agent>/sessions/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use pincer_host::config::PincerHome;
+use pincer_host::harness::{Harness, HarnessOptions, HarnessSession, TurnReport};
+use pincer_host::model::openai::{OpenAiConfig, OpenAiModel};
+use pincer_host::model::replay::{ReplayModel, ReplayTools};
+use pincer_host::model::{ModelProvider, NoTools, ToolExecutor};
+use pincer_host::session::JsonlStore;
+use pincer_plugin_api::interop::openai_chat_messages;
+use pincer_plugin_api::Message;
+
+/// `pincer run`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// One turn with this user message.
+    #[arg(
+        long,
+        value_name = "TEXT",
+        conflicts_with = "import",
+        required_unless_present = "import"
+    )]
+    prompt: Option<String>,
+    /// Replay a transcript (a JSON array of OpenAI chat messages, or an object with `messages`
+    /// or `traj`) turn by turn.
+    #[arg(long, value_name = "FILE")]
+    import: Option<PathBuf>,
+    /// The session key (created when new; generated and printed when omitted).
+    #[arg(long, value_name = "KEY")]
+    session: Option<String>,
+    /// Use this engine instead of plugins.slots.contextEngine.
+    #[arg(long, value_name = "ID")]
+    engine: Option<String>,
+    /// The model's context window, in tokens.
+    #[arg(long, value_name = "TOKENS", default_value_t = 128_000)]
+    context_window: u64,
+    /// `replay` (the default with --import) or `openai:MODEL` (an OpenAI-compatible server:
+    /// `model.baseUrl` and `model.apiKeyEnv` in pincer.json, or PINCER_MODEL_BASE_URL).
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// The system prompt (with --prompt; --import takes the transcript's).
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    /// Another folder to discover plugins in (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugins_dirs: Vec<PathBuf>,
+    /// Print one JSON object per turn.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `pincer run`.
+pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
+    let plan = match Plan::new(&home, &args) {
+        Ok(plan) => plan,
+        Err(message) => return super::fail(message, 2),
+    };
+    let runtime = match super::open(
+        home.clone(),
+        args.plugins_dirs.clone(),
+        Some((args.engine.clone(), None)),
+    ) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let resolved = match runtime.resolve() {
+        Ok(resolved) => resolved,
+        Err(err) => {
+            runtime.shutdown();
+            return super::fail(err, 1);
+        }
+    };
+    let mut options = HarnessOptions::new(args.context_window);
+    options.system_prompt = plan.system_prompt.clone();
+    options.durability = runtime.config().config.sessions.durability;
+    let harness = Harness::new(
+        &resolved.engine,
+        JsonlStore::new(home.root().join("agents")),
+        Arc::clone(&plan.model),
+        Arc::clone(&plan.tools),
+        options,
+    );
+    let key = args
+        .session
+        .clone()
+        .unwrap_or_else(|| format!("run:{}", uuid_like()));
+    let code = match harness.open_session(&key) {
+        Ok(mut session) => {
+            if args.session.is_none() {
+                eprintln!("session key: {key}");
+            }
+            drive(&harness, &mut session, &plan, args.json)
+        }
+        Err(err) => super::fail(err, 1),
+    };
+    drop(harness);
+    runtime.shutdown();
+    code
+}
+
+/// What the run plays: its model, tools, system prompt and prompts.
+struct Plan {
+    model: Arc<dyn ModelProvider>,
+    tools: Arc<dyn ToolExecutor>,
+    replay: Option<Arc<ReplayModel>>,
+    prompt: Option<String>,
+    system_prompt: String,
+}
+
+impl Plan {
+    fn new(home: &PincerHome, args: &RunArgs) -> Result<Plan, String> {
+        let model_name = args.model.as_deref();
+        if let Some(file) = &args.import {
+            let text = std::fs::read_to_string(file)
+                .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|err| format!("{} is not JSON: {err}", file.display()))?;
+            let list = match &value {
+                serde_json::Value::Array(list) => list.clone(),
+                serde_json::Value::Object(map) => map
+                    .get("messages")
+                    .or_else(|| map.get("traj"))
+                    .and_then(|v| v.as_array().cloned())
+                    .ok_or_else(|| {
+                        format!("{}: no \"messages\" or \"traj\" array", file.display())
+                    })?,
+                _ => {
+                    return Err(format!(
+                        "{}: expected an array of OpenAI chat messages",
+                        file.display()
+                    ))
+                }
+            };
+            let system_prompt = list
+                .iter()
+                .find(|m| m["role"] == "system")
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let messages = openai_chat_messages(&list);
+            if !matches!(model_name, None | Some("replay")) {
+                return Err(format!(
+                    "--import replays the transcript's own answers: --model must be \"replay\", not {:?}",
+                    model_name.unwrap_or_default()
+                ));
+            }
+            // The replay answers as a model with the given window would: too large a prompt is
+            // an overflow.
+            let replay =
+                Arc::new(ReplayModel::new(&messages).with_context_window(args.context_window));
+            return Ok(Plan {
+                model: replay.clone(),
+                tools: Arc::new(ReplayTools::new(replay.clone())),
+                replay: Some(replay),
+                prompt: None,
+                system_prompt,
+            });
+        }
+        let model: Arc<dyn ModelProvider> =
+            match model_name {
+                Some(name) if name.starts_with("openai:") => {
+                    let config = super::load_model_config(home, &name["openai:".len()..])?;
+                    Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
+                }
+                Some("replay") | None => return Err(
+                    "--prompt needs a model: --model openai:MODEL (an OpenAI-compatible server); \
+                     the replay model only plays an --import transcript"
+                        .into(),
+                ),
+                Some(other) => {
+                    return Err(format!(
+                    "unknown --model {other:?}: use \"replay\" (with --import) or \"openai:MODEL\""
+                ))
+                }
+            };
+        Ok(Plan {
+            model,
+            tools: Arc::new(NoTools),
+            replay: None,
+            prompt: args.prompt.clone(),
+            system_prompt: args.system.clone().unwrap_or_default(),
+        })
+    }
+}
+
+fn drive(harness: &Harness<'_>, session: &mut HarnessSession, plan: &Plan, json: bool) -> ExitCode {
+    let report = |report: &TurnReport| {
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string(report).expect("a report serializes")
+            );
+        } else {
+            let compacted: Vec<String> = report
+                .compactions
+                .iter()
+                .map(|c| {
+                    if c.compacted {
+                        format!(
+                            "{} {}→{} tokens",
+                            c.reason,
+                            c.tokens_before,
+                            c.tokens_after.map_or("?".into(), |t| t.to_string())
+                        )
+                    } else {
+                        format!(
+                            "{} not compacted ({})",
+                            c.reason,
+                            c.detail.as_deref().unwrap_or("no reason given")
+                        )
+                    }
+                })
+                .collect();
+            println!(
+                "turn {}: {} messages assembled by {}, {} added, precheck {:?}{}",
+                report.turn,
+                report.assembled.count,
+                report.assembled.answered_by,
+                report.messages_added,
+                report.precheck.route,
+                if compacted.is_empty() {
+                    String::new()
+                } else {
+                    format!(", compacted: {}", compacted.join(", "))
+                }
+            );
+        }
+    };
+    if !plan.system_prompt.is_empty() {
+        if let Err(err) = harness.keep_system_prompt(session, &plan.system_prompt) {
+            return super::fail(err, 1);
+        }
+    }
+    if let Some(prompt) = &plan.prompt {
+        return match harness.turn(session, Message::user(prompt.clone())) {
+            Ok(r) => {
+                report(&r);
+                ExitCode::SUCCESS
+            }
+            Err(err) => super::fail(err, 1),
+        };
+    }
+    let replay = plan.replay.as_ref().expect("an import has a replay");
+    for message in replay.script(|s| s.preamble.clone()) {
+        if let Err(err) = harness.append(session, &message) {
+            return super::fail(err, 1);
+        }
+    }
+    while let Some(prompt) = replay.script(|s| s.next_turn()) {
+        if !replay.script(|s| s.turn_has_answer()) {
+            // The transcript ends on a user message nothing answered: kept, no model call.
+            if let Err(err) = harness.append(session, &prompt) {
+                return super::fail(err, 1);
+            }
+            continue;
+        }
+        match harness.turn(session, prompt) {
+            Ok(r) => report(&r),
+            Err(err) => return super::fail(err, 1),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// A fresh, time-ordered id for a generated session key.
+fn uuid_like() -> String {
+    pincer_host::session::writer::new_session_id()
+}
+
+/// An [`OpenAiConfig`] for `model`: `model.baseUrl` / `model.apiKeyEnv` from the config, else
+/// `PINCER_MODEL_BASE_URL`, else OpenAI's API with `OPENAI_API_KEY`.
+pub fn model_config(
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    model: &str,
+) -> OpenAiConfig {
+    let base_url = base_url
+        .or_else(|| std::env::var("PINCER_MODEL_BASE_URL").ok())
+        .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+    let api_key_env = api_key_env.or_else(|| {
+        base_url
+            .contains("api.openai.com")
+            .then(|| "OPENAI_API_KEY".to_owned())
+    });
+    OpenAiConfig {
+        base_url,
+        model: model.to_owned(),
+        api_key_env,
+        timeout_seconds: None,
+    }
+}

@@ -1,0 +1,757 @@
+//! The turn harness (reference §2): one agent turn through the slot's engine, as an embedding
+//! host or the CLI runs it.
+//!
+//! [`Harness::turn`] does, in order: the host-requirement check (`agent-run`); `bootstrap` and
+//! `maintain("bootstrap")` once per session when its file existed before; `assemble` over the
+//! session's history (its `systemPromptAddition` prepended to the system prompt), with tool
+//! pairs repaired ([`tool_pairs`]); the precheck ([`precheck`], skipped when the engine owns
+//! compaction and vouches for its assembly) and the compaction it asks for; the model call,
+//! with overflow recovery — at most three compactions (`force`, `compactionTarget: "budget"`)
+//! and a retry after each; tool calls answered by the [`ToolExecutor`]; finalize with
+//! `afterTurn`, else `ingestBatch`, else `ingest` per message; `maintain("turn")` after a clean
+//! turn; the threshold compaction. Every message of the turn is appended to the session as it
+//! is produced; compactions append `compaction` entries (history is never rewritten), and the
+//! index `sessions.json` gets the usage and compaction counters.
+//!
+//! The session's writer is released while the engine compacts: the runtime compaction (behind
+//! `delegateCompactionToRuntime` and `legacy.compact`) opens the file itself.
+
+pub mod precheck;
+pub mod tool_pairs;
+
+use std::sync::Arc;
+
+use pincer_plugin_api::abi::latest::{
+    AbortController, AssembledItem, CompactionTarget, EntryId, HostOperation, Message,
+    PromptAuthority, ToolCallRef,
+};
+use serde::Serialize;
+
+use crate::engines::request::{
+    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
+    IngestBatchRequest, IngestRequest, MaintainRequest,
+};
+use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor};
+use crate::session::context::build_session_context;
+use crate::session::store::{CounterUpdate, JsonlStore, SessionStore, SessionSummary};
+use crate::session::{SessionTree, SessionWriteError, SessionWriter};
+use crate::slot::guarded::{GuardError, GuardedEngine};
+use crate::slot::requirements::{HostDescriptor, HostSupportError};
+use crate::types::Durability;
+
+use self::precheck::{Precheck, Route};
+
+/// At most this many overflow compactions per model call (OpenClaw's recovery limit).
+pub const MAX_OVERFLOW_COMPACTIONS: usize = 3;
+/// At most this many model calls per turn (a model that keeps calling tools is stopped).
+pub const MAX_MODEL_CALLS_PER_TURN: usize = 32;
+/// OpenClaw's default reserve (`reserveTokens`), before the floor.
+pub const DEFAULT_RESERVE_TOKENS: u64 = 16_384;
+/// OpenClaw's reserve floor (`reserveTokensFloor`).
+pub const RESERVE_TOKENS_FLOOR: u64 = 20_000;
+
+/// How the harness runs turns.
+#[derive(Debug, Clone)]
+pub struct HarnessOptions {
+    /// The agent whose sessions these are (`main`).
+    pub agent_id: String,
+    /// The model's context window, in tokens.
+    pub context_window: u64,
+    /// The system prompt (the engine's addition is prepended to it).
+    pub system_prompt: String,
+    /// How appends reach the disk.
+    pub durability: Durability,
+    /// Tokens kept free for the answer: OpenClaw's 16384 raised to the 20000 floor, at most a
+    /// quarter of a small window (so a 4096-token window still compacts).
+    pub reserve_tokens: u64,
+    /// The host the turn runs in (for the `agent-run` requirement check).
+    pub host: HostDescriptor,
+}
+
+impl HarnessOptions {
+    /// Defaults for a window of `context_window` tokens.
+    pub fn new(context_window: u64) -> Self {
+        HarnessOptions {
+            agent_id: crate::session::DEFAULT_AGENT.to_owned(),
+            context_window,
+            system_prompt: String::new(),
+            durability: Durability::Entry,
+            reserve_tokens: reserve_for_window(context_window),
+            host: HostDescriptor::embedded(),
+        }
+    }
+}
+
+/// OpenClaw's reserve (16384, raised to the 20000 floor), scaled down to at most a quarter of
+/// a window too small for it.
+pub fn reserve_for_window(context_window: u64) -> u64 {
+    DEFAULT_RESERVE_TOKENS
+        .max(RESERVE_TOKENS_FLOOR)
+        .min(context_window / 4)
+}
+
+/// Why a turn failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// The session could not be read or written.
+    #[error(transparent)]
+    Session(#[from] SessionWriteError),
+    /// The session store failed.
+    #[error(transparent)]
+    Store(#[from] crate::session::StoreError),
+    /// The engine cannot run in this host (§5, fail closed).
+    #[error(transparent)]
+    HostSupport(#[from] HostSupportError),
+    /// The guard refused (strict policy, abort, both engines failing).
+    #[error("context engine {method} failed: {source}")]
+    Engine {
+        /// The method.
+        method: &'static str,
+        /// The guard's error.
+        source: GuardError,
+    },
+    /// The model call failed (after recovery, for overflows).
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The model kept calling tools past the limit.
+    #[error("the model made {MAX_MODEL_CALLS_PER_TURN} calls in one turn without answering; the turn was stopped")]
+    TooManyModelCalls,
+}
+
+impl HarnessError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HarnessError::Session(e) => e.code(),
+            HarnessError::Store(e) => e.code(),
+            HarnessError::HostSupport(_) => "host_unsupported",
+            HarnessError::Engine { .. } => "engine_failed",
+            HarnessError::Model(e) => e.code(),
+            HarnessError::TooManyModelCalls => "too_many_model_calls",
+        }
+    }
+}
+
+/// A session the harness runs turns on.
+#[derive(Debug)]
+pub struct HarnessSession {
+    /// Where it is.
+    pub summary: SessionSummary,
+    /// Its key (`sessions.json`).
+    pub key: String,
+    writer: Option<SessionWriter>,
+    existed: bool,
+    bootstrapped: bool,
+    turns: u64,
+    last_usage: Option<pincer_plugin_api::abi::latest::Usage>,
+}
+
+impl HarnessSession {
+    /// Whether the session file existed before this process opened it.
+    pub fn existed(&self) -> bool {
+        self.existed
+    }
+
+    fn writer(&mut self, durability: Durability) -> Result<&mut SessionWriter, HarnessError> {
+        if self.writer.is_none() {
+            self.writer = Some(SessionWriter::open(&self.summary.session_file, durability)?);
+        }
+        Ok(self.writer.as_mut().expect("just opened"))
+    }
+
+    fn tree(&mut self, durability: Durability) -> Result<&SessionTree, HarnessError> {
+        Ok(self.writer(durability)?.tree())
+    }
+}
+
+/// How `assemble` answered.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssembledReport {
+    /// Messages the model saw from the engine's assembly (after tool-pair repair).
+    pub count: usize,
+    /// The engine's estimate (`None`: it left the estimate to the host).
+    pub estimated_tokens: Option<u64>,
+    /// Who answered (`legacy` after a fallback).
+    pub answered_by: String,
+    /// The session entries of the assembled messages (`null` for new ones).
+    pub entry_ids: Vec<Option<String>>,
+    /// What tool-pair repair changed.
+    pub repairs: tool_pairs::Repairs,
+}
+
+/// One `assemble` answer, resolved against the session.
+struct Assembly {
+    /// The messages the model sees, each with the session entry it came from.
+    messages: Vec<(Message, Option<String>)>,
+    /// The engine's `systemPromptAddition`.
+    system_addition: Option<String>,
+    /// The engine's `promptAuthority`.
+    authority: PromptAuthority,
+    report: AssembledReport,
+}
+
+/// One compaction during a turn.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionReport {
+    /// Tokens before, as the compaction measured them.
+    pub tokens_before: u64,
+    /// Tokens after, when known.
+    pub tokens_after: Option<u64>,
+    /// Why it ran: `precheck`, `overflow` or `threshold`.
+    pub reason: &'static str,
+    /// Whether anything was compacted (else the engine's reason).
+    pub compacted: bool,
+    /// The engine's reason, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// What one turn did (the CLI prints it as one JSON line).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnReport {
+    /// The turn's number in this session (from 1).
+    pub turn: u64,
+    /// The session key.
+    pub session_key: String,
+    /// The session file.
+    pub session_file: std::path::PathBuf,
+    /// The last assembly the model saw.
+    pub assembled: AssembledReport,
+    /// The precheck's route.
+    pub precheck: Precheck,
+    /// Compactions run in the turn.
+    pub compactions: Vec<CompactionReport>,
+    /// Model calls made.
+    pub model_calls: usize,
+    /// Messages the turn added (prompt, answers, tool results).
+    pub messages_added: usize,
+    /// The last call's usage: `[input, output, cacheRead]`.
+    pub usage: [u64; 3],
+}
+
+/// Runs turns of one engine with one model (see the module docs).
+pub struct Harness<'a> {
+    engine: &'a GuardedEngine,
+    store: JsonlStore,
+    model: Arc<dyn ModelProvider>,
+    tools: Arc<dyn ToolExecutor>,
+    options: HarnessOptions,
+}
+
+impl<'a> Harness<'a> {
+    /// A harness running `engine` with `model`, its sessions in `store`.
+    pub fn new(
+        engine: &'a GuardedEngine,
+        store: JsonlStore,
+        model: Arc<dyn ModelProvider>,
+        tools: Arc<dyn ToolExecutor>,
+        options: HarnessOptions,
+    ) -> Self {
+        Harness {
+            engine,
+            store,
+            model,
+            tools,
+            options,
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &HarnessOptions {
+        &self.options
+    }
+
+    /// Opens the session indexed under `key`, creating it when new.
+    ///
+    /// # Errors
+    /// Store or file errors.
+    pub fn open_session(&self, key: &str) -> Result<HarnessSession, HarnessError> {
+        let agent = &self.options.agent_id;
+        match self.store.resolve(agent, key) {
+            Ok(summary) if summary.session_file.is_file() => Ok(HarnessSession {
+                summary,
+                key: key.to_owned(),
+                writer: None,
+                existed: true,
+                bootstrapped: false,
+                turns: 0,
+                last_usage: None,
+            }),
+            _ => {
+                let cwd = std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default();
+                let (summary, writer) =
+                    self.store
+                        .create(agent, key, &cwd, self.options.durability)?;
+                Ok(HarnessSession {
+                    summary,
+                    key: key.to_owned(),
+                    writer: Some(writer),
+                    existed: false,
+                    bootstrapped: false,
+                    turns: 0,
+                    last_usage: None,
+                })
+            }
+        }
+    }
+
+    /// Keeps `system_prompt` in the session (a `custom` entry, as import keeps it), when the
+    /// session does not hold one yet.
+    ///
+    /// # Errors
+    /// Write errors.
+    pub fn keep_system_prompt(
+        &self,
+        session: &mut HarnessSession,
+        system_prompt: &str,
+    ) -> Result<(), HarnessError> {
+        let writer = session.writer(self.options.durability)?;
+        if crate::session::openai::system_prompt_of(writer.tree()).is_none() {
+            writer.append_custom(
+                crate::session::openai::SYSTEM_PROMPT_TYPE,
+                Some(serde_json::json!({ "content": system_prompt })),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Appends `message` to the session outside any turn (a transcript's greeting before its
+    /// first user message); its entry id.
+    ///
+    /// # Errors
+    /// Write errors.
+    pub fn append(
+        &self,
+        session: &mut HarnessSession,
+        message: &Message,
+    ) -> Result<String, HarnessError> {
+        Ok(session
+            .writer(self.options.durability)?
+            .append_message(message)?)
+    }
+
+    fn host_inputs(&self, session: &HarnessSession, prompt: Option<&str>) -> HostInputs {
+        HostInputs {
+            session_key: Some(Arc::from(session.key.as_str())),
+            prompt: prompt.map(Arc::from),
+            ..HostInputs::default()
+        }
+    }
+
+    fn session_id(session: &HarnessSession) -> Arc<str> {
+        Arc::from(session.summary.session_id.as_str())
+    }
+
+    fn session_file(session: &HarnessSession) -> Arc<str> {
+        Arc::from(session.summary.session_file.to_string_lossy().as_ref())
+    }
+
+    /// Runs one turn with the user message `prompt`.
+    ///
+    /// # Errors
+    /// [`HarnessError`]: the engine cannot run here, the guard refused, the model failed after
+    /// recovery, or the session could not be written. Messages appended before the failure
+    /// stay in the session.
+    pub fn turn(
+        &self,
+        session: &mut HarnessSession,
+        prompt: Message,
+    ) -> Result<TurnReport, HarnessError> {
+        self.engine
+            .check_host(HostOperation::AgentRun, &self.options.host)?;
+        session.turns += 1;
+        if session.existed && !session.bootstrapped {
+            self.bootstrap(session);
+        }
+        session.bootstrapped = true;
+        let durability = self.options.durability;
+        let prompt_text = prompt.plain_text();
+        let mut compactions = Vec::new();
+
+        // History before the prompt, assembled by the engine.
+        let mut assembly = self.assemble(session, &prompt_text, None)?;
+        let owns = self.engine.info().owns_compaction;
+        let mut check = precheck::precheck(
+            &messages_of(&assembly.messages),
+            &self.system_prompt(assembly.system_addition.as_deref()),
+            &prompt_text,
+            self.options.context_window,
+            self.options.reserve_tokens,
+        );
+        if owns && assembly.authority != PromptAuthority::PreassemblyMayOverflow {
+            check.route = Route::Skipped;
+        }
+        if check.route.compacts() {
+            compactions.push(self.compact(
+                session,
+                "precheck",
+                Some(check.estimated_prompt_tokens),
+            )?);
+            assembly = self.assemble(session, &prompt_text, None)?;
+        }
+
+        // The prompt joins the session, then the model answers (calling tools as it goes).
+        let prompt_id = session.writer(durability)?.append_message(&prompt)?;
+        let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
+        let mut model_calls = 0;
+        let mut overflow_compactions = 0;
+        let engine_tools: Vec<String> = self
+            .engine
+            .info()
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        let mut tool_specs = self.tools.tools();
+        tool_specs.retain(|t| !engine_tools.contains(&t.name));
+        loop {
+            if model_calls >= MAX_MODEL_CALLS_PER_TURN {
+                return Err(HarnessError::TooManyModelCalls);
+            }
+            let mut context: Vec<(Message, Option<String>)> = assembly.messages.clone();
+            context.extend(produced.iter().cloned());
+            assembly.report.repairs = tool_pairs::repair_tool_pairs(&mut context);
+            let messages = messages_of(&context);
+            let system = self.system_prompt(assembly.system_addition.as_deref());
+            model_calls += 1;
+            let reply = match self.model.complete(&ModelRequest {
+                system_prompt: &system,
+                messages: &messages,
+                tools: &tool_specs,
+                max_output_tokens: None,
+            }) {
+                Ok(reply) => reply,
+                Err(ModelError::ContextOverflow {
+                    observed_tokens,
+                    message,
+                }) if overflow_compactions < MAX_OVERFLOW_COMPACTIONS => {
+                    overflow_compactions += 1;
+                    tracing::warn!(%message, attempt = overflow_compactions,
+                        "context overflow: compacting and retrying");
+                    compactions.push(self.compact(session, "overflow", observed_tokens)?);
+                    // The turn's messages are in the session now: assemble everything before
+                    // the prompt, keep what the turn produced after it.
+                    assembly = self.assemble(session, &prompt_text, Some(&prompt_id))?;
+                    continue;
+                }
+                // A replayed transcript that stops after tool results ends its turn there.
+                Err(ModelError::ReplayExhausted) if model_calls > 1 => break,
+                Err(err) => return Err(err.into()),
+            };
+            session.last_usage = Some(reply.usage());
+            let message = reply.message;
+            let calls: Vec<(String, String, String)> = message
+                .tool_calls()
+                .map(|c| {
+                    (
+                        c.id.to_owned(),
+                        c.name.to_owned(),
+                        c.arguments_json.to_owned(),
+                    )
+                })
+                .collect();
+            let id = session.writer(durability)?.append_message(&message)?;
+            produced.push((message, Some(id)));
+            if calls.is_empty() {
+                break;
+            }
+            for (call_id, name, arguments) in &calls {
+                let call = ToolCallRef {
+                    id: call_id,
+                    name,
+                    arguments_json: arguments,
+                };
+                let result = self.tools.execute(&call);
+                let id = session.writer(durability)?.append_message(&result)?;
+                produced.push((result, Some(id)));
+            }
+        }
+
+        // Finalize: afterTurn, else ingestBatch, else ingest per message.
+        let clean = self.finalize(session, &prompt_id)?;
+        if clean {
+            self.maintain(session, "turn");
+        }
+        let usage = session.last_usage.unwrap_or_default();
+        if let Err(err) = self.store.record(
+            &self.options.agent_id,
+            &session.key,
+            CounterUpdate::Usage {
+                input: usage.input,
+                output: usage.output,
+                total: usage.context_tokens(),
+                context: usage.input + usage.cache_read + usage.cache_write,
+            },
+        ) {
+            tracing::warn!(%err, "session counters not updated");
+        }
+        // Threshold compaction after a clean turn.
+        let window = self.options.context_window;
+        if !owns && usage.context_tokens() > window.saturating_sub(self.options.reserve_tokens) {
+            compactions.push(self.compact(session, "threshold", Some(usage.context_tokens()))?);
+        }
+        if let Some(writer) = session.writer.as_mut() {
+            writer.commit()?;
+        }
+        Ok(TurnReport {
+            turn: session.turns,
+            session_key: session.key.clone(),
+            session_file: session.summary.session_file.clone(),
+            assembled: assembly.report,
+            precheck: check,
+            compactions,
+            model_calls,
+            messages_added: produced.len(),
+            usage: [usage.input, usage.output, usage.cache_read],
+        })
+    }
+
+    /// The tokens the engine may fill with history: the window less the reserve, the system
+    /// prompt and the prompt (at least an eighth of the window).
+    pub fn message_budget(&self, prompt: &str) -> u64 {
+        let tokens =
+            |text: &str| pincer_plugin_api::tokens::estimate_string_chars(text).div_ceil(4);
+        let window = self.options.context_window;
+        window
+            .saturating_sub(self.options.reserve_tokens)
+            .saturating_sub(tokens(&self.options.system_prompt))
+            .saturating_sub(tokens(prompt))
+            .max(window / 8)
+    }
+
+    fn system_prompt(&self, addition: Option<&str>) -> String {
+        match addition.filter(|a| !a.is_empty()) {
+            Some(addition) if self.options.system_prompt.is_empty() => addition.to_owned(),
+            Some(addition) => format!("{addition}\n\n{}", self.options.system_prompt),
+            None => self.options.system_prompt.clone(),
+        }
+    }
+
+    fn bootstrap(&self, session: &mut HarnessSession) {
+        let request = Arc::new(BootstrapRequest {
+            session_id: Self::session_id(session),
+            session_file: Self::session_file(session),
+            host: self.host_inputs(session, None),
+        });
+        if let Err(err) = self
+            .engine
+            .bootstrap(request, Arc::new(AbortController::new()))
+        {
+            tracing::warn!("context engine bootstrap failed: {err}");
+        }
+        self.maintain(session, "bootstrap");
+    }
+
+    fn maintain(&self, session: &HarnessSession, reason: &str) {
+        let request = Arc::new(MaintainRequest {
+            session_id: Self::session_id(session),
+            session_file: Self::session_file(session),
+            reason: Arc::from(reason),
+            host: self.host_inputs(session, None),
+        });
+        if let Err(err) = self
+            .engine
+            .maintain(request, Arc::new(AbortController::new()))
+        {
+            tracing::warn!("context engine maintain failed ({reason}): {err}");
+        }
+    }
+
+    /// `assemble` over the session's history — up to `before` when given (the entry the turn
+    /// started with, once it is in the session).
+    fn assemble(
+        &self,
+        session: &mut HarnessSession,
+        prompt: &str,
+        before: Option<&str>,
+    ) -> Result<Assembly, HarnessError> {
+        let durability = self.options.durability;
+        let context = build_session_context(session.tree(durability)?, None);
+        let cut = before
+            .and_then(|id| context.entry_ids.iter().position(|e| e == id))
+            .unwrap_or(context.messages.len());
+        let messages: Arc<[Message]> = context.messages[..cut].to_vec().into();
+        let entry_ids: Vec<String> = context.entry_ids[..cut].to_vec();
+        let request = Arc::new(AssembleRequest {
+            session_id: Self::session_id(session),
+            messages: Arc::clone(&messages),
+            entry_ids: entry_ids
+                .iter()
+                .map(EntryId::new)
+                .collect::<Vec<_>>()
+                .into(),
+            token_budget: Some(self.message_budget(prompt)),
+            host: self.host_inputs(session, Some(prompt)),
+        });
+        let guarded = self
+            .engine
+            .assemble(request, Arc::new(AbortController::new()))
+            .map_err(|source| HarnessError::Engine {
+                method: "assemble",
+                source,
+            })?;
+        let result = &guarded.value;
+        let mut out: Vec<(Message, Option<String>)> = Vec::new();
+        for item in result.items.iter() {
+            match item {
+                AssembledItem::Input { start, end } => {
+                    for i in *start as usize..(*end as usize).min(messages.len()) {
+                        out.push((messages[i].clone(), Some(entry_ids[i].clone())));
+                    }
+                }
+                AssembledItem::New(message) => out.push(((**message).clone(), None)),
+            }
+        }
+        let report = AssembledReport {
+            count: out.len(),
+            estimated_tokens: result.estimated_tokens.into_option(),
+            answered_by: guarded.answer.answered_by.clone(),
+            entry_ids: out.iter().map(|(_, e)| e.clone()).collect(),
+            repairs: tool_pairs::Repairs::default(),
+        };
+        Ok(Assembly {
+            messages: out,
+            system_addition: result
+                .system_prompt_addition
+                .as_ref()
+                .map(|s| s.as_str().to_owned())
+                .into_option(),
+            authority: result.prompt_authority,
+            report,
+        })
+    }
+
+    /// Compacts through the engine (`force`, `compactionTarget: "budget"`), with the session's
+    /// writer released (the runtime compaction opens the file).
+    fn compact(
+        &self,
+        session: &mut HarnessSession,
+        reason: &'static str,
+        current_tokens: Option<u64>,
+    ) -> Result<CompactionReport, HarnessError> {
+        let durability = self.options.durability;
+        let context = build_session_context(session.tree(durability)?, None);
+        if let Some(mut writer) = session.writer.take() {
+            writer.commit()?;
+        }
+        let request = Arc::new(CompactRequest {
+            session_id: Self::session_id(session),
+            session_file: Self::session_file(session),
+            agent_id: Some(Arc::from(self.options.agent_id.as_str())),
+            entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
+            messages: context.messages.into(),
+            token_budget: Some(self.options.context_window),
+            force: true,
+            force_reason: None,
+            current_token_count: current_tokens,
+            compaction_target: CompactionTarget::Budget,
+            custom_instructions: None,
+            host: self.host_inputs(session, None),
+        });
+        let guarded = self
+            .engine
+            .compact(request, Arc::new(AbortController::new()))
+            .map_err(|source| HarnessError::Engine {
+                method: "compact",
+                source,
+            })?;
+        let result = guarded.value;
+        let details = result.result.into_option();
+        if result.compacted {
+            if let Err(err) = self.store.record(
+                &self.options.agent_id,
+                &session.key,
+                CounterUpdate::Compaction,
+            ) {
+                tracing::warn!(%err, "session counters not updated");
+            }
+        }
+        // Reopen: the compaction may have appended to the file.
+        session.writer(durability)?;
+        Ok(CompactionReport {
+            tokens_before: details.as_ref().map_or(0, |d| d.tokens_before),
+            tokens_after: details.as_ref().and_then(|d| d.tokens_after.into_option()),
+            reason,
+            compacted: result.compacted,
+            detail: result.reason.map(|r| r.to_string()).into_option(),
+        })
+    }
+
+    /// `afterTurn` with the session's whole snapshot, else `ingestBatch`, else `ingest` per
+    /// message of the turn; whether it went cleanly.
+    fn finalize(
+        &self,
+        session: &mut HarnessSession,
+        prompt_id: &str,
+    ) -> Result<bool, HarnessError> {
+        let context = build_session_context(session.tree(self.options.durability)?, None);
+        // Where the turn starts in the snapshot (the prompt may have been compacted away).
+        let pre_prompt = context
+            .entry_ids
+            .iter()
+            .position(|e| e == prompt_id)
+            .unwrap_or(context.messages.len());
+        let messages: Arc<[Message]> = context.messages.into();
+        let entry_ids: Arc<[EntryId]> = context.entry_ids.iter().map(EntryId::new).collect();
+        let abort = || Arc::new(AbortController::new());
+        let after = Arc::new(AfterTurnRequest {
+            session_id: Self::session_id(session),
+            session_file: Self::session_file(session),
+            messages: Arc::clone(&messages),
+            entry_ids: Arc::clone(&entry_ids),
+            pre_prompt_message_count: pre_prompt as u64,
+            auto_compaction_summary: None,
+            is_heartbeat: false,
+            token_budget: Some(self.options.context_window),
+            host: self.host_inputs(session, None),
+        });
+        match self.engine.after_turn(after, abort()) {
+            Ok(Some(_)) => return Ok(true),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!("context engine afterTurn failed: {err}");
+                return Ok(false);
+            }
+        }
+        let batch = Arc::new(IngestBatchRequest {
+            session_id: Self::session_id(session),
+            messages: Arc::clone(&messages),
+            entry_ids: Arc::clone(&entry_ids),
+            range: pre_prompt..messages.len(),
+            is_heartbeat: false,
+            host: self.host_inputs(session, None),
+        });
+        match self.engine.ingest_batch(batch, abort()) {
+            Ok(Some(_)) => return Ok(true),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!("context engine ingest failed: {err}");
+                return Ok(false);
+            }
+        }
+        for index in pre_prompt..messages.len() {
+            let request = Arc::new(IngestRequest {
+                session_id: Self::session_id(session),
+                messages: Arc::clone(&messages),
+                entry_ids: Arc::clone(&entry_ids),
+                index,
+                is_heartbeat: false,
+                host: self.host_inputs(session, None),
+            });
+            if let Err(err) = self.engine.ingest(request, abort()) {
+                tracing::warn!("context engine ingest failed: {err}");
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn messages_of(messages: &[(Message, Option<String>)]) -> Vec<Message> {
+    messages.iter().map(|(m, _)| m.clone()).collect()
+}

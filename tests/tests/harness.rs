@@ -1,0 +1,309 @@
+//! The turn harness (issue 8): whole τ-bench conversations replayed turn by turn through
+//! `legacy` and through the loaded `sliding-window` library, one turn against an
+//! OpenAI-compatible server on 127.0.0.1, and overflow recovery.
+
+use std::sync::{Arc, Mutex};
+
+use pincer_host::config::PincerHome;
+use pincer_host::harness::tool_pairs::tool_pairs_are_sound;
+use pincer_host::harness::{Harness, HarnessOptions};
+use pincer_host::model::replay::{ReplayModel, ReplayTools};
+use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::session::{JsonlStore, SessionTree};
+use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_plugin_api::abi::latest::Message;
+use pincer_plugin_api::interop::openai_chat_messages;
+use pincer_tests::chat_server::ChatServer;
+use serde_json::{json, Value};
+
+/// A model that checks what it is shown: never a tool result without its call, nor a call
+/// without its result; it records how many messages it saw.
+struct Watching<M> {
+    inner: M,
+    seen: Mutex<Vec<usize>>,
+}
+
+impl<M: ModelProvider> ModelProvider for Watching<M> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+        assert!(
+            tool_pairs_are_sound(request.messages),
+            "the model was shown a broken tool pair"
+        );
+        self.seen.lock().unwrap().push(request.messages.len());
+        self.inner.complete(request)
+    }
+}
+
+/// The messages of a session file in file order, without the fields a replay adds.
+fn file_messages(path: &std::path::Path) -> Vec<Value> {
+    let tree = SessionTree::read(path).unwrap();
+    tree.entries
+        .iter()
+        .filter_map(|e| e.message())
+        .map(|m| strip(&m))
+        .collect()
+}
+
+fn strip(message: &Message) -> Value {
+    let mut value = message.to_value();
+    let map = value.as_object_mut().unwrap();
+    map.remove("usage");
+    map.remove("stopReason");
+    value
+}
+
+/// Every τ-bench task replayed through `legacy`: the model is never shown a broken tool pair,
+/// and the session file ends up holding every message of the transcript, in order.
+#[test]
+fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let home = tempfile::TempDir::new().unwrap();
+    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    for (index, task) in tasks.as_array().unwrap().iter().enumerate() {
+        let original = openai_chat_messages(task["traj"].as_array().unwrap());
+        let replay = Arc::new(ReplayModel::new(&original));
+        let model = Arc::new(Watching {
+            inner: ReplayModelHandle(replay.clone()),
+            seen: Mutex::new(Vec::new()),
+        });
+        let harness = Harness::new(
+            &resolved.engine,
+            JsonlStore::new(home.path().join("agents")),
+            model.clone(),
+            Arc::new(ReplayTools::new(replay.clone())),
+            HarnessOptions::new(128_000),
+        );
+        let mut session = harness.open_session(&format!("task:{index}")).unwrap();
+        for message in replay.script(|s| s.preamble.clone()) {
+            harness.append(&mut session, &message).unwrap();
+        }
+        while let Some(prompt) = replay.script(|s| s.next_turn()) {
+            if !replay.script(|s| s.turn_has_answer()) {
+                harness.append(&mut session, &prompt).unwrap();
+                continue;
+            }
+            let report = harness.turn(&mut session, prompt).unwrap();
+            assert_eq!(report.assembled.answered_by, "legacy");
+            assert!(report.compactions.is_empty(), "128k holds a τ-bench task");
+        }
+        let path = session.summary.session_file.clone();
+        drop(session);
+        let expected: Vec<Value> = original.iter().map(strip).collect();
+        assert_eq!(
+            file_messages(&path),
+            expected,
+            "task {index}: every message, in order"
+        );
+        assert!(!model.seen.lock().unwrap().is_empty());
+    }
+    runtime.shutdown();
+}
+
+/// Forwards to a shared replay model.
+struct ReplayModelHandle(Arc<ReplayModel>);
+
+impl ModelProvider for ReplayModelHandle {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+        self.0.complete(request)
+    }
+}
+
+/// `pincer run --import` through the loaded `sliding-window` library at a 4096-token window:
+/// every turn is answered by the library, one JSON line per turn, and the session keeps every
+/// message of the transcript.
+#[test]
+fn pincer_run_replays_a_transcript_through_sliding_window() {
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    let home = tempfile::TempDir::new().unwrap();
+    let traj = home.path().join("task.json");
+    // The longest transcript, to make the window matter.
+    let task = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|t| t["traj"].as_array().unwrap().len())
+        .unwrap();
+    std::fs::write(&traj, task["traj"].to_string()).unwrap();
+    let plugins = pincer_tests::staged_plugins_dir();
+    let out = pincer_tests::run_pincer(
+        home.path(),
+        &[
+            "run",
+            "--import",
+            traj.to_str().unwrap(),
+            "--engine",
+            "sliding-window",
+            "--context-window",
+            "4096",
+            "--session",
+            "tau:longest",
+            "--plugins-dir",
+            plugins.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let turns: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(turns.len() > 3, "one line per turn");
+    for (i, turn) in turns.iter().enumerate() {
+        assert_eq!(turn["turn"], i as u64 + 1);
+        assert_eq!(turn["sessionKey"], "tau:longest");
+        assert_eq!(turn["assembled"]["answeredBy"], "sliding-window", "{turn}");
+        assert!(turn["precheck"]["route"].is_string());
+        assert!(turn["compactions"].is_array());
+    }
+    let file = turns[0]["sessionFile"].as_str().unwrap();
+    assert!(file.starts_with(home.path().join("agents/main/sessions").to_str().unwrap()));
+    let original = openai_chat_messages(task["traj"].as_array().unwrap());
+    let expected: Vec<Value> = original.iter().map(strip).collect();
+    assert_eq!(
+        file_messages(std::path::Path::new(file)),
+        expected,
+        "the session keeps every message"
+    );
+    // The sliding window kept the model's view small: later turns saw fewer messages than
+    // the session holds.
+    let last = turns.last().unwrap();
+    assert!(
+        (last["assembled"]["count"].as_u64().unwrap() as usize) < expected.len(),
+        "{last}"
+    );
+}
+
+/// `pincer run --prompt … --model openai:NAME` talks to the server named in pincer.json's
+/// `model.baseUrl`: the session gets the prompt and the answer, the index the usage.
+#[test]
+fn pincer_run_prompt_talks_to_an_openai_compatible_server() {
+    let server = ChatServer::start();
+    server.reply_completion(
+        json!({"role": "assistant", "content": "Your flight is confirmed."}),
+        "stop",
+        json!({"prompt_tokens": 42, "completion_tokens": 6, "total_tokens": 48}),
+    );
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        format!(r#"{{ model: {{ baseUrl: "{}" }} }}"#, server.base_url),
+    )
+    .unwrap();
+    let out = pincer_tests::run_pincer(
+        home.path(),
+        &[
+            "run",
+            "--prompt",
+            "Confirm my flight, please.",
+            "--model",
+            "openai:test-model",
+            "--system",
+            "You are an airline agent.",
+            "--session",
+            "chat:1",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["usage"], json!([42, 6, 0]));
+    let sent = &server.recorded()[0].body;
+    assert_eq!(sent["model"], "test-model");
+    assert_eq!(sent["messages"][0]["content"], "You are an airline agent.");
+    assert_eq!(sent["messages"][1]["content"], "Confirm my flight, please.");
+    let messages = file_messages(std::path::Path::new(
+        report["sessionFile"].as_str().unwrap(),
+    ));
+    assert_eq!(messages.len(), 2);
+    assert_eq!(
+        messages[1]["content"][0]["text"],
+        "Your flight is confirmed."
+    );
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join("agents/main/sessions/sessions.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(index["chat:1"]["inputTokens"], 42);
+}
+
+/// A model answering "prompt too long" makes the harness compact and retry, at most three
+/// times; the turn succeeds when the model then answers, and fails with the overflow after a
+/// fourth refusal.
+#[test]
+fn overflow_is_recovered_by_at_most_three_compactions() {
+    struct Refusing {
+        refusals: Mutex<usize>,
+    }
+    impl ModelProvider for Refusing {
+        fn name(&self) -> &str {
+            "refusing"
+        }
+        fn complete(&self, _: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+            let mut left = self.refusals.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Err(ModelError::ContextOverflow {
+                    observed_tokens: Some(9000),
+                    message: "prompt is too long".into(),
+                });
+            }
+            Ok(ModelReply {
+                message: Message::assistant("done"),
+            })
+        }
+    }
+    let home = tempfile::TempDir::new().unwrap();
+    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    for (refusals, succeeds) in [(2, true), (3, true), (4, false)] {
+        let harness = Harness::new(
+            &resolved.engine,
+            JsonlStore::new(home.path().join("agents")),
+            Arc::new(Refusing {
+                refusals: Mutex::new(refusals),
+            }),
+            Arc::new(NoTools),
+            HarnessOptions::new(8192),
+        );
+        let mut session = harness
+            .open_session(&format!("overflow:{refusals}"))
+            .unwrap();
+        match harness.turn(&mut session, Message::user("hello")) {
+            Ok(report) => {
+                assert!(succeeds, "{refusals} refusals should fail the turn");
+                let overflows = report
+                    .compactions
+                    .iter()
+                    .filter(|c| c.reason == "overflow")
+                    .count();
+                assert_eq!(overflows, refusals, "one compaction per refusal");
+                assert_eq!(report.model_calls, refusals + 1);
+            }
+            Err(err) => {
+                assert!(!succeeds, "{refusals} refusals: {err}");
+                assert_eq!(err.code(), "model_context_overflow");
+            }
+        }
+    }
+    runtime.shutdown();
+}
