@@ -307,3 +307,103 @@ fn overflow_is_recovered_by_at_most_three_compactions() {
     }
     runtime.shutdown();
 }
+
+/// The lifecycle of turns through the loaded `faulty` library (which logs every call): a new
+/// session is not bootstrapped; a session whose file existed is bootstrapped once, then
+/// `maintain("bootstrap")`; each turn assembles, answers the model's call of an engine tool
+/// through `callTool` (its result reaches the model), finalizes with `afterTurn` (preferred over
+/// `ingestBatch` and `ingest`) and maintains; `dispose` runs once at the end.
+#[test]
+fn turns_call_the_engine_in_openclaws_order_and_engine_tools_go_through_call_tool() {
+    let server = ChatServer::start();
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        format!(r#"{{ model: {{ baseUrl: "{}" }} }}"#, server.base_url),
+    )
+    .unwrap();
+    let plugins = pincer_tests::staged_plugins_dir();
+    let run = |prompt: &str| {
+        server.reply_completion(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "faulty_echo", "arguments": "{\"x\":1}"}}]}),
+            "tool_calls",
+            json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}),
+        );
+        server.reply_completion(
+            json!({"role": "assistant", "content": "done"}),
+            "stop",
+            json!({"prompt_tokens": 14, "completion_tokens": 1, "total_tokens": 15}),
+        );
+        let out = std::process::Command::new(pincer_tests::pincer_bin())
+            .env("PINCER_LOG", "info")
+            .args([
+                "--home",
+                home.path().to_str().unwrap(),
+                "run",
+                "--prompt",
+                prompt,
+            ])
+            .args([
+                "--model",
+                "openai:m",
+                "--engine",
+                "faulty",
+                "--session",
+                "s",
+            ])
+            .args(["--plugins-dir", plugins.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        stderr
+            .lines()
+            .filter_map(|l| l.split("fields=method=").nth(1))
+            .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+            .filter(|m| m != "info")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run("hi"),
+        ["assemble", "callTool", "afterTurn", "maintain", "dispose"],
+        "a new session"
+    );
+    assert_eq!(
+        run("again"),
+        [
+            "bootstrap",
+            "maintain",
+            "assemble",
+            "callTool",
+            "afterTurn",
+            "maintain",
+            "dispose"
+        ],
+        "a session whose file existed"
+    );
+    let sent = server.recorded();
+    let tools: Vec<&str> = sent[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"faulty_echo"),
+        "the engine's tools are offered: {tools:?}"
+    );
+    let second = sent[1].body["messages"].as_array().unwrap();
+    let tool = second.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(
+        tool["content"], "{\"x\":1}",
+        "callTool's answer reaches the model"
+    );
+    assert!(
+        sent[0].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("faulty engine was here"),
+        "systemPromptAddition is prepended to the system prompt"
+    );
+}

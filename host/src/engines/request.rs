@@ -13,7 +13,7 @@ use pincer_plugin_api::abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
     EntryId, HostParams, IngestBatchParams, IngestParams, MaintainParams, Message, PromptCache,
     RuntimeSettings, SessionTarget, SubagentContextMode, SubagentEndReason, SubagentEndedParams,
-    SubagentSpawnParams, Usage,
+    SubagentSpawnParams, ToolCallParams, Usage,
 };
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 
@@ -486,6 +486,38 @@ impl SubagentEndedRequest {
         f(&SubagentEndedParams {
             child_session_key: RStr::from_str(&self.child_session_key),
             reason: self.reason,
+        })
+    }
+}
+
+/// `callTool`: a tool the engine declared, called by the model.
+#[derive(Debug, Clone)]
+pub struct ToolCallRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The tool's name.
+    pub tool_name: Arc<str>,
+    /// Its arguments, as JSON text.
+    pub arguments_json: Arc<str>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+impl ToolCallRequest {
+    /// The ABI params for this request.
+    pub fn with_abi<R>(
+        &self,
+        abort: &AbortSignal,
+        project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&ToolCallParams<'_>) -> R,
+    ) -> R {
+        self.host.with_abi(abort, |host| {
+            f(&ToolCallParams {
+                session_id: RStr::from_str(&self.session_id),
+                tool_name: RStr::from_str(&self.tool_name),
+                arguments_json: RStr::from_str(&self.arguments_json),
+                host: project(host),
+            })
         })
     }
 }

@@ -29,9 +29,9 @@ use serde::Serialize;
 
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainRequest,
+    IngestBatchRequest, IngestRequest, MaintainRequest, ToolCallRequest,
 };
-use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor};
+use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSpec};
 use crate::session::context::build_session_context;
 use crate::session::store::{CounterUpdate, JsonlStore, SessionStore, SessionSummary};
 use crate::session::{SessionTree, SessionWriteError, SessionWriter};
@@ -400,15 +400,25 @@ impl<'a> Harness<'a> {
         let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
-        let engine_tools: Vec<String> = self
+        // The engine's declared tools (answered by its `callTool`), then the host's.
+        let engine_tools: Vec<ToolSpec> = self
             .engine
             .info()
             .tools
             .iter()
-            .map(|t| t.name.clone())
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
             .collect();
-        let mut tool_specs = self.tools.tools();
-        tool_specs.retain(|t| !engine_tools.contains(&t.name));
+        let mut tool_specs = engine_tools.clone();
+        tool_specs.extend(
+            self.tools
+                .tools()
+                .into_iter()
+                .filter(|t| !engine_tools.iter().any(|e| e.name == t.name)),
+        );
         loop {
             if model_calls >= MAX_MODEL_CALLS_PER_TURN {
                 return Err(HarnessError::TooManyModelCalls);
@@ -466,7 +476,11 @@ impl<'a> Harness<'a> {
                     name,
                     arguments_json: arguments,
                 };
-                let result = self.tools.execute(&call);
+                let result = if engine_tools.iter().any(|t| &t.name == name) {
+                    self.call_engine_tool(session, &call)?
+                } else {
+                    self.tools.execute(&call)
+                };
                 let id = session.writer(durability)?.append_message(&result)?;
                 produced.push((result, Some(id)));
             }
@@ -522,6 +536,44 @@ impl<'a> Harness<'a> {
             .saturating_sub(tokens(&self.options.system_prompt))
             .saturating_sub(tokens(prompt))
             .max(window / 8)
+    }
+
+    /// `callTool` of the engine for `call`; its result as a `toolResult` message.
+    fn call_engine_tool(
+        &self,
+        session: &HarnessSession,
+        call: &ToolCallRef<'_>,
+    ) -> Result<Message, HarnessError> {
+        let request = Arc::new(ToolCallRequest {
+            session_id: Self::session_id(session),
+            tool_name: Arc::from(call.name),
+            arguments_json: Arc::from(call.arguments_json),
+            host: self.host_inputs(session, None),
+        });
+        let answer = self
+            .engine
+            .call_tool(request, Arc::new(AbortController::new()))
+            .map_err(|source| HarnessError::Engine {
+                method: "callTool",
+                source,
+            })?;
+        Ok(match answer {
+            Some(guarded) => Message::tool_result(
+                call.id,
+                call.name,
+                guarded.value.content.to_string(),
+                guarded.value.is_error,
+            ),
+            None => Message::tool_result(
+                call.id,
+                call.name,
+                format!(
+                    "The context engine declared {} but has no callTool.",
+                    call.name
+                ),
+                true,
+            ),
+        })
     }
 
     fn system_prompt(&self, addition: Option<&str>) -> String {

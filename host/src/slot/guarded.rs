@@ -25,6 +25,7 @@ use std::time::Duration;
 use pincer_plugin_api::abi::latest::{
     AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams,
     IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
+    ToolCallResult,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
@@ -35,7 +36,7 @@ use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
-    IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
+    IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
@@ -591,6 +592,40 @@ impl GuardedEngine {
                         reason: ROption::RSome(DOWNGRADED_REASON.into()),
                     })
                 }
+            }),
+        )
+        .map(Some)
+    }
+
+    /// `callTool` of a tool the engine declared; `Ok(None)` when the engine has no `callTool`.
+    /// When the engine fails (and is quarantined), the model gets an error result: `legacy`
+    /// declares no tools.
+    ///
+    /// # Errors
+    /// As [`GuardedEngine::assemble`].
+    pub fn call_tool(
+        &self,
+        request: Arc<ToolCallRequest>,
+        abort: Arc<AbortController>,
+    ) -> Result<Option<Guarded<ToolCallResult>>, GuardError> {
+        if !self.primary.descriptor().has(OptionalMethods::CALL_TOOL) {
+            return Ok(None);
+        }
+        let project = self.projector(Method::CallTool);
+        let tool = Arc::clone(&request.tool_name);
+        self.run(
+            Method::CallTool,
+            abort,
+            false,
+            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.call_tool(p))),
+            Box::new(move |_, _| {
+                Ok(ToolCallResult {
+                    content: format!(
+                        "Tool {tool} is unavailable: its context engine failed and was quarantined."
+                    )
+                    .into(),
+                    is_error: true,
+                })
             }),
         )
         .map(Some)
