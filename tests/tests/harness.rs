@@ -407,3 +407,69 @@ fn turns_call_the_engine_in_openclaws_order_and_engine_tools_go_through_call_too
         "systemPromptAddition is prepended to the system prompt"
     );
 }
+
+/// `/new` and `/reset` append a `reset` entry with that reason: the next turn's model sees only
+/// what came after it, and the file still holds everything; `/compact` runs the engine's
+/// compaction (legacy without a summariser says why it did not compact).
+#[test]
+fn slash_commands_reset_and_compact_without_losing_history() {
+    struct Echo {
+        seen: Mutex<Vec<usize>>,
+    }
+    impl ModelProvider for Echo {
+        fn name(&self) -> &str {
+            "echo"
+        }
+        fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+            self.seen.lock().unwrap().push(request.messages.len());
+            Ok(ModelReply {
+                message: Message::assistant("ok"),
+            })
+        }
+    }
+    let home = tempfile::TempDir::new().unwrap();
+    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    let model = Arc::new(Echo {
+        seen: Mutex::new(Vec::new()),
+    });
+    let harness = Harness::new(
+        &resolved.engine,
+        JsonlStore::new(home.path().join("agents")),
+        model.clone(),
+        Arc::new(NoTools),
+        HarnessOptions::new(128_000),
+    );
+    let mut session = harness.open_session("cmd").unwrap();
+    harness.turn(&mut session, Message::user("first")).unwrap();
+    harness.turn(&mut session, Message::user("second")).unwrap();
+    let report = harness.turn(&mut session, Message::user("/new")).unwrap();
+    assert_eq!(report.model_calls, 0);
+    harness.turn(&mut session, Message::user("fresh")).unwrap();
+    let compact = harness
+        .turn(&mut session, Message::user("/compact keep names"))
+        .unwrap();
+    assert_eq!(compact.compactions.len(), 1);
+    assert_eq!(compact.compactions[0].reason, "manual");
+    assert_eq!(
+        *model.seen.lock().unwrap(),
+        vec![1, 3, 1],
+        "after /new the model sees only the new prompt"
+    );
+    let path = session.summary.session_file.clone();
+    drop(session);
+    let tree = SessionTree::read(&path).unwrap();
+    let resets: Vec<Value> = tree
+        .entries
+        .iter()
+        .filter(|e| e.entry_type.as_str() == "reset")
+        .map(|e| e.record()["reason"].clone())
+        .collect();
+    assert_eq!(resets, vec![json!("new")]);
+    assert_eq!(
+        file_messages(&path).len(),
+        6,
+        "nothing before the reset is lost"
+    );
+    runtime.shutdown();
+}

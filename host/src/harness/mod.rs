@@ -13,6 +13,10 @@
 //! is produced; compactions append `compaction` entries (history is never rewritten), and the
 //! index `sessions.json` gets the usage and compaction counters.
 //!
+//! A prompt that is a slash command runs it instead of a turn: `/compact [instructions]`
+//! compacts now; `/new` and `/reset` append a `reset` entry with that reason (reference §10a),
+//! so the next turn starts from a fresh context in the same file.
+//!
 //! The session's writer is released while the engine compacts: the runtime compaction (behind
 //! `delegateCompactionToRuntime` and `legacy.compact`) opens the file itself.
 
@@ -362,6 +366,9 @@ impl<'a> Harness<'a> {
         session: &mut HarnessSession,
         prompt: Message,
     ) -> Result<TurnReport, HarnessError> {
+        if let Some(command) = SlashCommand::parse(&prompt.plain_text()) {
+            return self.command(session, command);
+        }
         self.engine
             .check_host(HostOperation::AgentRun, &self.options.host)?;
         session.turns += 1;
@@ -538,6 +545,61 @@ impl<'a> Harness<'a> {
             .max(window / 8)
     }
 
+    /// Runs a slash command: `/compact [instructions]` compacts now (OpenClaw's manual
+    /// compaction, `manual-compact` requirements checked); `/new` and `/reset` append a `reset`
+    /// entry with that reason, so the next turn starts a fresh context in the same file.
+    fn command(
+        &self,
+        session: &mut HarnessSession,
+        command: SlashCommand,
+    ) -> Result<TurnReport, HarnessError> {
+        let mut compactions = Vec::new();
+        match &command {
+            SlashCommand::Compact(instructions) => {
+                self.engine
+                    .check_host(HostOperation::ManualCompact, &self.options.host)?;
+                compactions.push(self.compact_with(
+                    session,
+                    "manual",
+                    None,
+                    instructions.as_deref(),
+                )?);
+            }
+            SlashCommand::Reset(reason) => {
+                session
+                    .writer(self.options.durability)?
+                    .append_reset(reason, None)?;
+            }
+        }
+        if let Some(writer) = session.writer.as_mut() {
+            writer.commit()?;
+        }
+        let empty = Vec::new();
+        Ok(TurnReport {
+            turn: session.turns,
+            session_key: session.key.clone(),
+            session_file: session.summary.session_file.clone(),
+            assembled: AssembledReport {
+                count: 0,
+                estimated_tokens: None,
+                answered_by: self.engine.id().to_owned(),
+                entry_ids: empty,
+                repairs: tool_pairs::Repairs::default(),
+            },
+            precheck: Precheck {
+                route: Route::Skipped,
+                estimated_prompt_tokens: 0,
+                prompt_budget_before_reserve: 0,
+                overflow_tokens: 0,
+                tool_result_reducible_chars: 0,
+            },
+            compactions,
+            model_calls: 0,
+            messages_added: usize::from(matches!(command, SlashCommand::Reset(_))),
+            usage: [0; 3],
+        })
+    }
+
     /// `callTool` of the engine for `call`; its result as a `toolResult` message.
     fn call_engine_tool(
         &self,
@@ -686,6 +748,16 @@ impl<'a> Harness<'a> {
         reason: &'static str,
         current_tokens: Option<u64>,
     ) -> Result<CompactionReport, HarnessError> {
+        self.compact_with(session, reason, current_tokens, None)
+    }
+
+    fn compact_with(
+        &self,
+        session: &mut HarnessSession,
+        reason: &'static str,
+        current_tokens: Option<u64>,
+        custom_instructions: Option<&str>,
+    ) -> Result<CompactionReport, HarnessError> {
         let durability = self.options.durability;
         let context = build_session_context(session.tree(durability)?, None);
         if let Some(mut writer) = session.writer.take() {
@@ -702,7 +774,7 @@ impl<'a> Harness<'a> {
             force_reason: None,
             current_token_count: current_tokens,
             compaction_target: CompactionTarget::Budget,
-            custom_instructions: None,
+            custom_instructions: custom_instructions.map(Arc::from),
             host: self.host_inputs(session, None),
         });
         let guarded = self
@@ -801,6 +873,30 @@ impl<'a> Harness<'a> {
             }
         }
         Ok(true)
+    }
+}
+
+/// A slash command a prompt may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SlashCommand {
+    /// `/compact [instructions]`.
+    Compact(Option<String>),
+    /// `/new` or `/reset`: the reason the `reset` entry carries.
+    Reset(&'static str),
+}
+
+impl SlashCommand {
+    fn parse(text: &str) -> Option<SlashCommand> {
+        let text = text.trim();
+        let (word, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
+        match word {
+            "/compact" => Some(SlashCommand::Compact(
+                Some(rest.trim().to_owned()).filter(|r| !r.is_empty()),
+            )),
+            "/new" if rest.trim().is_empty() => Some(SlashCommand::Reset("new")),
+            "/reset" if rest.trim().is_empty() => Some(SlashCommand::Reset("reset")),
+            _ => None,
+        }
     }
 }
 
