@@ -473,3 +473,118 @@ fn slash_commands_reset_and_compact_without_losing_history() {
     );
     runtime.shutdown();
 }
+
+/// The log lines of this test process (engines forward theirs into it).
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        let make = move || Sink(sink.clone());
+        let _ = tracing_subscriber::fmt()
+            .with_writer(make)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .try_init();
+        logs
+    })
+    .clone()
+}
+
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Subagents through the loaded `faulty` library: a child spawn is prepared (and not for a
+/// light isolated child), a failed spawn rolls the preparation back, and the child's end
+/// reaches the engine with its reason.
+#[test]
+fn subagent_spawns_are_prepared_rolled_back_on_failure_and_ended() {
+    use pincer_host::harness::HarnessError;
+    use pincer_plugin_api::abi::latest::{SubagentContextMode, SubagentEndReason};
+    let logs = captured_logs();
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        r#"{ plugins: { slots: { contextEngine: "faulty" } } }"#,
+    )
+    .unwrap();
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().into()));
+    options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
+    let runtime = Runtime::open(options).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(resolved.resolution.resolved, "faulty");
+    let harness = Harness::new(
+        &resolved.engine,
+        JsonlStore::new(home.path().join("agents")),
+        Arc::new(ReplayModel::new(&[])),
+        Arc::new(NoTools),
+        HarnessOptions::new(128_000),
+    );
+    let parent = harness.open_session("parent").unwrap();
+    let count = |needle: &str| {
+        String::from_utf8_lossy(&logs.lock().unwrap())
+            .matches(needle)
+            .count()
+    };
+    let (prepared, rolled_back) = (
+        count("method=prepareSubagentSpawn"),
+        count("faulty: rollback"),
+    );
+
+    let spawned =
+        harness.spawn_subagent(&parent, "child-1", SubagentContextMode::Fork, false, || {
+            Ok("spawned")
+        });
+    assert_eq!(spawned.unwrap(), "spawned");
+    assert_eq!(count("method=prepareSubagentSpawn"), prepared + 1);
+    assert_eq!(
+        count("faulty: rollback"),
+        rolled_back,
+        "no rollback after a spawn that worked"
+    );
+
+    let failed: Result<(), HarnessError> = harness.spawn_subagent(
+        &parent,
+        "child-2",
+        SubagentContextMode::Isolated,
+        false,
+        || Err(HarnessError::TooManyModelCalls),
+    );
+    assert!(failed.is_err());
+    assert_eq!(count("method=prepareSubagentSpawn"), prepared + 2);
+    assert_eq!(
+        count("faulty: rollback"),
+        rolled_back + 1,
+        "the failed spawn is rolled back"
+    );
+
+    harness
+        .spawn_subagent(
+            &parent,
+            "child-3",
+            SubagentContextMode::Isolated,
+            true,
+            || Ok(()),
+        )
+        .unwrap();
+    assert_eq!(
+        count("method=prepareSubagentSpawn"),
+        prepared + 2,
+        "a light isolated child is not prepared"
+    );
+
+    let ended = count("method=onSubagentEnded");
+    harness.end_subagent("child-1", SubagentEndReason::Completed);
+    assert_eq!(count("method=onSubagentEnded"), ended + 1);
+    drop(parent);
+    runtime.shutdown();
+}

@@ -17,6 +17,11 @@
 //! compacts now; `/new` and `/reset` append a `reset` entry with that reason (reference §10a),
 //! so the next turn starts from a fresh context in the same file.
 //!
+//! Subagents: [`Harness::spawn_subagent`] runs `prepareSubagentSpawn` before a child run
+//! (skipped for light isolated children) and its rollback when the spawn fails;
+//! [`Harness::end_subagent`] calls `onSubagentEnded` with the reason. The engine is disposed
+//! once per instance when the runtime shuts down.
+//!
 //! The session's writer is released while the engine compacts: the runtime compaction (behind
 //! `delegateCompactionToRuntime` and `legacy.compact`) opens the file itself.
 
@@ -27,13 +32,14 @@ use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
     AbortController, AssembledItem, CompactionTarget, EntryId, HostOperation, Message,
-    PromptAuthority, ToolCallRef,
+    PromptAuthority, SubagentContextMode, SubagentEndReason, ToolCallRef,
 };
 use serde::Serialize;
 
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainRequest, ToolCallRequest,
+    IngestBatchRequest, IngestRequest, MaintainRequest, PromptCacheInput, SubagentEndedRequest,
+    SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSpec};
 use crate::session::context::build_session_context;
@@ -148,6 +154,8 @@ pub struct HarnessSession {
     bootstrapped: bool,
     turns: u64,
     last_usage: Option<pincer_plugin_api::abi::latest::Usage>,
+    /// When the last model call answered, ms since the Unix epoch.
+    last_call_at: Option<i64>,
 }
 
 impl HarnessSession {
@@ -283,6 +291,7 @@ impl<'a> Harness<'a> {
                 bootstrapped: false,
                 turns: 0,
                 last_usage: None,
+                last_call_at: None,
             }),
             _ => {
                 let cwd = std::env::current_dir()
@@ -299,6 +308,7 @@ impl<'a> Harness<'a> {
                     bootstrapped: false,
                     turns: 0,
                     last_usage: None,
+                    last_call_at: None,
                 })
             }
         }
@@ -339,10 +349,20 @@ impl<'a> Harness<'a> {
             .append_message(message)?)
     }
 
+    /// The host parameters of a call: the session key, the prompt, and `promptCache` with the
+    /// last model call's usage (so an engine can tell a warm prompt cache from a cold one).
     fn host_inputs(&self, session: &HarnessSession, prompt: Option<&str>) -> HostInputs {
+        let prompt_cache = session.last_usage.map(|usage| {
+            Arc::new(PromptCacheInput {
+                last_call_usage: Some(usage),
+                last_cache_touch_at: session.last_call_at,
+                ..PromptCacheInput::default()
+            })
+        });
         HostInputs {
             session_key: Some(Arc::from(session.key.as_str())),
             prompt: prompt.map(Arc::from),
+            prompt_cache,
             ..HostInputs::default()
         }
     }
@@ -461,6 +481,7 @@ impl<'a> Harness<'a> {
                 Err(err) => return Err(err.into()),
             };
             session.last_usage = Some(reply.usage());
+            session.last_call_at = Some(crate::session::time::now_ms());
             let message = reply.message;
             let calls: Vec<(String, String, String)> = message
                 .tool_calls()
@@ -598,6 +619,66 @@ impl<'a> Harness<'a> {
             messages_added: usize::from(matches!(command, SlashCommand::Reset(_))),
             usage: [0; 3],
         })
+    }
+
+    /// Prepares the engine for a child run of `parent` under `child_key` (`prepareSubagentSpawn`,
+    /// fail closed), then runs `spawn`; when the spawn fails, the engine's rollback runs. Light
+    /// isolated children (`light` with [`SubagentContextMode::Isolated`]) skip the preparation,
+    /// as OpenClaw skips it.
+    ///
+    /// # Errors
+    /// The preparation's error (the child is not spawned), or the spawn's.
+    pub fn spawn_subagent<T>(
+        &self,
+        parent: &HarnessSession,
+        child_key: &str,
+        mode: SubagentContextMode,
+        light: bool,
+        spawn: impl FnOnce() -> Result<T, HarnessError>,
+    ) -> Result<T, HarnessError> {
+        let rollback = if light && mode == SubagentContextMode::Isolated {
+            None
+        } else {
+            let request = Arc::new(SubagentSpawnRequest {
+                parent_session_key: Arc::from(parent.key.as_str()),
+                child_session_key: Arc::from(child_key),
+                context_mode: Some(mode),
+                parent_session_id: Some(Self::session_id(parent)),
+                parent_session_file: Some(Self::session_file(parent)),
+                child_session_id: None,
+                child_session_file: None,
+                ttl_ms: None,
+            });
+            self.engine
+                .prepare_subagent_spawn(request)
+                .map_err(|source| HarnessError::Engine {
+                    method: "prepareSubagentSpawn",
+                    source,
+                })?
+                .and_then(|guarded| guarded.value)
+        };
+        match spawn() {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                if let Some(handle) = rollback {
+                    if let Err(rollback_err) = self.engine.rollback(handle) {
+                        tracing::warn!("context engine subagent rollback failed: {rollback_err}");
+                    }
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Tells the engine a child run ended (`onSubagentEnded`); a failure is logged.
+    pub fn end_subagent(&self, child_key: &str, reason: SubagentEndReason) {
+        let request = Arc::new(SubagentEndedRequest {
+            child_session_key: Arc::from(child_key),
+            reason,
+        });
+        if let Err(err) = self.engine.on_subagent_ended(request) {
+            tracing::warn!("context engine onSubagentEnded failed: {err}");
+        }
     }
 
     /// `callTool` of the engine for `call`; its result as a `toolResult` message.
