@@ -246,6 +246,11 @@ fn drive(harness: &Harness<'_>, session: &mut HarnessSession, plan: &Plan, json:
         };
     }
     let replay = plan.replay.as_ref().expect("an import has a replay");
+    // A progress bar on stderr, drawn only when it is a terminal.
+    let progress = indicatif::ProgressBar::new(replay.script(|s| s.remaining_turns()) as u64);
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     for message in replay.script(|s| s.preamble.clone()) {
         if let Err(err) = harness.append(session, &message) {
             return super::fail(err, 1);
@@ -257,13 +262,19 @@ fn drive(harness: &Harness<'_>, session: &mut HarnessSession, plan: &Plan, json:
             if let Err(err) = harness.append(session, &prompt) {
                 return super::fail(err, 1);
             }
+            progress.inc(1);
             continue;
         }
+        progress.inc(1);
         match harness.turn(session, prompt) {
-            Ok(r) => report(&r),
-            Err(err) => return super::fail(err, 1),
+            Ok(r) => progress.suspend(|| report(&r)),
+            Err(err) => {
+                progress.abandon();
+                return super::fail(err, 1);
+            }
         }
     }
+    progress.finish_and_clear();
     ExitCode::SUCCESS
 }
 
