@@ -228,7 +228,6 @@ fn install_node(dirs: &PeerDirs) -> Result<Node> {
         spec.clone().into(),
         "--pack-destination".into(),
         download.clone().into(),
-        "--silent".into(),
     ];
     run_npm(Command::new("npm").args(&args), &args, &spec)?;
     let tarball = download.join(format!("{NODE_PACKAGE}-{NODE_VERSION}.tgz"));
@@ -367,7 +366,17 @@ fn run_npm(command: &mut Command, args: &[OsString], spec: &str) -> Result<()> {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+    // npm's last lines, without the stack frames of its error object.
+    let tail: Vec<&str> = stderr
+        .lines()
+        .filter(|it| {
+            !it.trim_start_matches("npm error")
+                .trim_start()
+                .starts_with("at ")
+        })
+        .rev()
+        .take(12)
+        .collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
     let offline = [
         "ENOTFOUND",
@@ -388,12 +397,12 @@ fn run_npm(command: &mut Command, args: &[OsString], spec: &str) -> Result<()> {
         )
     } else {
         format!(
-            "see npm's messages above; once fixed, run `cargo xtask bench --peer openclaw` again \
+            "once what npm reports is fixed, run `cargo xtask bench --peer openclaw` again \
              (it installs {spec} into target/peer/ only and skips what is already there)"
         )
     };
     bail!(
-        "`{line}` {} while fetching {spec}:\n{}\n{advice}",
+        "`{line}` {} while fetching {spec}: {advice}\nnpm said:\n{}",
         describe_status(output.status),
         tail.join("\n")
     )
