@@ -169,9 +169,12 @@ pub(crate) fn run(ws: &Workspace, config: &PeerConfig) -> Result<ExitCode> {
             pincer,
         });
     }
-    let stray = scratch.stray_system_temp();
+    let leftovers = Leftovers {
+        system_temp: scratch.stray_system_temp(),
+        log: scratch.log_lines(),
+    };
 
-    let report = render(&machine, config, &rows, &stray);
+    let report = render(&machine, config, &rows, &leftovers);
     print!("{report}");
     std::fs::write(dirs.report(), &report)
         .with_context(|| format!("cannot write {}", dirs.report().display()))?;
@@ -469,7 +472,7 @@ impl Scratch {
                 .with_context(|| format!("cannot create {}", folder.display()))?;
         }
         let config = serde_json::json!({
-            "logging": { "file": scratch.dir.join("openclaw.log") }
+            "logging": { "file": scratch.log() }
         });
         std::fs::write(&scratch.config, format!("{config:#}\n"))
             .with_context(|| format!("cannot write {}", scratch.config.display()))?;
@@ -492,6 +495,17 @@ impl Scratch {
             .env("TMPDIR", &self.tmp)
             .env_remove("NODE_OPTIONS");
         command
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("openclaw.log")
+    }
+
+    /// The lines OpenClaw wrote to its file log (parse warnings, say): none on a clean run.
+    fn log_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.log())
+            .map(|text| text.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
     }
 
     /// The `openclaw*` entries OpenClaw left in the system temp folder during the run.
@@ -551,6 +565,10 @@ struct Generated {
 /// One run of `openclaw-sessions.mjs`.
 #[derive(Debug, Deserialize)]
 struct OpenClawRun {
+    read_ms: f64,
+    parse_ms: f64,
+    manager_ms: f64,
+    context_ms: f64,
     total_ms: f64,
     /// Lines of the file and records `parseSessionEntries` gave for them.
     lines: usize,
@@ -566,6 +584,8 @@ struct OpenClawRun {
 /// One run of `session-peer-probe measure`.
 #[derive(Debug, Deserialize)]
 struct PincerRun {
+    read_ms: f64,
+    context_ms: f64,
     total_ms: f64,
     context_messages: usize,
     tokens: u64,
@@ -721,15 +741,31 @@ impl Machine {
     }
 }
 
-fn render(machine: &Machine, config: &PeerConfig, rows: &[Row], stray: &[String]) -> String {
+/// What OpenClaw left behind during the runs.
+struct Leftovers {
+    /// New `openclaw*` entries of the system temp folder.
+    system_temp: Vec<String>,
+    /// The lines of its file log.
+    log: Vec<String>,
+}
+
+fn render(machine: &Machine, config: &PeerConfig, rows: &[Row], leftovers: &Leftovers) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# pincer beside OpenClaw {OPENCLAW_VERSION}\n");
     let _ = writeln!(
         out,
         "{}, {} ({} cores, load average {} at the start), OpenClaw on Node {}, pincer release build. \
-         Each figure is the median [min–max] of {} runs per size and side, each run a fresh process, \
-         after one discarded cold run; OpenClaw and pincer runs alternate.\n",
-        machine.date, machine.cpu, machine.cores, machine.load, machine.node, config.runs
+         Each figure is the median [min–max] of {} per size and side, each run a fresh process, \
+         after one discarded cold run; OpenClaw and pincer runs alternate. \
+         Command: `cargo xtask bench --peer openclaw --sizes {} --runs {}`.\n",
+        machine.date,
+        machine.cpu,
+        machine.cores,
+        machine.load,
+        machine.node,
+        if config.runs == 1 { "1 run".to_owned() } else { format!("{} runs", config.runs) },
+        config.sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+        config.runs,
     );
     let _ = writeln!(
         out,
@@ -792,6 +828,32 @@ fn render(machine: &Machine, config: &PeerConfig, rows: &[Row], stray: &[String]
     }
     out.push('\n');
 
+    out.push_str(
+        "Where the time goes (medians, ms): OpenClaw `readFileSync` / `parseSessionEntries` / `fromOwnedEntries` / \
+         `buildSessionContext`; pincer `SessionTree::read` / `build_session_context`.\n\n\
+         | entries | OpenClaw read | parse | manager | context | pincer read | context |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for row in rows {
+        let median = |values: Vec<f64>| {
+            Spread::of(values).map_or_else(|| "–".to_owned(), |s| short(s.median))
+        };
+        let o = |f: fn(&OpenClawRun) -> f64| median(row.openclaw.iter().map(f).collect());
+        let p = |f: fn(&PincerRun) -> f64| median(row.pincer.iter().map(f).collect());
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            row.size,
+            o(|r| r.read_ms),
+            o(|r| r.parse_ms),
+            o(|r| r.manager_ms),
+            o(|r| r.context_ms),
+            p(|r| r.read_ms),
+            p(|r| r.context_ms),
+        );
+    }
+    out.push('\n');
+
     let mismatches: Vec<String> = rows.iter().flat_map(Row::mismatches).collect();
     if mismatches.is_empty() {
         let summary: Vec<String> = rows
@@ -816,11 +878,19 @@ fn render(machine: &Machine, config: &PeerConfig, rows: &[Row], stray: &[String]
             let _ = writeln!(out, "- {it}");
         }
     }
-    if !stray.is_empty() {
+    if !leftovers.system_temp.is_empty() {
         let _ = writeln!(
             out,
             "\nOpenClaw left these in {SYSTEM_TEMP} despite the redirected environment: {}.",
-            stray.join(", ")
+            leftovers.system_temp.join(", ")
+        );
+    }
+    if !leftovers.log.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nOpenClaw logged {} lines during the runs; the first: `{}`.",
+            leftovers.log.len(),
+            leftovers.log[0]
         );
     }
     out
