@@ -16,7 +16,7 @@
 //! `OPENCLAW_HOME`, `OPENCLAW_CONFIG_PATH` and `TMPDIR` in a scratch folder and its file log
 //! redirected there (`shared/reference/openclaw-peer.md`, "Obstacles").
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output, Stdio};
@@ -111,20 +111,18 @@ impl PeerDirs {
 pub(crate) fn run(ws: &Workspace, config: &PeerConfig) -> Result<ExitCode> {
     let Peer::OpenClaw = config.peer;
     let dirs = PeerDirs::new(&ws.target_dir);
-    std::fs::create_dir_all(&dirs.root)
-        .with_context(|| format!("cannot create {}", dirs.root.display()))?;
+    create_dir(&dirs.root)?;
 
     let node = install_node(&dirs)?;
     install_openclaw(&dirs, &node)?;
     let script = dirs.openclaw.join(SCRIPT);
     std::fs::copy(ws.root.join("xtask").join("peer").join(SCRIPT), &script)
         .with_context(|| format!("cannot copy the measuring script to {}", script.display()))?;
-    let probe = build_probe(ws)?;
+    let probe = ws.build_binary("pincer-tests", PROBE, true)?;
     let scratch = Scratch::prepare(&dirs.scratch)?;
     let machine = Machine::describe(&node.version);
 
-    std::fs::create_dir_all(&dirs.sessions)
-        .with_context(|| format!("cannot create {}", dirs.sessions.display()))?;
+    create_dir(&dirs.sessions)?;
     let mut rows = Vec::new();
     for &size in &config.sizes {
         let file = dirs.sessions.join(format!("s{size}.jsonl"));
@@ -219,8 +217,7 @@ fn install_node(dirs: &PeerDirs) -> Result<Node> {
         );
     }
     let download = dirs.root.join("download");
-    std::fs::create_dir_all(&download)
-        .with_context(|| format!("cannot create {}", download.display()))?;
+    create_dir(&download)?;
     let spec = format!("{NODE_PACKAGE}@{NODE_VERSION}");
     eprintln!(
         "installing Node {NODE_VERSION} (npm package {spec}) into {}",
@@ -232,7 +229,7 @@ fn install_node(dirs: &PeerDirs) -> Result<Node> {
         "--pack-destination".into(),
         download.clone().into(),
     ];
-    run_npm(Command::new("npm").args(&args), &args, &spec)?;
+    run_npm(&args, &spec, None)?;
     let tarball = download.join(format!("{NODE_PACKAGE}-{NODE_VERSION}.tgz"));
     if !tarball.is_file() {
         bail!(
@@ -243,8 +240,7 @@ fn install_node(dirs: &PeerDirs) -> Result<Node> {
 
     let partial = dirs.root.join("node.partial");
     remove_dir_if_present(&partial)?;
-    std::fs::create_dir_all(&partial)
-        .with_context(|| format!("cannot create {}", partial.display()))?;
+    create_dir(&partial)?;
     let status = Command::new("tar")
         .arg("xzf")
         .arg(&tarball)
@@ -299,8 +295,7 @@ fn install_openclaw(dirs: &PeerDirs, node: &Node) -> Result<()> {
     if installed_version(&installed).as_deref() == Some(OPENCLAW_VERSION) {
         return Ok(());
     }
-    std::fs::create_dir_all(&dirs.openclaw)
-        .with_context(|| format!("cannot create {}", dirs.openclaw.display()))?;
+    create_dir(&dirs.openclaw)?;
     let manifest = dirs.openclaw.join("package.json");
     std::fs::write(
         &manifest,
@@ -330,11 +325,7 @@ fn install_openclaw(dirs: &PeerDirs, node: &Node) -> Result<()> {
         &std::env::var_os("PATH").unwrap_or_default(),
     )))
     .context("cannot put Node's folder on PATH")?;
-    run_npm(
-        Command::new("npm").args(&args).env("PATH", path),
-        &args,
-        &spec,
-    )?;
+    run_npm(&args, &spec, Some(&path))?;
     match installed_version(&installed) {
         Some(version) if version == OPENCLAW_VERSION => Ok(()),
         other => bail!(
@@ -356,11 +347,17 @@ fn installed_version(package_json: &Path) -> Option<String> {
         .map(|it| it.version)
 }
 
-/// Runs npm, its output shown only when it fails, with advice when the registry is not reachable.
-fn run_npm(command: &mut Command, args: &[OsString], spec: &str) -> Result<()> {
+/// Runs `npm ARGS`, its output shown only when it fails, with advice when the registry is not reachable.
+/// `path` replaces `PATH` for npm (and so chooses the Node that runs it).
+fn run_npm(args: &[OsString], spec: &str, path: Option<&OsStr>) -> Result<()> {
     let line = shell_line("npm", args);
     eprintln!("$ {line}");
-    let output = command.stdin(Stdio::null()).output().map_err(|err| {
+    let mut command = Command::new("npm");
+    command.args(args).stdin(Stdio::null());
+    if let Some(path) = path {
+        command.env("PATH", path);
+    }
+    let output = command.output().map_err(|err| {
         format_err!(
             "cannot run npm ({err}): `bench --peer openclaw` needs npm on PATH to fetch {spec} from the npm registry; install Node.js with npm and try again"
         )
@@ -411,35 +408,16 @@ fn run_npm(command: &mut Command, args: &[OsString], spec: &str) -> Result<()> {
     )
 }
 
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
 fn remove_dir_if_present(dir: &Path) -> Result<()> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(err) => Err(err).with_context(|| format!("cannot remove {}", dir.display())),
     }
-}
-
-/// Builds the probe in release (the same optimisation as a user's build) and returns its path.
-fn build_probe(ws: &Workspace) -> Result<PathBuf> {
-    let args: Vec<OsString> = ["build", "--release", "-p", "pincer-tests", "--bin", PROBE]
-        .map(OsString::from)
-        .to_vec();
-    eprintln!("$ {}", shell_line("cargo", &args));
-    let status = ws
-        .cargo()
-        .args(&args)
-        .status()
-        .context("cannot run `cargo build`")?;
-    if !status.success() {
-        bail!(
-            "`cargo build --release -p pincer-tests --bin {PROBE}` {}",
-            describe_status(status)
-        );
-    }
-    Ok(ws
-        .target_dir
-        .join("release")
-        .join(format!("{PROBE}{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// OpenClaw's private folders for the run, and what was in the system temp folder before it.
@@ -468,8 +446,7 @@ impl Scratch {
             system_temp_before: openclaw_entries(Path::new(SYSTEM_TEMP)),
         };
         for folder in [&scratch.home, &scratch.state, &scratch.tmp] {
-            std::fs::create_dir_all(folder)
-                .with_context(|| format!("cannot create {}", folder.display()))?;
+            create_dir(folder)?;
         }
         let config = serde_json::json!({
             "logging": { "file": scratch.log() }
