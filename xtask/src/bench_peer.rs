@@ -311,6 +311,7 @@ fn install_openclaw(dirs: &PeerDirs, node: &Node) -> Result<()> {
         "install".into(),
         spec.clone().into(),
         "--ignore-scripts".into(),
+        "--save-exact".into(),
         "--no-audit".into(),
         "--no-fund".into(),
         "--prefix".into(),
