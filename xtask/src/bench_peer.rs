@@ -109,7 +109,7 @@ impl PeerDirs {
 }
 
 pub(crate) fn run(ws: &Workspace, config: &PeerConfig) -> Result<ExitCode> {
-    let Peer::OpenClaw = config.peer;
+    let Peer::OpenClaw = config.peer; // the only peer so far
     let dirs = PeerDirs::new(&ws.target_dir);
     create_dir(&dirs.root)?;
 
