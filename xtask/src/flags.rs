@@ -3,6 +3,8 @@
 use std::ffi::OsString;
 use std::fmt;
 
+use crate::bench_peer::{Peer, PeerConfig};
+
 /// The help text, printed by `cargo xtask help` and after every usage error.
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask <command> [options]
@@ -16,7 +18,15 @@ commands:
   demo                        build-plugins and the `pincer` binary, then walk through doctor,
                               assemble, a quarantined panic and the rejected variants
   bench [-- <cargo bench args>]
-                              build-plugins --release, then `cargo bench -p pincer-host`
+                              build-plugins --release, then `cargo bench` of pincer-host (plugin
+                              boundary, messages), pincer-tests (sessions) and pincer-plugin-api
+                              (token estimate)
+  bench --peer openclaw [--sizes N,N,...] [--runs N]
+                              side by side with OpenClaw 2026.9.6: install Node 24 and openclaw
+                              under <target>/peer/ (once), generate sessions of each size
+                              (default 1000,10000,100000), open + build the leaf's context in both,
+                              one fresh process per run (default 5 runs after a discarded cold
+                              one); table printed and written to <target>/peer/report.md
   abi-check [--bless]         compare the layout of every frozen v1 ABI type with the committed
                               baseline plugin-api/abi/v1.layout.txt (also run by `cargo test`);
                               --bless rewrites the baseline (only before 1.0 is published)
@@ -29,12 +39,24 @@ commands:
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Command {
     Help,
-    BuildPlugins { release: bool },
-    Test { cargo_args: Vec<OsString> },
+    BuildPlugins {
+        release: bool,
+    },
+    Test {
+        cargo_args: Vec<OsString>,
+    },
     Demo,
-    Bench { cargo_args: Vec<OsString> },
-    NewPlugin { id: String },
-    AbiCheck { bless: bool },
+    /// `cargo bench` of the workspace's benchmarks, or, with `peer`, the side-by-side run.
+    Bench {
+        cargo_args: Vec<OsString>,
+        peer: Option<PeerConfig>,
+    },
+    NewPlugin {
+        id: String,
+    },
+    AbiCheck {
+        bless: bool,
+    },
 }
 
 /// A command line that does not match [`USAGE`].
@@ -77,6 +99,19 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
         )));
     }
 
+    if command == "bench" {
+        let peer = parse_peer_flags(&own)?;
+        if peer.is_some() && after_separator {
+            return Err(UsageError(
+                "`bench --peer` takes no arguments after `--`".to_owned(),
+            ));
+        }
+        return Ok(Command::Bench {
+            cargo_args: pass_through,
+            peer,
+        });
+    }
+
     if command == "new-plugin" {
         return match own.as_slice() {
             [id] => id
@@ -111,10 +146,75 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
         }),
         "demo" => Ok(Command::Demo),
         "abi-check" => Ok(Command::AbiCheck { bless }),
-        "bench" => Ok(Command::Bench {
-            cargo_args: pass_through,
-        }),
         _ => Err(UsageError(format!("unknown command `{command}`"))),
+    }
+}
+
+/// The flags of `bench` before `--`: none, or `--peer NAME` with optional `--sizes` and `--runs`.
+fn parse_peer_flags(own: &[OsString]) -> Result<Option<PeerConfig>, UsageError> {
+    let mut peer: Option<Peer> = None;
+    let mut sizes: Option<Vec<usize>> = None;
+    let mut runs: Option<u32> = None;
+    let mut args = own.iter();
+    while let Some(arg) = args.next() {
+        let flag = arg
+            .to_str()
+            .ok_or_else(|| UsageError(format!("unexpected argument {arg:?} for `bench`")))?;
+        let mut value = || {
+            args.next()
+                .and_then(|it| it.to_str())
+                .ok_or_else(|| UsageError(format!("`bench {flag}` needs a value")))
+        };
+        match flag {
+            "--peer" if peer.is_none() => {
+                let name = value()?;
+                peer = Some(name.parse().map_err(UsageError)?);
+            }
+            "--sizes" if sizes.is_none() => {
+                let list = value()?;
+                let parsed = list
+                    .split(',')
+                    .map(|it| it.trim().replace('_', "").parse::<usize>())
+                    .collect::<Result<Vec<_>, _>>();
+                match parsed {
+                    Ok(list) if !list.is_empty() && list.iter().all(|&n| n > 0) => {
+                        sizes = Some(list);
+                    }
+                    _ => {
+                        return Err(UsageError(format!(
+                            "`--sizes` takes entry counts above 0 separated by commas (e.g. 1000,10000), not {list:?}"
+                        )))
+                    }
+                }
+            }
+            "--runs" if runs.is_none() => {
+                let text = value()?;
+                match text.parse::<u32>() {
+                    Ok(n) if n > 0 => runs = Some(n),
+                    _ => {
+                        return Err(UsageError(format!(
+                            "`--runs` takes a whole number above 0, not {text:?}"
+                        )))
+                    }
+                }
+            }
+            _ => {
+                return Err(UsageError(format!(
+                    "unexpected argument {arg:?} for `bench`"
+                )))
+            }
+        }
+    }
+    match peer {
+        Some(peer) => Ok(Some(PeerConfig {
+            peer,
+            sizes: sizes.unwrap_or_else(|| PeerConfig::DEFAULT_SIZES.to_vec()),
+            runs: runs.unwrap_or(PeerConfig::DEFAULT_RUNS),
+        })),
+        None if sizes.is_some() || runs.is_some() => Err(UsageError(
+            "`--sizes` and `--runs` go with `bench --peer openclaw`".to_owned(),
+        )),
+        None => Ok(None),
     }
 }
 
@@ -160,7 +260,45 @@ mod tests {
         assert_eq!(
             parse_strs(&["bench"]),
             Ok(Command::Bench {
-                cargo_args: Vec::new()
+                cargo_args: Vec::new(),
+                peer: None
+            })
+        );
+        assert_eq!(
+            parse_strs(&["bench", "--", "--bench", "sessions"]),
+            Ok(Command::Bench {
+                cargo_args: ["--bench", "sessions"].map(OsString::from).to_vec(),
+                peer: None
+            })
+        );
+        assert_eq!(
+            parse_strs(&["bench", "--peer", "openclaw"]),
+            Ok(Command::Bench {
+                cargo_args: Vec::new(),
+                peer: Some(PeerConfig {
+                    peer: Peer::OpenClaw,
+                    sizes: PeerConfig::DEFAULT_SIZES.to_vec(),
+                    runs: PeerConfig::DEFAULT_RUNS
+                })
+            })
+        );
+        assert_eq!(
+            parse_strs(&[
+                "bench",
+                "--runs",
+                "3",
+                "--peer",
+                "openclaw",
+                "--sizes",
+                "1000,10_000"
+            ]),
+            Ok(Command::Bench {
+                cargo_args: Vec::new(),
+                peer: Some(PeerConfig {
+                    peer: Peer::OpenClaw,
+                    sizes: vec![1000, 10_000],
+                    runs: 3
+                })
             })
         );
     }
@@ -173,5 +311,12 @@ mod tests {
         assert!(parse_strs(&["demo", "--", "x"]).is_err());
         assert!(parse_strs(&["build-plugins", "--release", "--release"]).is_err());
         assert!(parse_strs(&["test", "--nocapture"]).is_err());
+        assert!(parse_strs(&["bench", "--peer"]).is_err());
+        assert!(parse_strs(&["bench", "--peer", "pi"]).is_err());
+        assert!(parse_strs(&["bench", "--runs", "3"]).is_err());
+        assert!(parse_strs(&["bench", "--peer", "openclaw", "--runs", "0"]).is_err());
+        assert!(parse_strs(&["bench", "--peer", "openclaw", "--sizes", "1000,"]).is_err());
+        assert!(parse_strs(&["bench", "--peer", "openclaw", "--", "x"]).is_err());
+        assert!(parse_strs(&["bench", "--peer", "openclaw", "--peer", "openclaw"]).is_err());
     }
 }

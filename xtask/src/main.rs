@@ -6,11 +6,12 @@
 //!
 //! Each task lives in its own module with a `run` function:
 //! `build_plugins` builds the plugin `cdylib`s and stages them with their manifests,
-//! `test`, `demo` and `bench` build on it, `abi_check` guards the frozen ABI, `new_plugin` starts an engine from a template,
+//! `test`, `demo` and `bench` build on it (`bench_peer` measures OpenClaw beside pincer), `abi_check` guards the frozen ABI, `new_plugin` starts an engine from a template,
 //! and `tidy` is a plain `#[test]` that `cargo test --workspace` runs.
 
 mod abi_check;
 mod bench;
+mod bench_peer;
 mod build_plugins;
 mod demo;
 mod flags;
@@ -61,7 +62,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Test { cargo_args } => test::run(&ws, &cargo_args),
         Command::Demo => demo::run(&ws),
-        Command::Bench { cargo_args } => bench::run(&ws, &cargo_args),
+        Command::Bench {
+            cargo_args,
+            peer: None,
+        } => bench::run(&ws, &cargo_args),
+        Command::Bench {
+            peer: Some(peer), ..
+        } => bench_peer::run(&ws, &peer),
         Command::NewPlugin { id } => new_plugin::run(&ws, &id),
         Command::AbiCheck { bless } => abi_check::run(bless),
     }

@@ -109,27 +109,35 @@ impl Workspace {
         })
     }
 
-    /// A cargo command that runs in the workspace root.
     /// Builds the `pincer` binary (debug) and returns its path.
     pub(crate) fn build_pincer(&self) -> Result<PathBuf> {
-        let build_args: Vec<std::ffi::OsString> = ["build", "-p", "pincer-host", "--bin", "pincer"]
-            .map(std::ffi::OsString::from)
-            .to_vec();
-        eprintln!("$ {}", shell_line("cargo", &build_args));
+        self.build_binary("pincer-host", "pincer", false)
+    }
+
+    /// Builds binary `bin` of `package` (release or debug) and returns its path.
+    pub(crate) fn build_binary(&self, package: &str, bin: &str, release: bool) -> Result<PathBuf> {
+        let mut build_args: Vec<OsString> = vec!["build".into()];
+        if release {
+            build_args.push("--release".into());
+        }
+        build_args.extend(["-p", package, "--bin", bin].map(OsString::from));
+        let line = shell_line("cargo", &build_args);
+        eprintln!("$ {line}");
         let status = self
             .cargo()
             .args(&build_args)
             .status()
             .context("cannot run `cargo build`")?;
         if !status.success() {
-            bail!("`cargo build -p pincer-host` {}", describe_status(status));
+            bail!("`{line}` {}", describe_status(status));
         }
         Ok(self
             .target_dir
-            .join("debug")
-            .join(format!("pincer{}", std::env::consts::EXE_SUFFIX)))
+            .join(if release { "release" } else { "debug" })
+            .join(format!("{bin}{}", std::env::consts::EXE_SUFFIX)))
     }
 
+    /// A cargo command that runs in the workspace root.
     pub(crate) fn cargo(&self) -> Command {
         cargo(&self.root)
     }
