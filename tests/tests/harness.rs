@@ -66,6 +66,7 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
     let home = tempfile::TempDir::new().unwrap();
     let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
     let resolved = runtime.resolve().unwrap();
+    let engine = Arc::new(resolved.engine);
     for (index, task) in tasks.as_array().unwrap().iter().enumerate() {
         let original = openai_chat_messages(task["traj"].as_array().unwrap());
         let replay = Arc::new(ReplayModel::new(&original));
@@ -74,7 +75,7 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
             seen: Mutex::new(Vec::new()),
         });
         let harness = Harness::new(
-            &resolved.engine,
+            engine.clone(),
             JsonlStore::new(home.path().join("agents")),
             model.clone(),
             Arc::new(ReplayTools::new(replay.clone())),
@@ -275,9 +276,10 @@ fn overflow_is_recovered_by_at_most_three_compactions() {
     let home = tempfile::TempDir::new().unwrap();
     let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
     let resolved = runtime.resolve().unwrap();
+    let engine = Arc::new(resolved.engine);
     for (refusals, succeeds) in [(2, true), (3, true), (4, false)] {
         let harness = Harness::new(
-            &resolved.engine,
+            engine.clone(),
             JsonlStore::new(home.path().join("agents")),
             Arc::new(Refusing {
                 refusals: Mutex::new(refusals),
@@ -430,11 +432,12 @@ fn slash_commands_reset_and_compact_without_losing_history() {
     let home = tempfile::TempDir::new().unwrap();
     let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
     let resolved = runtime.resolve().unwrap();
+    let engine = Arc::new(resolved.engine);
     let model = Arc::new(Echo {
         seen: Mutex::new(Vec::new()),
     });
     let harness = Harness::new(
-        &resolved.engine,
+        engine.clone(),
         JsonlStore::new(home.path().join("agents")),
         model.clone(),
         Arc::new(NoTools),
@@ -522,8 +525,9 @@ fn subagent_spawns_are_prepared_rolled_back_on_failure_and_ended() {
     let runtime = Runtime::open(options).unwrap();
     let resolved = runtime.resolve().unwrap();
     assert_eq!(resolved.resolution.resolved, "faulty");
+    let engine = Arc::new(resolved.engine);
     let harness = Harness::new(
-        &resolved.engine,
+        engine.clone(),
         JsonlStore::new(home.path().join("agents")),
         Arc::new(ReplayModel::new(&[])),
         Arc::new(NoTools),
@@ -586,5 +590,65 @@ fn subagent_spawns_are_prepared_rolled_back_on_failure_and_ended() {
     harness.end_subagent("child-1", SubagentEndReason::Completed);
     assert_eq!(count("method=onSubagentEnded"), ended + 1);
     drop(parent);
+    runtime.shutdown();
+}
+
+/// An engine that declares `turnMaintenanceMode: "background"` gets its turn `maintain` off
+/// the turn: a turn returns while a slow maintenance still runs, and the session's next engine
+/// call waits for it (calls on one session stay in order).
+#[test]
+fn background_maintenance_does_not_block_the_turn() {
+    let home = tempfile::TempDir::new().unwrap();
+    // maintain sleeps 6 s; a turn that waited for it could not return within 3 s.
+    std::fs::write(
+        home.path().join("pincer.json"),
+        r#"{ plugins: { slots: { contextEngine: "faulty" },
+             entries: { faulty: { config: { backgroundMaintenance: true, maintain: "hang", hangMs: 6000 } } },
+             callTimeoutsMs: { maintain: 60000 } } }"#,
+    )
+    .unwrap();
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().into()));
+    options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
+    let runtime = Runtime::open(options).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(resolved.resolution.resolved, "faulty");
+    let engine = Arc::new(resolved.engine);
+    struct Ok1;
+    impl ModelProvider for Ok1 {
+        fn name(&self) -> &str {
+            "ok"
+        }
+        fn complete(&self, _: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+            Ok(ModelReply {
+                message: Message::assistant("ok"),
+            })
+        }
+    }
+    let harness = Arc::new(Harness::new(
+        engine,
+        JsonlStore::new(home.path().join("agents")),
+        Arc::new(Ok1),
+        Arc::new(NoTools),
+        HarnessOptions::new(128_000),
+    ));
+    let (done, returned) = std::sync::mpsc::channel();
+    let worker = {
+        let harness = harness.clone();
+        std::thread::spawn(move || {
+            let mut session = harness.open_session("bg").unwrap();
+            harness.turn(&mut session, Message::user("hello")).unwrap();
+            done.send(()).unwrap();
+            // Dropping the session waits for its maintenance.
+            drop(session);
+        })
+    };
+    assert!(
+        returned
+            .recv_timeout(std::time::Duration::from_secs(3))
+            .is_ok(),
+        "the turn waited for background maintenance"
+    );
+    worker.join().unwrap();
+    drop(harness);
     runtime.shutdown();
 }

@@ -156,6 +156,9 @@ pub struct HarnessSession {
     last_usage: Option<pincer_plugin_api::abi::latest::Usage>,
     /// When the last model call answered, ms since the Unix epoch.
     last_call_at: Option<i64>,
+    /// Maintenance running in the background (`turnMaintenanceMode: "background"`), joined
+    /// before the session's next engine call.
+    background: Option<std::thread::JoinHandle<()>>,
 }
 
 impl HarnessSession {
@@ -173,6 +176,15 @@ impl HarnessSession {
 
     fn tree(&mut self, durability: Durability) -> Result<&SessionTree, HarnessError> {
         Ok(self.writer(durability)?.tree())
+    }
+}
+
+impl Drop for HarnessSession {
+    fn drop(&mut self) {
+        // Background maintenance finishes before the session (and the engine) goes away.
+        if let Some(handle) = self.background.take() {
+            let _ = handle.join();
+        }
     }
 }
 
@@ -245,18 +257,18 @@ pub struct TurnReport {
 }
 
 /// Runs turns of one engine with one model (see the module docs).
-pub struct Harness<'a> {
-    engine: &'a GuardedEngine,
+pub struct Harness {
+    engine: Arc<GuardedEngine>,
     store: JsonlStore,
     model: Arc<dyn ModelProvider>,
     tools: Arc<dyn ToolExecutor>,
     options: HarnessOptions,
 }
 
-impl<'a> Harness<'a> {
+impl Harness {
     /// A harness running `engine` with `model`, its sessions in `store`.
     pub fn new(
-        engine: &'a GuardedEngine,
+        engine: Arc<GuardedEngine>,
         store: JsonlStore,
         model: Arc<dyn ModelProvider>,
         tools: Arc<dyn ToolExecutor>,
@@ -292,6 +304,7 @@ impl<'a> Harness<'a> {
                 turns: 0,
                 last_usage: None,
                 last_call_at: None,
+                background: None,
             }),
             _ => {
                 let cwd = std::env::current_dir()
@@ -309,6 +322,7 @@ impl<'a> Harness<'a> {
                     turns: 0,
                     last_usage: None,
                     last_call_at: None,
+                    background: None,
                 })
             }
         }
@@ -386,6 +400,7 @@ impl<'a> Harness<'a> {
         session: &mut HarnessSession,
         prompt: Message,
     ) -> Result<TurnReport, HarnessError> {
+        self.settle(session);
         if let Some(command) = SlashCommand::parse(&prompt.plain_text()) {
             return self.command(session, command);
         }
@@ -517,7 +532,16 @@ impl<'a> Harness<'a> {
         // Finalize: afterTurn, else ingestBatch, else ingest per message.
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
-            self.maintain(session, "turn");
+            if self.engine.info().turn_maintenance_mode == "background" {
+                // Deferred: the turn returns now; the next engine call on this session waits.
+                let engine = Arc::clone(&self.engine);
+                let request = self.maintain_request(session, "turn");
+                session.background = Some(std::thread::spawn(move || {
+                    Self::run_maintain(&engine, request, "turn");
+                }));
+            } else {
+                self.maintain(session, "turn");
+            }
         }
         let usage = session.last_usage.unwrap_or_default();
         if let Err(err) = self.store.record(
@@ -743,17 +767,29 @@ impl<'a> Harness<'a> {
     }
 
     fn maintain(&self, session: &HarnessSession, reason: &str) {
-        let request = Arc::new(MaintainRequest {
+        Self::run_maintain(&self.engine, self.maintain_request(session, reason), reason);
+    }
+
+    fn maintain_request(&self, session: &HarnessSession, reason: &str) -> Arc<MaintainRequest> {
+        Arc::new(MaintainRequest {
             session_id: Self::session_id(session),
             session_file: Self::session_file(session),
             reason: Arc::from(reason),
             host: self.host_inputs(session, None),
-        });
-        if let Err(err) = self
-            .engine
-            .maintain(request, Arc::new(AbortController::new()))
-        {
+        })
+    }
+
+    fn run_maintain(engine: &GuardedEngine, request: Arc<MaintainRequest>, reason: &str) {
+        if let Err(err) = engine.maintain(request, Arc::new(AbortController::new())) {
             tracing::warn!("context engine maintain failed ({reason}): {err}");
+        }
+    }
+
+    /// Waits for the session's background maintenance, so engine calls on one session stay in
+    /// order.
+    pub fn settle(&self, session: &mut HarnessSession) {
+        if let Some(handle) = session.background.take() {
+            let _ = handle.join();
         }
     }
 

@@ -79,7 +79,7 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
     options.system_prompt = plan.system_prompt.clone();
     options.durability = runtime.config().config.sessions.durability;
     let harness = Harness::new(
-        &resolved.engine,
+        Arc::new(resolved.engine),
         JsonlStore::new(home.root().join("agents")),
         Arc::clone(&plan.model),
         Arc::clone(&plan.tools),
@@ -188,7 +188,7 @@ impl Plan {
     }
 }
 
-fn drive(harness: &Harness<'_>, session: &mut HarnessSession, plan: &Plan, json: bool) -> ExitCode {
+fn drive(harness: &Harness, session: &mut HarnessSession, plan: &Plan, json: bool) -> ExitCode {
     let report = |report: &TurnReport| {
         if json {
             println!(

@@ -6,6 +6,7 @@
 //! `ingestBatch`, `assemble`, `compact`, `bootstrap`, `afterTurn`, `maintain`,
 //! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`) with a
 //! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
+//! `backgroundMaintenance: true` declares `turnMaintenanceMode: "background"`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +61,9 @@ struct Config {
     /// Declared in `info.ownsCompaction`.
     #[serde(default)]
     owns_compaction: bool,
+    /// Declared in `info.turnMaintenanceMode` (`background` defers the turn's `maintain`).
+    #[serde(default)]
+    background_maintenance: bool,
     /// The message of configured errors (default: "faulty: configured to fail in <method>").
     #[serde(default)]
     error_message: Option<String>,
@@ -73,6 +77,7 @@ pub struct Faulty {
     accepted_host_params: Option<Vec<String>>,
     host_requirements: BTreeMap<String, Requirement>,
     owns_compaction: bool,
+    background_maintenance: bool,
     error_message: Option<String>,
     hang: Duration,
     host: Host,
@@ -197,6 +202,7 @@ impl Engine for Faulty {
             accepted_host_params: config.accepted_host_params,
             host_requirements: config.host_requirements,
             owns_compaction: config.owns_compaction,
+            background_maintenance: config.background_maintenance,
             error_message: config.error_message,
             hang,
             host,
@@ -210,6 +216,11 @@ impl Engine for Faulty {
         let object = serde_json::json!({ "type": "object" });
         let mut info = EngineInfo::new("Faulty (test only)", env!("CARGO_PKG_VERSION"))
             .owns_compaction(self.owns_compaction)
+            .turn_maintenance_mode(if self.background_maintenance {
+                TurnMaintenanceMode::Background
+            } else {
+                TurnMaintenanceMode::Foreground
+            })
             .tool(
                 "faulty_echo",
                 "Echoes its arguments (test only).",
