@@ -708,8 +708,11 @@ fn a_hung_compact_times_out_on_time_while_another_session_keeps_working() {
     let err = session_a.join().unwrap().expect_err("times out");
     assert_eq!(err.error.message, "Compaction timed out");
     assert_eq!(err.error.kind, CallErrorKind::TimedOut);
-    let record = runtime.quarantine().get("faulty").unwrap();
-    assert_eq!(record.operation, "compact");
+    // As in OpenClaw, a compaction timeout is an abort: the engine is not quarantined.
+    assert!(
+        runtime.quarantine().get("faulty").is_none(),
+        "a compaction timeout does not quarantine"
+    );
     assert!(
         answered_while_a_hung >= 1,
         "session B was answered while A's compaction hung"

@@ -12,9 +12,12 @@
 //! - with `plugins.contextEngineFallback: "strict"`, the error is returned instead of falling back.
 //!
 //! Every call is bounded (see [`crate::engines::bounded`]): `compact` by the compaction safety timeout
-//! (180 s by default, reference §9.1), every other method by its per-call timeout. A call that
-//! overruns returns at its deadline — `Compaction timed out` for `compact` — and quarantines
-//! the engine, even when the engine ignores its abort signal and never returns.
+//! (180 s by default, reference §9.1); `maintain` and `bootstrap` by the same window unless
+//! `callTimeoutsMs` names them (a lossless-style sweep can take minutes); every other method by
+//! its per-call timeout. A call that overruns returns at its deadline, even when the engine
+//! ignores its abort signal and never returns. A `compact` that overruns is what OpenClaw makes
+//! it — an abort: `Compaction timed out` reaches the caller and the engine is **not**
+//! quarantined (§4.4a, §9.1). Any other overrun quarantines the engine.
 //!
 //! The default engine (`legacy`) is never quarantined: it is its own fallback.
 
@@ -57,12 +60,16 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// The deadline window of `method`.
+    /// The deadline window of `method`: the compaction window for `compact`, and for
+    /// `maintain` and `bootstrap` unless `callTimeoutsMs` names them; else the per-call one.
     pub fn for_method(&self, method: Method) -> Duration {
-        if method == Method::Compact {
-            self.compact.unwrap_or(DEFAULT_COMPACTION_TIMEOUT)
-        } else {
-            self.calls.for_method(method)
+        let compaction = self.compact.unwrap_or(DEFAULT_COMPACTION_TIMEOUT);
+        match method {
+            Method::Compact => compaction,
+            Method::Maintain | Method::Bootstrap if !self.calls.0.contains_key(method.as_str()) => {
+                compaction
+            }
+            _ => self.calls.for_method(method),
         }
     }
 }
@@ -353,6 +360,11 @@ impl GuardedEngine {
                 answer: answer(&self.id, None, false),
             }),
             Err(error) if error.kind != CallErrorKind::TimedOut && is_abort(&error, &abort) => {
+                Err(fail(error))
+            }
+            // A compaction past its safety timeout is an abort, as in OpenClaw: the caller
+            // gets `Compaction timed out`, and the engine stays in service.
+            Err(error) if operation == Method::Compact && error.kind == CallErrorKind::TimedOut => {
                 Err(fail(error))
             }
             Err(mut error) => {
@@ -679,5 +691,27 @@ impl GuardedEngine {
             Box::new(|_, _| Ok(())),
         )
         .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    #[test]
+    fn maintain_and_bootstrap_get_the_compaction_window_unless_named() {
+        let mut timeouts = Timeouts::default();
+        assert_eq!(timeouts.for_method(Method::Maintain), DEFAULT_COMPACTION_TIMEOUT);
+        assert_eq!(timeouts.for_method(Method::Bootstrap), DEFAULT_COMPACTION_TIMEOUT);
+        assert_eq!(
+            timeouts.for_method(Method::Assemble),
+            crate::config::DEFAULT_CALL_TIMEOUT
+        );
+        timeouts.compact = Some(Duration::from_secs(600));
+        timeouts.calls.0.insert("maintain".into(), 5_000);
+        timeouts.calls.0.insert("default".into(), 7_000);
+        assert_eq!(timeouts.for_method(Method::Maintain), Duration::from_secs(5));
+        assert_eq!(timeouts.for_method(Method::Bootstrap), Duration::from_secs(600));
+        assert_eq!(timeouts.for_method(Method::AfterTurn), Duration::from_secs(7));
     }
 }
