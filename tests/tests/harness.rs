@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 struct Watching<M> {
     inner: M,
     seen: Mutex<Vec<usize>>,
+    /// The last request's messages and the reply to it.
+    last: Mutex<Vec<Message>>,
 }
 
 impl<M: ModelProvider> ModelProvider for Watching<M> {
@@ -34,7 +36,13 @@ impl<M: ModelProvider> ModelProvider for Watching<M> {
             "the model was shown a broken tool pair"
         );
         self.seen.lock().unwrap().push(request.messages.len());
-        self.inner.complete(request)
+        let reply = self.inner.complete(request);
+        if let Ok(reply) = &reply {
+            let mut last = request.messages.to_vec();
+            last.push(reply.message.clone());
+            *self.last.lock().unwrap() = last;
+        }
+        reply
     }
 }
 
@@ -73,6 +81,7 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
         let model = Arc::new(Watching {
             inner: ReplayModelHandle(replay.clone()),
             seen: Mutex::new(Vec::new()),
+            last: Mutex::new(Vec::new()),
         });
         let harness = Harness::new(
             engine.clone(),
@@ -93,6 +102,23 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
             let report = harness.turn(&mut session, prompt).unwrap();
             assert_eq!(report.assembled.answered_by, "legacy");
             assert!(report.compactions.is_empty(), "128k holds a τ-bench task");
+            // legacy passes the history through: what the model last saw, and its answer, is
+            // the session's context as read back from the file.
+            let on_file = pincer_host::session::build_session_context(
+                &SessionTree::read(&session.summary.session_file).unwrap(),
+                None,
+            );
+            // (A transcript may end its turn on tool results recorded after the last call.)
+            let seen: Vec<Value> = model.last.lock().unwrap().iter().map(strip).collect();
+            let on_file: Vec<Value> = on_file.messages.iter().map(strip).collect();
+            assert_eq!(
+                &on_file[..seen.len().min(on_file.len())],
+                &seen[..],
+                "task {index}: the harness's context is the file's"
+            );
+            assert!(on_file[seen.len()..]
+                .iter()
+                .all(|m| m["role"] == "toolResult"));
         }
         let path = session.summary.session_file.clone();
         drop(session);

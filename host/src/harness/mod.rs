@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
     AbortController, AssembledItem, CompactionTarget, EntryId, HostOperation, Message,
-    PromptAuthority, SubagentContextMode, SubagentEndReason, ToolCallRef,
+    PromptAuthority, Role, SubagentContextMode, SubagentEndReason, ToolCallRef,
 };
 use serde::Serialize;
 
@@ -159,6 +159,16 @@ pub struct HarnessSession {
     /// Maintenance running in the background (`turnMaintenanceMode: "background"`), joined
     /// before the session's next engine call.
     background: Option<std::thread::JoinHandle<()>>,
+    /// The active context, parsed once and extended as the harness appends (so a turn does
+    /// not re-read the session); dropped when a compaction or reset changes it.
+    context: Option<CachedContext>,
+}
+
+/// The messages of a session's active context with their entries.
+#[derive(Debug, Clone, Default)]
+struct CachedContext {
+    messages: Vec<Message>,
+    entry_ids: Vec<String>,
 }
 
 impl HarnessSession {
@@ -174,8 +184,39 @@ impl HarnessSession {
         Ok(self.writer.as_mut().expect("just opened"))
     }
 
-    fn tree(&mut self, durability: Durability) -> Result<&SessionTree, HarnessError> {
-        Ok(self.writer(durability)?.tree())
+    /// The active context (read from the session once, then kept up to date).
+    fn context(&mut self, durability: Durability) -> Result<&CachedContext, HarnessError> {
+        if self.context.is_none() {
+            let tree: &SessionTree = self.writer(durability)?.tree();
+            let context = build_session_context(tree, None);
+            self.context = Some(CachedContext {
+                messages: context.messages,
+                entry_ids: context.entry_ids,
+            });
+        }
+        Ok(self.context.as_ref().expect("just built"))
+    }
+
+    /// Appends `message` to the file and to the cached context; its entry id.
+    fn append_message(
+        &mut self,
+        durability: Durability,
+        message: &Message,
+    ) -> Result<String, HarnessError> {
+        let id = self.writer(durability)?.append_message(message)?;
+        if let Some(context) = &mut self.context {
+            // As the reader gives it back: string content of assistant and toolResult
+            // messages as one text block; excluded messages not in the context.
+            if !message.is_excluded_from_context() {
+                let mut message = message.clone();
+                if matches!(message.role(), Role::Assistant | Role::ToolResult) {
+                    message.normalize_string_content();
+                }
+                context.messages.push(message);
+                context.entry_ids.push(id.clone());
+            }
+        }
+        Ok(id)
     }
 }
 
@@ -305,6 +346,7 @@ impl Harness {
                 last_usage: None,
                 last_call_at: None,
                 background: None,
+                context: None,
             }),
             _ => {
                 let cwd = std::env::current_dir()
@@ -323,6 +365,7 @@ impl Harness {
                     last_usage: None,
                     last_call_at: None,
                     background: None,
+                    context: None,
                 })
             }
         }
@@ -358,9 +401,7 @@ impl Harness {
         session: &mut HarnessSession,
         message: &Message,
     ) -> Result<String, HarnessError> {
-        Ok(session
-            .writer(self.options.durability)?
-            .append_message(message)?)
+        session.append_message(self.options.durability, message)
     }
 
     /// The host parameters of a call: the session key, the prompt, and `promptCache` with the
@@ -438,7 +479,7 @@ impl Harness {
         }
 
         // The prompt joins the session, then the model answers (calling tools as it goes).
-        let prompt_id = session.writer(durability)?.append_message(&prompt)?;
+        let prompt_id = session.append_message(durability, &prompt)?;
         let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
@@ -508,7 +549,7 @@ impl Harness {
                     )
                 })
                 .collect();
-            let id = session.writer(durability)?.append_message(&message)?;
+            let id = session.append_message(durability, &message)?;
             produced.push((message, Some(id)));
             if calls.is_empty() {
                 break;
@@ -524,7 +565,7 @@ impl Harness {
                 } else {
                     self.tools.execute(&call)
                 };
-                let id = session.writer(durability)?.append_message(&result)?;
+                let id = session.append_message(durability, &result)?;
                 produced.push((result, Some(id)));
             }
         }
@@ -614,6 +655,7 @@ impl Harness {
                 session
                     .writer(self.options.durability)?
                     .append_reset(reason, None)?;
+                session.context = None;
             }
         }
         if let Some(writer) = session.writer.as_mut() {
@@ -802,7 +844,7 @@ impl Harness {
         before: Option<&str>,
     ) -> Result<Assembly, HarnessError> {
         let durability = self.options.durability;
-        let context = build_session_context(session.tree(durability)?, None);
+        let context = session.context(durability)?;
         let cut = before
             .and_then(|id| context.entry_ids.iter().position(|e| e == id))
             .unwrap_or(context.messages.len());
@@ -876,7 +918,7 @@ impl Harness {
         custom_instructions: Option<&str>,
     ) -> Result<CompactionReport, HarnessError> {
         let durability = self.options.durability;
-        let context = build_session_context(session.tree(durability)?, None);
+        let context = session.context(durability)?.clone();
         if let Some(mut writer) = session.writer.take() {
             writer.commit()?;
         }
@@ -912,7 +954,8 @@ impl Harness {
                 tracing::warn!(%err, "session counters not updated");
             }
         }
-        // Reopen: the compaction may have appended to the file.
+        // Reopen: the compaction may have appended to the file, changing the context.
+        session.context = None;
         session.writer(durability)?;
         Ok(CompactionReport {
             tokens_before: details.as_ref().map_or(0, |d| d.tokens_before),
@@ -930,14 +973,14 @@ impl Harness {
         session: &mut HarnessSession,
         prompt_id: &str,
     ) -> Result<bool, HarnessError> {
-        let context = build_session_context(session.tree(self.options.durability)?, None);
+        let context = session.context(self.options.durability)?;
         // Where the turn starts in the snapshot (the prompt may have been compacted away).
         let pre_prompt = context
             .entry_ids
             .iter()
             .position(|e| e == prompt_id)
             .unwrap_or(context.messages.len());
-        let messages: Arc<[Message]> = context.messages.into();
+        let messages: Arc<[Message]> = context.messages.as_slice().into();
         let entry_ids: Arc<[EntryId]> = context.entry_ids.iter().map(EntryId::new).collect();
         let abort = || Arc::new(AbortController::new());
         let after = Arc::new(AfterTurnRequest {

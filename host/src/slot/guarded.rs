@@ -701,8 +701,14 @@ mod timeout_tests {
     #[test]
     fn maintain_and_bootstrap_get_the_compaction_window_unless_named() {
         let mut timeouts = Timeouts::default();
-        assert_eq!(timeouts.for_method(Method::Maintain), DEFAULT_COMPACTION_TIMEOUT);
-        assert_eq!(timeouts.for_method(Method::Bootstrap), DEFAULT_COMPACTION_TIMEOUT);
+        assert_eq!(
+            timeouts.for_method(Method::Maintain),
+            DEFAULT_COMPACTION_TIMEOUT
+        );
+        assert_eq!(
+            timeouts.for_method(Method::Bootstrap),
+            DEFAULT_COMPACTION_TIMEOUT
+        );
         assert_eq!(
             timeouts.for_method(Method::Assemble),
             crate::config::DEFAULT_CALL_TIMEOUT
@@ -710,8 +716,17 @@ mod timeout_tests {
         timeouts.compact = Some(Duration::from_secs(600));
         timeouts.calls.0.insert("maintain".into(), 5_000);
         timeouts.calls.0.insert("default".into(), 7_000);
-        assert_eq!(timeouts.for_method(Method::Maintain), Duration::from_secs(5));
-        assert_eq!(timeouts.for_method(Method::Bootstrap), Duration::from_secs(600));
-        assert_eq!(timeouts.for_method(Method::AfterTurn), Duration::from_secs(7));
+        assert_eq!(
+            timeouts.for_method(Method::Maintain),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            timeouts.for_method(Method::Bootstrap),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            timeouts.for_method(Method::AfterTurn),
+            Duration::from_secs(7)
+        );
     }
 }
