@@ -38,7 +38,9 @@
 //! 5. [`slot`] — registry, resolution, runtime, quarantine, the guard, projection,
 //!    requirements, `runtimeSettings`.
 //! 6. [`session`] — conversations and running an engine over one.
-//! 7. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 7. [`compaction`] — the built-in compaction: cut point, summaries, `compaction` entries;
+//!    the runtime's compactor behind `legacy.compact`.
+//! 8. [`report`] — `doctor`, `health` and `check-engine` reports.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -53,6 +55,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compaction;
 pub mod config;
 pub mod engines;
 pub mod plugins;
