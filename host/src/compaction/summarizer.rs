@@ -3,7 +3,8 @@
 //! model and no network.
 //!
 //! The extractive summary is built from the messages themselves, in OpenClaw's summary
-//! headings: the earlier summary (when updating one), the goal (the first user request), the
+//! headings: the earlier summary (when updating one), the goal (the first user request; "since
+//! then" when updating), the
 //! progress (per message: the user's words, the assistant's answers and tool calls, a short
 //! head of each tool result), and the latest request. It is trimmed to the output budget
 //! (`maxTokens` of the request, in the estimate's tokens), keeping the goal and the most recent
@@ -267,12 +268,19 @@ impl Summarizer for ExtractiveSummarizer {
         }
         match request.kind {
             SummaryKind::History => {
-                if let Some(previous) = request.previous_summary.filter(|p| !p.trim().is_empty()) {
+                let previous = request.previous_summary.filter(|p| !p.trim().is_empty());
+                if let Some(previous) = previous {
                     let share = (budget as f64 * PREVIOUS_SHARE) as u64;
                     head += &format!("## Earlier summary\n{}\n\n", fit(previous.trim(), share));
                 }
                 if let Some(goal) = users.first() {
-                    head += &format!("## Goal\n{}\n\n", one_line(goal, MESSAGE_LINE_CHARS));
+                    // Updating a summary, the first request here is not the session's goal.
+                    let heading = if previous.is_some() {
+                        "Since then"
+                    } else {
+                        "Goal"
+                    };
+                    head += &format!("## {heading}\n{}\n\n", one_line(goal, MESSAGE_LINE_CHARS));
                 }
             }
             SummaryKind::TurnPrefix => {
@@ -465,5 +473,12 @@ mod tests {
         assert!(prompt.contains("[User]: Please change booking 0 to Friday\n\n[Assistant]: Looking up booking 0.\n\n[Assistant tool calls]: get_reservation(id=0)\n\n[Tool result]: {\"status\":\"ok\"}"));
         assert!(prompt.contains("<previous-summary>\nold\n</previous-summary>"));
         assert!(prompt.contains("Focus: dates"));
+        let update = ExtractiveSummarizer.summarize(&request).unwrap();
+        assert!(
+            update.starts_with(
+                "Focus: dates\n\n## Earlier summary\nold\n\n## Since then\nPlease change booking 0"
+            ),
+            "{update}"
+        );
     }
 }
