@@ -573,3 +573,100 @@ fn pincer_compact_through_the_binary_with_legacy() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pincer sessions list"));
 }
+
+/// The runtime's compactor (what `legacy.compact` and `delegateCompactionToRuntime` reach):
+/// a session named only by its key is found in the store; without a store it says what to
+/// pass; a fired abort signal appends nothing; `force` off and a context under the threshold
+/// is a benign skip.
+#[test]
+fn the_runtime_compactor_finds_sessions_by_key_and_honours_abort_and_force() {
+    use pincer_host::compaction::SessionCompactor;
+    use pincer_host::config::Config;
+    use pincer_host::engines::request::{no_entry_ids, CompactRequest, HostInputs};
+    use pincer_host::engines::services::RuntimeCompactor;
+    use pincer_host::session::{JsonlStore, SessionStore};
+    use pincer_plugin_api::abi::latest::AbortController;
+    use std::sync::Arc;
+
+    let dir = TempDir::new().unwrap();
+    let store = JsonlStore::new(dir.path().join("agents"));
+    let (summary, mut writer) = store
+        .create("main", "chat:1", "/srv", Durability::None)
+        .unwrap();
+    for i in 0..6 {
+        writer
+            .append_message(&Message::user(format!("question {i} {}", "q".repeat(3000))))
+            .unwrap();
+        writer
+            .append_message(&Message::assistant(format!(
+                "answer {i} {}",
+                "a".repeat(3000)
+            )))
+            .unwrap();
+    }
+    drop(writer);
+    let request = |force: bool, budget: Option<u64>| {
+        // No file, an id the store does not know: the key decides.
+        let mut r = CompactRequest::manual(
+            Arc::from("not-an-indexed-id"),
+            Arc::from(""),
+            Arc::from(Vec::new()),
+            no_entry_ids(),
+            HostInputs {
+                session_key: Some(Arc::from("chat:1")),
+                ..HostInputs::default()
+            },
+        );
+        r.force = force;
+        r.token_budget = budget;
+        r
+    };
+    let compactor = SessionCompactor::from_config(&Config::default());
+    let controller = AbortController::new();
+    let no_store =
+        request(true, None).with_abi(controller.signal(), |h| h, |p| compactor.compact(p));
+    let no_store = no_store.unwrap();
+    assert!(!no_store.ok && !no_store.compacted);
+    assert!(no_store
+        .reason
+        .as_ref()
+        .unwrap()
+        .as_str()
+        .contains("pass sessionFile"));
+
+    let compactor = compactor.with_store(store.clone());
+    let before = std::fs::read(&summary.session_file).unwrap();
+    // Not forced, the window large: below the threshold, ok and not compacted.
+    let skipped = request(false, Some(200_000))
+        .with_abi(controller.signal(), |h| h, |p| compactor.compact(p))
+        .unwrap();
+    assert!(skipped.ok && !skipped.compacted);
+    assert!(skipped
+        .reason
+        .as_ref()
+        .unwrap()
+        .as_str()
+        .starts_with("below threshold"));
+    // Aborted: an error, nothing appended.
+    let fired = AbortController::new();
+    fired.abort();
+    let aborted =
+        request(true, Some(4096)).with_abi(fired.signal(), |h| h, |p| compactor.compact(p));
+    assert!(aborted.is_err());
+    assert_eq!(std::fs::read(&summary.session_file).unwrap(), before);
+    // Forced at a 4096 window: compacted, found by key.
+    let done = request(true, Some(4096))
+        .with_abi(controller.signal(), |h| h, |p| compactor.compact(p))
+        .unwrap();
+    assert!(done.ok && done.compacted, "{:?}", done.reason);
+    let result = done.result.into_option().unwrap();
+    assert!(result.tokens_after.into_option().unwrap() < result.tokens_before);
+    let details: Value =
+        serde_json::from_str(result.details_json.into_option().unwrap().as_str()).unwrap();
+    assert_eq!(details, json!({"readFiles": [], "modifiedFiles": []}));
+    assert_eq!(
+        lines(&summary.session_file).len(),
+        14,
+        "header, 12 messages, 1 compaction"
+    );
+}

@@ -485,11 +485,13 @@ fn open(
             entry.config = Some(value);
         }
     }
-    let mut options = RuntimeOptions::new(home);
+    let mut options = RuntimeOptions::new(home.clone());
     options.extra_plugin_dirs = plugins_dirs;
     // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
     // built-in one, over the session files, with the offline summariser.
-    options.compactor = Some(Arc::new(SessionCompactor::from_config(&config.config)));
+    options.compactor = Some(Arc::new(
+        SessionCompactor::from_config(&config.config).with_store(store(&home)),
+    ));
     Ok(Runtime::with_config(options, config))
 }
 

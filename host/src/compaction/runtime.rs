@@ -2,15 +2,16 @@
 //! [`RuntimeCompactor`]): what `legacy.compact` and every engine's
 //! `delegateCompactionToRuntime` reach (reference §9.2).
 //!
-//! As OpenClaw's delegate does, it compacts the session the parameters name (`sessionFile`),
-//! honours `force`, takes `currentTokenCount` as the observed count (reported as
+//! As OpenClaw's delegate does, it compacts the session the parameters name (`sessionFile`;
+//! without one, the session key, else the session id, of the agent, looked up in the store the
+//! compactor was given — [`SessionCompactor::with_store`]), honours `force`, takes `currentTokenCount` as the observed count (reported as
 //! `tokensBefore`), treats `tokenBudget` as the model's window (settings scaled to it, and the
 //! threshold when not forced), ignores `compactionTarget`, and answers
 //! `{ok, compacted, reason, result: {summary, firstKeptEntryId, tokensBefore, tokensAfter,
 //! details}}`. Nothing to compact is `ok: true, compacted: false` with the reason; a failure is
 //! `ok: false` with what went wrong; an abort is `EngineError::Aborted`.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
@@ -23,6 +24,7 @@ use super::settings::CompactionSettings;
 use super::summarizer::{ExtractiveSummarizer, Summarizer};
 use crate::config::Config;
 use crate::engines::services::RuntimeCompactor;
+use crate::session::store::{JsonlStore, SessionStore, DEFAULT_AGENT};
 use crate::session::writer::Durability;
 
 /// The built-in compaction of session files.
@@ -31,6 +33,7 @@ pub struct SessionCompactor {
     settings: CompactionSettings,
     summarizer: Arc<dyn Summarizer>,
     durability: Durability,
+    store: Option<JsonlStore>,
 }
 
 impl std::fmt::Debug for SessionCompactor {
@@ -54,7 +57,48 @@ impl SessionCompactor {
             settings,
             summarizer,
             durability,
+            store: None,
         }
+    }
+
+    /// Sessions named by key or id only (no `sessionFile`) are looked up in `store`.
+    pub fn with_store(mut self, store: JsonlStore) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The file of the session `params` name: `sessionFile`, else the key (the parameter's,
+    /// else the session target's), else the id, of the agent (`main` when none), in the store.
+    fn session_file(&self, params: &CompactParams<'_>) -> Result<PathBuf, String> {
+        let file = params.session_file.as_str();
+        if !file.is_empty() {
+            return Ok(PathBuf::from(file));
+        }
+        let target = params.host.session_target.into_option();
+        let agent = pick(
+            params.agent_id.into_option().map(|s| s.as_str()),
+            target
+                .and_then(|t| t.agent_id.into_option())
+                .map(|s| s.as_str()),
+        )
+        .unwrap_or(DEFAULT_AGENT);
+        let key = pick(
+            params.host.session_key(),
+            target
+                .and_then(|t| t.session_key.into_option())
+                .map(|s| s.as_str()),
+        );
+        let id = pick(Some(params.session_id.as_str()), None);
+        let Some(store) = &self.store else {
+            return Err("runtime compaction needs the session's file (sessionFile is empty) and this host has no session store to look its key or id up in: pass sessionFile".to_owned());
+        };
+        let Some(reference) = key.or(id) else {
+            return Err("runtime compaction needs the session: sessionFile, sessionKey and sessionId are all empty".to_owned());
+        };
+        store
+            .resolve(agent, reference)
+            .map(|s| s.session_file)
+            .map_err(|e| format!("{e} ({})", e.code()))
     }
 
     /// The compactor `config` asks for: `agents.defaults.compaction` settings, the offline
@@ -77,17 +121,24 @@ fn text(s: impl Into<String>) -> ROption<RString> {
     ROption::RSome(RString::from(s.into()))
 }
 
+/// `a`, else `b`, whichever is given and not empty.
+fn pick<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
+    a.filter(|s| !s.is_empty()).or(b.filter(|s| !s.is_empty()))
+}
+
 impl RuntimeCompactor for SessionCompactor {
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-        let session_file = params.session_file.as_str();
-        if session_file.is_empty() {
-            return Ok(CompactResult {
-                ok: false,
-                compacted: false,
-                reason: text("runtime compaction needs the session's file (sessionFile is empty): pass the transcript the session is kept in"),
-                result: ROption::RNone,
-            });
-        }
+        let session_file = match self.session_file(params) {
+            Ok(path) => path,
+            Err(reason) => {
+                return Ok(CompactResult {
+                    ok: false,
+                    compacted: false,
+                    reason: text(reason),
+                    result: ROption::RNone,
+                })
+            }
+        };
         let window = params.token_budget.into_option();
         // `compactionTarget` is ignored, as OpenClaw's delegate ignores it.
         let options = CompactOptions {
@@ -104,7 +155,7 @@ impl RuntimeCompactor for SessionCompactor {
         let settings = self.settings.for_window(window.unwrap_or(0));
         let aborted = || params.host.is_aborted();
         match compact_session_until(
-            Path::new(session_file),
+            &session_file,
             &settings,
             self.summarizer.as_ref(),
             &options,
