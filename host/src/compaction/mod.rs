@@ -7,7 +7,7 @@
 //! - [`prepare`]: the anti-loop rule, the previous boundary, the cut point (never a
 //!   toolResult), split turns, file operations.
 //! - [`summarizer`]: the [`Summarizer`] seam and the offline [`ExtractiveSummarizer`].
-//! - [`compact`]: assembling the summary (turn context, file lists, the 16000-character cap)
+//! - [`compact`](mod@compact): assembling the summary (turn context, file lists, the 16000-character cap)
 //!   and compacting a session file ([`compact_session`]).
 //! - [`runtime`]: [`SessionCompactor`], the runtime's compactor behind `legacy.compact`.
 //! - [`text`]: lengths and cuts in UTF-16 units, as OpenClaw's character budgets count.

@@ -14,7 +14,7 @@
 //! 3. `tokensBefore` is `estimateContextTokens` of the path's context; the keep-recent budget
 //!    is `keepRecentTokens / clamp(usageTokens / estimatedTotal, 1, keepRecentTokens)` plus the
 //!    prelude's tokens.
-//! 4. **The cut** ([`find_cut_point`]) is an assistant message or a turn start (user,
+//! 4. **The cut** (`find_cut_point`) is an assistant message or a turn start (user,
 //!    bashExecution, branchSummary, compactionSummary, a custom message that is not a runtime
 //!    context carrier) — never a toolResult, so a tool call and its results stay on one side.
 //!    Walking back from the leaf it is the last such entry once `keepRecent` tokens are
@@ -305,7 +305,7 @@ fn is_turn_start_message(message: &Message) -> bool {
     }
 }
 
-/// Where [`find_cut_point`] cuts.
+/// Where `find_cut_point` cuts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CutPoint {
     /// The first entry kept verbatim (an index into the window).
