@@ -131,8 +131,7 @@ fn tau_bench_sessions_converge_at_a_4096_token_window_and_keep_every_line() {
         }
         let mut rounds = 0;
         let end = loop {
-            match compact_session(&path, &settings, &ExtractiveSummarizer, &options(false)).unwrap()
-            {
+            match compact_retrying(&path, &settings, &ExtractiveSummarizer, &options(false)) {
                 CompactOutcome::Compacted(done) => {
                     rounds += 1;
                     compactions += 1;
@@ -215,8 +214,9 @@ fn a_whole_tau_bench_run_replayed_at_a_4096_token_window_stays_inside_it() {
             continue;
         }
         drop(writer);
-        let outcome =
-            compact_session(&path, &settings, &ExtractiveSummarizer, &options(false)).unwrap();
+        let outcome = retry_locked(|| {
+            compact_session(&path, &settings, &ExtractiveSummarizer, &options(false))
+        });
         let done = compacted(outcome);
         compactions += 1;
         appended_lines += 1;
@@ -232,7 +232,7 @@ fn a_whole_tau_bench_run_replayed_at_a_4096_token_window_stays_inside_it() {
                 "the previous summary is carried forward"
             );
         }
-        writer = SessionWriter::open(&path, Durability::None).unwrap();
+        writer = retry_locked(|| SessionWriter::open(&path, Durability::None));
     }
     drop(writer);
     let tree = SessionTree::read(&path).unwrap();
@@ -254,6 +254,46 @@ fn a_whole_tau_bench_run_replayed_at_a_4096_token_window_stays_inside_it() {
     );
     assert!(compactions > 100);
     assert!(end <= WINDOW, "{end} tokens at the end");
+}
+
+/// `f()`, tried again while the file's lock is still held. Another test of this process may
+/// spawn `pincer` at the moment a writer closes: between fork and exec the child holds a copy
+/// of every open descriptor, and so, for an instant, the closed writer's lock.
+fn retry_locked<T, E: std::fmt::Debug + HasCode>(mut f: impl FnMut() -> Result<T, E>) -> T {
+    for _ in 0..100 {
+        match f() {
+            Err(e) if e.code() == "session_locked" => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => return other.unwrap(),
+        }
+    }
+    f().unwrap()
+}
+
+/// [`compact_session`], tried again while the file is locked (see [`retry_locked`]).
+fn compact_retrying(
+    path: &Path,
+    settings: &CompactionSettings,
+    summarizer: &dyn Summarizer,
+    options: &CompactOptions,
+) -> CompactOutcome {
+    retry_locked(|| compact_session(path, settings, summarizer, options))
+}
+
+/// The errors [`retry_locked`] looks into.
+trait HasCode {
+    fn code(&self) -> &'static str;
+}
+impl HasCode for pincer_host::compaction::CompactError {
+    fn code(&self) -> &'static str {
+        pincer_host::compaction::CompactError::code(self)
+    }
+}
+impl HasCode for pincer_host::session::SessionWriteError {
+    fn code(&self) -> &'static str {
+        pincer_host::session::SessionWriteError::code(self)
+    }
 }
 
 fn message_line(id: &str, parent: Option<&str>, message: Value) -> String {
@@ -305,9 +345,12 @@ fn a_cut_inside_a_long_turn_splits_it() {
     }
     write_session(&path, &session);
     let settings = small_window();
-    let done = compacted(
-        compact_session(&path, &settings, &ExtractiveSummarizer, &options(true)).unwrap(),
-    );
+    let done = compacted(compact_retrying(
+        &path,
+        &settings,
+        &ExtractiveSummarizer,
+        &options(true),
+    ));
     let kept = SessionTree::read(&path).unwrap();
     let first = kept.get(&done.first_kept_entry_id).unwrap();
     assert_eq!(first.entry_type, EntryType::Message(Role::Assistant));
@@ -354,13 +397,12 @@ fn no_compaction_right_after_a_reset_or_a_hook_compaction() {
         session.push(ending.to_string());
         write_session(&path, &session);
         let before = std::fs::read(&path).unwrap();
-        let outcome = compact_session(
+        let outcome = compact_retrying(
             &path,
             &small_window(),
             &ExtractiveSummarizer,
             &options(true),
-        )
-        .unwrap();
+        );
         assert_eq!(outcome, CompactOutcome::Skipped(SkipReason::AntiLoop));
         assert_eq!(std::fs::read(&path).unwrap(), before, "nothing appended");
     }
@@ -368,23 +410,19 @@ fn no_compaction_right_after_a_reset_or_a_hook_compaction() {
     // compacts the kept tail down to its last message, then there is nothing left.
     let path = dir.path().join("plain.jsonl");
     write_session(&path, &base);
-    let first = compacted(
-        compact_session(
-            &path,
-            &small_window(),
-            &ExtractiveSummarizer,
-            &options(true),
-        )
-        .unwrap(),
-    );
-    check_context(&path, &first);
-    let second = compact_session(
+    let first = compacted(compact_retrying(
         &path,
         &small_window(),
         &ExtractiveSummarizer,
         &options(true),
-    )
-    .unwrap();
+    ));
+    check_context(&path, &first);
+    let second = compact_retrying(
+        &path,
+        &small_window(),
+        &ExtractiveSummarizer,
+        &options(true),
+    );
     assert_eq!(
         second,
         CompactOutcome::Skipped(SkipReason::AlreadyCompacted)
@@ -440,8 +478,12 @@ fn a_summary_over_16000_characters_is_capped_with_the_marker() {
             ),
         ],
     );
-    let done =
-        compacted(compact_session(&path, &small_window(), &Verbose, &options(true)).unwrap());
+    let done = compacted(compact_retrying(
+        &path,
+        &small_window(),
+        &Verbose,
+        &options(true),
+    ));
     let units: usize = done.summary.chars().map(char::len_utf16).sum();
     assert_eq!(units, MAX_COMPACTION_SUMMARY_CHARS);
     assert!(done.summary.contains(SUMMARY_TRUNCATED_MARKER));
