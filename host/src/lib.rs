@@ -39,8 +39,10 @@
 //!    requirements, `runtimeSettings`.
 //! 6. [`session`] — conversations and running an engine over one.
 //! 7. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
-//! 8. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
-//! 9. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 8. [`compaction`] — the built-in compaction: cut point, summaries, `compaction` entries;
+//!    the runtime's compactor behind `legacy.compact`.
+//! 9. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
+//! 10. [`report`] — `doctor`, `health` and `check-engine` reports.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -55,6 +57,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compaction;
 pub mod config;
 pub mod engines;
 pub mod harness;

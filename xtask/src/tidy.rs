@@ -36,12 +36,22 @@ const DOCUMENTED_ROOTS: &[&str] = &[
 /// | 3     | `engines` | engine instance and backend seam, requests, bounded calls, services, `legacy` | types … plugins |
 /// | 4     | `slot`    | registry, runtime, resolution, quarantine, guard, projection, requirements | types … engines   |
 /// | 5     | `session` | transcripts, running an engine over one                        | types … slot                  |
-/// | 6     | `report`  | `doctor`, `health`, `check-engine` reports                     | types … session               |
+/// | 6     | `compaction` | the built-in compaction: cut, summaries, `compaction` entries, the runtime's compactor | types … session |
+/// | 7     | `report`  | `doctor`, `health`, `check-engine` reports                     | types … compaction            |
 ///
 /// The binary (`host/src/bin/`) uses the library through `pincer_host::` and sits above all.
 /// A new top-level module must be added here (which says where it belongs) before it is used.
 const HOST_LAYERS: &[&str] = &[
-    "types", "config", "plugins", "engines", "slot", "session", "model", "harness", "report",
+    "types",
+    "config",
+    "plugins",
+    "engines",
+    "slot",
+    "session",
+    "model",
+    "compaction",
+    "harness",
+    "report",
 ];
 
 /// The only manifest allowed to depend on `abi_stable`.

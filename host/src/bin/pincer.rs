@@ -10,20 +10,23 @@ mod run;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use pincer_host::compaction::SessionCompactor;
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
-use pincer_host::engines::request::HostInputs;
+use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
 use pincer_host::report::doctor::doctor;
 use pincer_host::report::exercise::exercise_engine;
 use pincer_host::session::{
-    build_session_context, convert_to_llm, JsonlStore, SessionStore, SessionTree, Transcript,
-    DEFAULT_AGENT,
+    build_session_context, convert_to_llm, CounterUpdate, JsonlStore, SessionStore, SessionSummary,
+    SessionTree, Transcript, DEFAULT_AGENT,
 };
 use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
 use pincer_host::types::HostOperation;
+use pincer_plugin_api::abi::latest::{AbortController, EntryId};
 use pincer_plugin_api::{BlockKind, Content, Message};
 
 /// Native context-engine plugins for agent hosts.
@@ -90,6 +93,32 @@ enum Command {
         /// context of its active leaf), or an OpenAI chat transcript.
         file: PathBuf,
         /// Print JSON (the only output form; accepted for symmetry).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compacts a session now: runs the selected engine's `compact` with `force` (for
+    /// `legacy`, the built-in compaction: the older part is summarised and a `compaction`
+    /// entry appended; nothing already written changes) and prints the result.
+    Compact {
+        /// A session file, session key or session id.
+        session: String,
+        /// The agent whose keys and ids are searched.
+        #[arg(long, value_name = "ID", default_value = "main")]
+        agent: String,
+        /// Use this engine instead of plugins.slots.contextEngine.
+        #[arg(long, value_name = "ID")]
+        engine: Option<String>,
+        /// The model's context window in tokens (the keep-recent budget and reserve scale
+        /// down to a quarter of a small window each).
+        #[arg(long, value_name = "TOKENS")]
+        context_window: Option<u64>,
+        /// What the summary should focus on (`/compact <text>`).
+        #[arg(long, value_name = "TEXT")]
+        instructions: Option<String>,
+        /// Another folder to discover plugins in (repeatable).
+        #[arg(long = "plugins-dir", value_name = "DIR")]
+        plugins_dirs: Vec<PathBuf>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -269,6 +298,41 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Estimate { file, json: _ } => estimate(&file),
+        Command::Compact {
+            session,
+            agent,
+            engine,
+            context_window,
+            instructions,
+            plugins_dirs,
+            json,
+        } => {
+            let resolved = if Path::new(&session).is_dir() {
+                return fail(
+                    format!("{session} is a directory: name a session file (.jsonl), key or id"),
+                    2,
+                );
+            } else {
+                match store(&home).resolve(&agent, &session) {
+                    Ok(summary) => summary,
+                    Err(err) => return fail(err, 2),
+                }
+            };
+            let runtime = match open(home, plugins_dirs, Some((engine, None))) {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
+            let request = CompactCommand {
+                agent: &agent,
+                session: &resolved,
+                context_window,
+                instructions: instructions.as_deref(),
+                json,
+            };
+            let code = compact_command(&runtime, &request);
+            runtime.shutdown();
+            code
+        }
         Command::Sessions {
             command:
                 SessionsCommand::Context {
@@ -438,8 +502,13 @@ fn open(
             entry.config = Some(value);
         }
     }
-    let mut options = RuntimeOptions::new(home);
+    let mut options = RuntimeOptions::new(home.clone());
     options.extra_plugin_dirs = plugins_dirs;
+    // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
+    // built-in one, over the session files, with the offline summariser.
+    options.compactor = Some(Arc::new(
+        SessionCompactor::from_config(&config.config).with_store(store(&home)),
+    ));
     Ok(Runtime::with_config(options, config))
 }
 
@@ -918,4 +987,152 @@ fn assemble(
         println!("{line}");
     }
     ExitCode::SUCCESS
+}
+
+/// What `pincer compact` was asked.
+struct CompactCommand<'a> {
+    agent: &'a str,
+    session: &'a SessionSummary,
+    context_window: Option<u64>,
+    instructions: Option<&'a str>,
+    json: bool,
+}
+
+/// `pincer compact`: the selected engine's guarded `compact`, forced, over a session.
+fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode {
+    let session = command.session;
+    let path = &session.session_file;
+    let tree = match SessionTree::read(path) {
+        Ok(tree) => tree,
+        Err(err) => return fail(err, 2),
+    };
+    let context = build_session_context(&tree, None);
+    let resolved = match runtime.resolve() {
+        Ok(r) => r,
+        Err(err) => return fail(err, 1),
+    };
+    let Some(host) = HostDescriptor::find(&runtime.config().config, "pincer-embedded") else {
+        return fail("the embedded host descriptor is missing", 1);
+    };
+    // A manual compaction: checked against the engine's `manual-compact` requirements first.
+    if let Err(err) = resolved
+        .engine
+        .check_host(HostOperation::ManualCompact, &host)
+    {
+        return fail(err, 1);
+    }
+    let entry_ids: Vec<EntryId> = context.entry_ids.iter().map(EntryId::new).collect();
+    let host_inputs = HostInputs {
+        session_key: session.session_key.as_deref().map(Arc::from),
+        session_target: Some(Arc::new(SessionTargetInput {
+            agent_id: Some(Arc::from(command.agent)),
+            session_id: Some(Arc::from(session.session_id.as_str())),
+            session_key: session.session_key.as_deref().map(Arc::from),
+            ..SessionTargetInput::default()
+        })),
+        runtime_settings: Some(runtime.runtime_settings(
+            &resolved.resolution,
+            &host,
+            command.context_window,
+        )),
+        ..HostInputs::default()
+    };
+    let mut request = CompactRequest::manual(
+        Arc::from(session.session_id.as_str()),
+        Arc::from(path.display().to_string()),
+        Arc::from(context.messages),
+        Arc::from(entry_ids),
+        host_inputs,
+    );
+    request.agent_id = Some(Arc::from(command.agent));
+    request.token_budget = command.context_window;
+    request.custom_instructions = command.instructions.map(Arc::from);
+    let outcome = resolved
+        .engine
+        .compact(Arc::new(request), Arc::new(AbortController::new()));
+    let guarded = match outcome {
+        Ok(guarded) => guarded,
+        Err(err) => {
+            if command.json {
+                let out = serde_json::json!({
+                    "sessionFile": path,
+                    "contextEngine": resolved.resolution,
+                    "ok": false,
+                    "compacted": false,
+                    "error": {"code": err.code(), "message": err.to_string()},
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&out).expect("serializes")
+                );
+            }
+            return fail(err, 1);
+        }
+    };
+    let result = &guarded.value;
+    if result.compacted {
+        if let Some(key) = &session.session_key {
+            if let Err(err) =
+                store_of(runtime).record(command.agent, key, CounterUpdate::Compaction)
+            {
+                tracing::warn!(%err, "compactionCount not updated in the session index");
+            }
+        }
+    }
+    let details = result.result.as_ref().into_option();
+    let reason = result.reason.as_ref().map(|r| r.to_string()).into_option();
+    if command.json {
+        let out = serde_json::json!({
+            "sessionFile": path,
+            "sessionId": session.session_id,
+            "sessionKey": session.session_key,
+            "contextEngine": resolved.resolution,
+            "answeredBy": guarded.answer.answered_by,
+            "ok": result.ok,
+            "compacted": result.compacted,
+            "reason": reason,
+            "result": details.map(|d| serde_json::json!({
+                "summary": d.summary.as_ref().map(|s| s.to_string()).into_option(),
+                "firstKeptEntryId": d.first_kept_entry_id.as_ref().map(|s| s.to_string()).into_option(),
+                "tokensBefore": d.tokens_before,
+                "tokensAfter": d.tokens_after.into_option(),
+                "details": d.details_json.as_ref().into_option()
+                    .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()),
+            })),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serializes")
+        );
+    } else {
+        print_resolution(&resolved.resolution);
+        match (result.compacted, details) {
+            (true, Some(d)) => {
+                println!(
+                    "compacted {}: {} -> {} tokens, kept from entry {}",
+                    path.display(),
+                    d.tokens_before,
+                    d.tokens_after
+                        .map_or_else(|| "?".to_owned(), |t| t.to_string()),
+                    d.first_kept_entry_id.as_ref().map_or("?", |s| s.as_str()),
+                );
+                if let Some(summary) = d.summary.as_ref().into_option() {
+                    println!("summary:\n{summary}");
+                }
+            }
+            _ => println!(
+                "not compacted: {}",
+                reason.as_deref().unwrap_or("the engine gave no reason")
+            ),
+        }
+    }
+    if result.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn store_of(runtime: &Runtime) -> JsonlStore {
+    store(runtime.home())
 }

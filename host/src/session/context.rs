@@ -148,8 +148,8 @@ fn messages_of(entries: &[&Entry]) -> Vec<(String, Message)> {
 }
 
 /// The kept range of a reset: user and assistant messages, and the tool results whose call is
-/// kept too.
-fn reset_replay(range: &[&Entry]) -> Vec<(String, Message)> {
+/// kept too (OpenClaw's `selectResetKeptEntries`), with their entry ids.
+pub fn reset_replay(range: &[&Entry]) -> Vec<(String, Message)> {
     let kept: Vec<(&str, Message)> = range
         .iter()
         .filter(|e| {
@@ -173,8 +173,9 @@ fn reset_replay(range: &[&Entry]) -> Vec<(String, Message)> {
         .collect()
 }
 
-/// The message an entry yields in the context, if any.
-fn message_of(entry: &Entry) -> Option<Message> {
+/// The message an entry yields in the context, if any (`message` unless excluded,
+/// `custom_message`, a non-empty `branch_summary`).
+pub fn message_of(entry: &Entry) -> Option<Message> {
     match entry.entry_type {
         EntryType::Message(_) => entry.message().filter(|m| !m.is_excluded_from_context()),
         EntryType::CustomMessage => {
