@@ -206,6 +206,23 @@ fn pincer_run_replays_a_transcript_through_sliding_window() {
         expected,
         "the session keeps every message"
     );
+    // At 4096 tokens the conversation compacts, visibly, and each compaction shrinks it.
+    let compactions: Vec<&Value> = turns
+        .iter()
+        .flat_map(|t| t["compactions"].as_array().unwrap())
+        .collect();
+    assert!(!compactions.is_empty(), "a 4096 window compacts");
+    for c in &compactions {
+        assert_eq!(c["compacted"], true, "{c}");
+        assert!(c["tokensAfter"].as_u64().unwrap() < c["tokensBefore"].as_u64().unwrap());
+    }
+    let tree = SessionTree::read(std::path::Path::new(file)).unwrap();
+    let entries = tree
+        .entries
+        .iter()
+        .filter(|e| e.entry_type.as_str() == "compaction")
+        .count();
+    assert_eq!(entries, compactions.len(), "one compaction entry each");
     // The sliding window kept the model's view small: later turns saw fewer messages than
     // the session holds.
     let last = turns.last().unwrap();
@@ -677,4 +694,106 @@ fn background_maintenance_does_not_block_the_turn() {
     worker.join().unwrap();
     drop(harness);
     runtime.shutdown();
+}
+
+/// Every τ-bench task replayed at a 4096-token window, through `legacy` and through the loaded
+/// `sliding-window` library, with the built-in compaction behind both: the model is never
+/// shown a broken tool pair, conversations compact and go on to the end, and the file still
+/// holds every message of the transcript, in order, beside well-formed compaction entries.
+#[test]
+fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() {
+    use pincer_host::compaction::SessionCompactor;
+    let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
+        return;
+    };
+    for engine_id in ["legacy", "sliding-window"] {
+        let home = tempfile::TempDir::new().unwrap();
+        std::fs::write(
+            home.path().join("pincer.json"),
+            format!(r#"{{ plugins: {{ slots: {{ contextEngine: "{engine_id}" }} }} }}"#),
+        )
+        .unwrap();
+        let store = JsonlStore::new(home.path().join("agents"));
+        let mut options = RuntimeOptions::new(PincerHome::new(home.path().into()));
+        options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
+        let config =
+            pincer_host::config::LoadedConfig::load(&home.path().join("pincer.json")).unwrap();
+        options.compactor = Some(Arc::new(
+            SessionCompactor::from_config(&config.config).with_store(store.clone()),
+        ));
+        let runtime = Runtime::open(options).unwrap();
+        let resolved = runtime.resolve().unwrap();
+        assert_eq!(resolved.resolution.resolved, engine_id);
+        let engine = Arc::new(resolved.engine);
+        let mut compactions = 0;
+        for (index, task) in tasks.as_array().unwrap().iter().enumerate() {
+            let original = openai_chat_messages(task["traj"].as_array().unwrap());
+            let replay = Arc::new(ReplayModel::new(&original).with_context_window(4096));
+            let model = Arc::new(Watching {
+                inner: ReplayModelHandle(replay.clone()),
+                seen: Mutex::new(Vec::new()),
+                last: Mutex::new(Vec::new()),
+            });
+            let mut harness_options = HarnessOptions::new(4096);
+            harness_options.durability = pincer_host::types::Durability::None;
+            let harness = Harness::new(
+                engine.clone(),
+                store.clone(),
+                model,
+                Arc::new(ReplayTools::new(replay.clone())),
+                harness_options,
+            );
+            let mut session = harness.open_session(&format!("task:{index}")).unwrap();
+            while let Some(prompt) = replay.script(|s| s.next_turn()) {
+                if !replay.script(|s| s.turn_has_answer()) {
+                    harness.append(&mut session, &prompt).unwrap();
+                    continue;
+                }
+                let report = harness
+                    .turn(&mut session, prompt)
+                    .unwrap_or_else(|err| panic!("{engine_id}, task {index}: {err}"));
+                compactions += report.compactions.iter().filter(|c| c.compacted).count();
+            }
+            let path = session.summary.session_file.clone();
+            drop(session);
+            let expected: Vec<Value> = original.iter().map(strip).collect();
+            assert_eq!(
+                file_messages(&path),
+                expected,
+                "{engine_id}, task {index}: every message, in order"
+            );
+            let tree = SessionTree::read(&path).unwrap();
+            for entry in tree
+                .entries
+                .iter()
+                .filter(|e| e.entry_type.as_str() == "compaction")
+            {
+                let record = entry.record();
+                let kept = record["firstKeptEntryId"].as_str().unwrap();
+                assert!(
+                    tree.get(kept).is_some(),
+                    "{engine_id}, task {index}: firstKeptEntryId names an entry"
+                );
+                assert!(!record["summary"].as_str().unwrap().is_empty());
+            }
+            let context = pincer_host::session::build_session_context(&tree, None);
+            if tree
+                .entries
+                .iter()
+                .any(|e| e.entry_type.as_str() == "compaction")
+            {
+                assert_eq!(
+                    context.messages[0].role_name(),
+                    "compactionSummary",
+                    "{engine_id}, task {index}: the context starts with the summary"
+                );
+            }
+        }
+        assert!(compactions > 0, "{engine_id}: a 4096 window compacts");
+        eprintln!(
+            "{engine_id}: {compactions} compactions over {} tasks",
+            tasks.as_array().unwrap().len()
+        );
+        runtime.shutdown();
+    }
 }

@@ -461,8 +461,10 @@ pub fn compact_session_until(
         Some(details),
     )?;
     writer.commit()?;
-    let tokens_after =
-        estimate_context_tokens(&build_session_context(writer.tree(), None).messages).tokens;
+    // The estimate of what is left (not the last usage, which measured the prompt before).
+    let tokens_after = pincer_plugin_api::tokens::estimate_tokens(
+        &build_session_context(writer.tree(), None).messages,
+    );
     Ok(CompactOutcome::Compacted(SessionCompaction {
         entry_id,
         summary: result.summary,

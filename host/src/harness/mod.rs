@@ -481,6 +481,7 @@ impl Harness {
         // The prompt joins the session, then the model answers (calling tools as it goes).
         let prompt_id = session.append_message(durability, &prompt)?;
         let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
+        let mut added = 1;
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
         // The engine's declared tools (answered by its `callTool`), then the host's.
@@ -527,9 +528,28 @@ impl Harness {
                     tracing::warn!(%message, attempt = overflow_compactions,
                         "context overflow: compacting and retrying");
                     compactions.push(self.compact(session, "overflow", observed_tokens)?);
-                    // The turn's messages are in the session now: assemble everything before
-                    // the prompt, keep what the turn produced after it.
-                    assembly = self.assemble(session, &prompt_text, Some(&prompt_id))?;
+                    // The turn's messages are in the session: the compaction may have
+                    // summarised part of them (a split turn). The engine assembles everything
+                    // before the first of them still in the context; the rest of the turn
+                    // follows as the context now has it.
+                    let context = session.context(durability)?;
+                    let turn_ids: std::collections::HashSet<&str> = produced
+                        .iter()
+                        .filter_map(|(_, id)| id.as_deref())
+                        .collect();
+                    let first = context
+                        .entry_ids
+                        .iter()
+                        .position(|id| turn_ids.contains(id.as_str()))
+                        .unwrap_or(context.entry_ids.len());
+                    let kept: Vec<(Message, Option<String>)> = context.messages[first..]
+                        .iter()
+                        .cloned()
+                        .zip(context.entry_ids[first..].iter().cloned().map(Some))
+                        .collect();
+                    let before = kept.first().and_then(|(_, id)| id.clone());
+                    produced = kept;
+                    assembly = self.assemble(session, &prompt_text, before.as_deref())?;
                     continue;
                 }
                 // A replayed transcript that stops after tool results ends its turn there.
@@ -551,6 +571,7 @@ impl Harness {
                 .collect();
             let id = session.append_message(durability, &message)?;
             produced.push((message, Some(id)));
+            added += 1;
             if calls.is_empty() {
                 break;
             }
@@ -567,6 +588,7 @@ impl Harness {
                 };
                 let id = session.append_message(durability, &result)?;
                 produced.push((result, Some(id)));
+                added += 1;
             }
         }
 
@@ -613,7 +635,7 @@ impl Harness {
             precheck: check,
             compactions,
             model_calls,
-            messages_added: produced.len(),
+            messages_added: added,
             usage: [usage.input, usage.output, usage.cache_read],
         })
     }
