@@ -46,6 +46,19 @@ const STEPS: &[Step] = &[
         expect_refusal: false,
     },
     Step {
+        title: "a conversation run turn by turn through sliding-window in a 1024-token window: the replayed model answers, the built-in compaction keeps it inside the window",
+        args: &[
+            "--home", "{home}", "run", "--plugins-dir", "{plugins}", "--engine", "sliding-window",
+            "--context-window", "1024", "--session", "demo:airline", "--import", CONVERSATION,
+        ],
+        expect_refusal: false,
+    },
+    Step {
+        title: "the session afterwards: every message kept, the compaction entries appended",
+        args: &["--home", "{home}", "sessions", "tree", "demo:airline"],
+        expect_refusal: false,
+    },
+    Step {
         title: "assemble with sliding-window under a 400-token budget",
         args: &[
             "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine",

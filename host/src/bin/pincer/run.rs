@@ -26,8 +26,8 @@ pub struct RunArgs {
         required_unless_present = "import"
     )]
     prompt: Option<String>,
-    /// Replay a transcript (a JSON array of OpenAI chat messages, or an object with `messages`
-    /// or `traj`) turn by turn.
+    /// Replay a transcript (a JSON array of OpenAI chat messages or of OpenClaw messages, or an
+    /// object with `messages` or `traj`) turn by turn.
     #[arg(long, value_name = "FILE")]
     import: Option<PathBuf>,
     /// The session key (created when new; generated and printed when omitted).
@@ -142,7 +142,24 @@ impl Plan {
                 .and_then(|m| m["content"].as_str())
                 .unwrap_or_default()
                 .to_owned();
-            let messages = openai_chat_messages(&list);
+            // OpenAI chat (`tool` messages, `tool_calls`), else OpenClaw messages.
+            let openclaw = list.iter().any(|m| {
+                matches!(
+                    m["role"].as_str(),
+                    Some("toolResult" | "compactionSummary" | "custom")
+                ) || m["content"].is_array()
+            });
+            let messages: Vec<Message> = if openclaw {
+                list.iter()
+                    .filter(|m| m["role"] != "system")
+                    .map(|m| {
+                        Message::from_value(m.clone())
+                            .map_err(|err| format!("{}: {err}", file.display()))
+                    })
+                    .collect::<Result<_, _>>()?
+            } else {
+                openai_chat_messages(&list)
+            };
             if !matches!(model_name, None | Some("replay")) {
                 return Err(format!(
                     "--import replays the transcript's own answers: --model must be \"replay\", not {:?}",
