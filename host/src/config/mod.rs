@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::types::Method;
 
+pub mod edit;
+
 /// Where pincer keeps its files: config, installed plugins, the library cache, state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PincerHome {
@@ -75,6 +77,9 @@ pub enum FallbackPolicy {
     /// Fail the operation instead.
     Strict,
 }
+
+/// The slot value that names no plugin: the slot resolves to `legacy`.
+pub const SLOT_NONE: &str = "none";
 
 /// `plugins.slots`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -258,23 +263,25 @@ pub struct Config {
 
 impl Config {
     /// The selected context engine: `plugins.slots.contextEngine` trimmed, else `legacy`.
+    /// `"none"` (OpenClaw's "no plugin in this slot") is `legacy` too (reference §13).
     pub fn selected_engine(&self) -> &str {
         self.plugins
             .slots
             .context_engine
             .as_deref()
             .map(str::trim)
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && *s != SLOT_NONE)
             .unwrap_or(crate::types::LEGACY_ENGINE_ID)
     }
 
-    /// Whether the slot was set explicitly.
+    /// Whether the slot was set explicitly to an engine (not empty, not `"none"`).
     pub fn engine_is_configured(&self) -> bool {
         self.plugins
             .slots
             .context_engine
             .as_deref()
-            .is_some_and(|s| !s.trim().is_empty())
+            .map(str::trim)
+            .is_some_and(|s| !s.is_empty() && s != SLOT_NONE)
     }
 
     /// The config of plugin `id` (`{}` when none).
@@ -367,8 +374,16 @@ impl LoadedConfig {
                 })
             }
         };
+        Self::from_text(path, &text)
+    }
+
+    /// Parses `text` as the contents of `path` (which is named in errors only).
+    ///
+    /// # Errors
+    /// [`ConfigError::Malformed`] or [`ConfigError::Invalid`].
+    pub fn from_text(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let (config, unknown_keys) =
-            parse(&text).map_err(|(location, message)| ConfigError::Malformed {
+            parse(text).map_err(|(location, message)| ConfigError::Malformed {
                 path: path.to_owned(),
                 location,
                 message,
@@ -486,6 +501,13 @@ mod tests {
     fn defaults_select_legacy() {
         let (config, _) = parse("{}").unwrap();
         assert_eq!(config.selected_engine(), "legacy");
+        assert!(!config.engine_is_configured());
+        let (config, _) = parse("{ plugins: { slots: { contextEngine: 'none' } } }").unwrap();
+        assert_eq!(
+            config.selected_engine(),
+            "legacy",
+            "\"none\" is legacy (§13)"
+        );
         assert!(!config.engine_is_configured());
     }
 }
