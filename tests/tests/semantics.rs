@@ -262,12 +262,26 @@ fn an_unregistered_engine_is_quarantined_as_resolve_and_legacy_answers() {
     assert_eq!(resolved.resolution.resolved, "legacy");
     let record = runtime.quarantine().get("lossless-claw").unwrap();
     assert_eq!(record.operation, "resolve");
-    assert!(record.reason.starts_with("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, sliding-window"));
+    assert_eq!(
+        record.reason, "not registered",
+        "§3.4.4: the record's reason"
+    );
+    assert_eq!(
+        resolved.resolution.reason.as_deref(),
+        Some("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, sliding-window"),
+        "the available engines go to the diagnostic"
+    );
 }
 
 #[test]
 fn slot_values_that_mean_legacy() {
-    for slot in [json!(null), json!(""), json!("  "), json!("legacy")] {
+    for slot in [
+        json!(null),
+        json!(""),
+        json!("  "),
+        json!("legacy"),
+        json!("none"),
+    ] {
         let home = TempDir::new().unwrap();
         let runtime = runtime_with(
             &home,

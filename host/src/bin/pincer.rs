@@ -87,10 +87,86 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Installs, lists, inspects, enables, disables, selects and removes plugins
+    /// (OpenClaw's slot rules: installing or selecting an engine disables the other
+    /// context-engine plugins; removing the selected one resets the slot to legacy).
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
     /// Reads OpenClaw session files (JSONL, versions 1–4) as OpenClaw reads them.
     Sessions {
         #[command(subcommand)]
         command: SessionsCommand,
+    },
+}
+
+/// Plugin folders to see besides `$PINCER_HOME/plugins` and `plugins.load.paths`.
+#[derive(clap::Args, Debug)]
+struct PluginsDirs {
+    /// Another folder to discover plugins in (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugins_dirs: Vec<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginsCommand {
+    /// Verifies a plugin folder or a .tar.gz of one (nothing is copied unless every check
+    /// passes), copies it into $PINCER_HOME/plugins/<id>/, and selects its engine.
+    Install {
+        /// The plugin folder or .tar.gz archive.
+        path: PathBuf,
+        /// Register the folder in plugins.load.paths instead of copying it.
+        #[arg(long, short = 'l')]
+        link: bool,
+        /// Replace an installed plugin of the same id.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Lists the plugins (installed, linked, --plugins-dir), from their manifests.
+    List {
+        #[command(flatten)]
+        dirs: PluginsDirs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one plugin: manifest, status, engines, host compatibility, sha256, quarantine.
+    Inspect {
+        /// The plugin id.
+        id: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+        /// Print JSON (`{plugin: {id, name, status, contextEngineIds, ...}}`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Enables a plugin (plugins.entries.<id>.enabled).
+    Enable {
+        /// The plugin id.
+        id: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
+    /// Disables a plugin; the slot keeps naming its engine and legacy answers meanwhile.
+    Disable {
+        /// The plugin id.
+        id: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
+    /// Selects a context engine for the slot and disables the other context-engine plugins.
+    Select {
+        /// The engine id (or `legacy`).
+        engine: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
+    /// Removes an installed plugin (or unlinks a linked one); the slot goes back to legacy
+    /// if it selected its engine.
+    Remove {
+        /// The plugin id.
+        id: String,
     },
 }
 
@@ -262,6 +338,7 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Estimate { file, json: _ } => estimate(&file),
+        Command::Plugins { command } => plugins(home, command),
         Command::Sessions {
             command:
                 SessionsCommand::Context {
@@ -765,6 +842,91 @@ fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> Ex
         serde_json::to_string_pretty(&out).expect("serializes")
     );
     ExitCode::SUCCESS
+}
+
+fn print_pretty(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("report serializes")
+    );
+}
+
+fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
+    use pincer_host::plugins::catalog::{plugin_roots, Catalog};
+    use pincer_host::report::plugins::{inspect, list};
+    use pincer_host::slot::manage::{InstallMode, ManageError, PluginCommands};
+    let read = |extra: &[PathBuf]| -> Result<(LoadedConfig, Catalog), ExitCode> {
+        let config = LoadedConfig::load(&home.config_path()).map_err(|err| fail(err, 2))?;
+        let catalog = Catalog::read(&plugin_roots(&home, &config.config, extra));
+        Ok((config, catalog))
+    };
+    let outcome = match command {
+        PluginsCommand::List { dirs, json } => {
+            let (config, catalog) = match read(&dirs.plugins_dirs) {
+                Ok(it) => it,
+                Err(code) => return code,
+            };
+            let report = list(&catalog, &config.config);
+            if json {
+                print_pretty(&report);
+            } else {
+                print!("{}", report.render_text());
+            }
+            return ExitCode::SUCCESS;
+        }
+        PluginsCommand::Inspect { id, dirs, json } => {
+            let (config, catalog) = match read(&dirs.plugins_dirs) {
+                Ok(it) => it,
+                Err(code) => return code,
+            };
+            let Some(entry) = catalog.plugin(&id) else {
+                let known: Vec<String> = catalog.entries.iter().map(|e| e.id()).collect();
+                return fail(ManageError::UnknownPlugin { id, known }, 2);
+            };
+            let report = inspect(entry, &config.config, &home);
+            if json {
+                print_pretty(&report);
+            } else {
+                print!("{}", report.render_text());
+            }
+            return ExitCode::SUCCESS;
+        }
+        PluginsCommand::Install { path, link, force } => {
+            let mode = if link {
+                InstallMode::Link
+            } else {
+                InstallMode::Copy { replace: force }
+            };
+            PluginCommands::new(home, Vec::new()).install(&path, mode)
+        }
+        PluginsCommand::Enable { id, dirs } => {
+            PluginCommands::new(home, dirs.plugins_dirs).enable(&id)
+        }
+        PluginsCommand::Disable { id, dirs } => {
+            PluginCommands::new(home, dirs.plugins_dirs).disable(&id)
+        }
+        PluginsCommand::Select { engine, dirs } => {
+            PluginCommands::new(home, dirs.plugins_dirs).select(&engine)
+        }
+        PluginsCommand::Remove { id } => PluginCommands::new(home, Vec::new()).remove(&id),
+    };
+    match outcome {
+        Ok(outcome) => {
+            for message in outcome.messages {
+                println!("{message}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let code = match &err {
+                ManageError::Config(_)
+                | ManageError::UnknownPlugin { .. }
+                | ManageError::UnknownEngine { .. } => 2,
+                _ => 1,
+            };
+            fail(err, code)
+        }
+    }
 }
 
 fn health(home: &PincerHome, json: bool) -> ExitCode {

@@ -198,13 +198,32 @@ impl ConfigEditor {
     /// [`EditError::CannotPreserve`] when the edited file would not say exactly the old values
     /// with the edits applied; I/O errors. The file is unchanged on error.
     pub fn apply(&mut self, edits: &[Edit]) -> Result<bool, EditError> {
+        let Some(edited) = self.edited(edits)? else {
+            return Ok(false);
+        };
+        self.write(&edited)?;
+        self.text = Some(edited);
+        Ok(true)
+    }
+
+    /// Checks that `edits` can be applied, without writing: what [`ConfigEditor::apply`]
+    /// would refuse, this refuses. Returns whether anything would change.
+    ///
+    /// # Errors
+    /// As [`ConfigEditor::apply`].
+    pub fn check(&self, edits: &[Edit]) -> Result<bool, EditError> {
+        Ok(self.edited(edits)?.is_some())
+    }
+
+    /// The file's text with `edits` applied, verified; `None` when nothing changes.
+    fn edited(&self, edits: &[Edit]) -> Result<Option<String>, EditError> {
         // The current file must be a valid config: an edit never makes a broken file worse.
         self.config()?;
         let original = self.text.clone().unwrap_or_default();
         let base = if original.trim().is_empty() {
             "{\n}\n".to_owned()
         } else {
-            original.clone()
+            original
         };
         let what = describe(edits);
         let refuse = |detail: String| EditError::CannotPreserve {
@@ -212,13 +231,13 @@ impl ConfigEditor {
             detail,
             what: what.clone(),
         };
-        let before = read_json5(&base).map_err(|e| refuse(e))?;
+        let before = read_json5(&base).map_err(refuse)?;
         let mut expected = before.clone();
         for edit in edits {
             apply_to_value(&mut expected, edit);
         }
         if expected == before {
-            return Ok(false);
+            return Ok(None);
         }
         let root = CstRootNode::parse(&base, &ParseOptions::default())
             .map_err(|e| refuse(format!("its syntax is not understood by the editor: {e}")))?;
@@ -241,9 +260,7 @@ impl ConfigEditor {
             ));
         }
         LoadedConfig::from_text(&self.path, &edited)?;
-        self.write(&edited)?;
-        self.text = Some(edited);
-        Ok(true)
+        Ok(Some(edited))
     }
 
     fn write(&self, text: &str) -> Result<(), EditError> {
@@ -484,6 +501,22 @@ mod tests {
             value["agents"]["defaults"]["compaction"]["timeoutSeconds"],
             json!(90)
         );
+    }
+
+    #[test]
+    fn json5_the_editor_cannot_read_is_refused_and_the_file_kept() {
+        // An escaped identifier is JSON5 that the in-place editor does not read.
+        let text = "{ agents: { \\u0064efaults: {} } }";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pincer.json");
+        std::fs::write(&path, text).unwrap();
+        let editor = ConfigEditor::open(&path).unwrap();
+        assert!(editor.config().is_ok(), "pincer reads it");
+        let err = editor
+            .check(&[Edit::set(&["plugins", "slots", "contextEngine"], "b")])
+            .unwrap_err();
+        assert_eq!(err.code(), "config_not_editable", "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
     #[test]

@@ -78,6 +78,32 @@ pub enum FallbackPolicy {
     Strict,
 }
 
+/// Why the operator's configuration keeps a plugin from being used. Each is a choice, not a
+/// failure: an engine of such a plugin resolves to `legacy` silently (reference §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DisabledBy {
+    /// `plugins.enabled` is `false`.
+    PluginsOff,
+    /// The id is in `plugins.deny`.
+    Denied,
+    /// `plugins.allow` is set and does not name it.
+    NotAllowed,
+    /// `plugins.entries.<id>.enabled` is `false`.
+    Entry,
+}
+
+impl std::fmt::Display for DisabledBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DisabledBy::PluginsOff => "plugins are disabled (plugins.enabled is false)",
+            DisabledBy::Denied => "denied by plugins.deny",
+            DisabledBy::NotAllowed => "not in plugins.allow",
+            DisabledBy::Entry => "disabled by plugins.entries.<id>.enabled",
+        })
+    }
+}
+
 /// The slot value that names no plugin: the slot resolves to `legacy`.
 pub const SLOT_NONE: &str = "none";
 
@@ -282,6 +308,26 @@ impl Config {
             .as_deref()
             .map(str::trim)
             .is_some_and(|s| !s.is_empty() && s != SLOT_NONE)
+    }
+
+    /// Why plugin `plugin_id` is off by configuration, or `None` when it may be used.
+    pub fn plugin_disabled_by(&self, plugin_id: &str) -> Option<DisabledBy> {
+        let plugins = &self.plugins;
+        if plugins.enabled == Some(false) {
+            return Some(DisabledBy::PluginsOff);
+        }
+        if plugins.deny.iter().any(|d| d == plugin_id) {
+            return Some(DisabledBy::Denied);
+        }
+        if let Some(allow) = &plugins.allow {
+            if !allow.iter().any(|a| a == plugin_id) {
+                return Some(DisabledBy::NotAllowed);
+            }
+        }
+        if plugins.entries.get(plugin_id).and_then(|e| e.enabled) == Some(false) {
+            return Some(DisabledBy::Entry);
+        }
+        None
     }
 
     /// The config of plugin `id` (`{}` when none).

@@ -6,7 +6,9 @@
 //! slot or quarantine.
 
 pub mod cache;
+pub mod catalog;
 pub mod discovery;
+pub mod install;
 pub mod library;
 pub mod manifest;
 pub mod verify;

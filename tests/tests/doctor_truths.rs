@@ -1,0 +1,184 @@
+//! `doctor`, `health`, `assemble` and `check-engine` tell the truth (issue 10, section 2),
+//! through the real binary: an engine the operator disabled or denied is a choice, not a
+//! failure; a disabled plugin whose engine id is not its plugin id gives legacy silently; slot
+//! `"none"` is legacy; an unregistered engine is recorded as `not registered` and the reason a
+//! plugin was rejected is said.
+
+use std::path::Path;
+use std::process::Output;
+
+use pincer_tests::*;
+use serde_json::{json, Value};
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            stdout(out),
+            stderr(out)
+        )
+    })
+}
+
+fn write_config(home: &Path, text: &str) {
+    std::fs::write(home.join("pincer.json"), text).unwrap();
+}
+
+fn assemble(home: &Path, plugins_dir: &Path) -> Output {
+    run_pincer(
+        home,
+        &[
+            "assemble",
+            "--json",
+            "--conversation",
+            &example_conversation().display().to_string(),
+            "--plugins-dir",
+            &plugins_dir.display().to_string(),
+        ],
+    )
+}
+
+#[test]
+fn doctor_exits_zero_when_the_selected_engine_is_denied_and_says_so() {
+    let home = TempDir::new().unwrap();
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "sliding-window" }, deny: ["sliding-window"] } }"#,
+    );
+    let plugins = staged_plugins_dir().display().to_string();
+    let out = run_pincer(home.path(), &["doctor", "--plugins-dir", &plugins]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("selected sliding-window -> legacy (plugin \"sliding-window\" denied by plugins.deny: the operator's choice; legacy answers and nothing is broken)"),
+        "{text}"
+    );
+    let report = json_of(&run_pincer(
+        home.path(),
+        &["doctor", "--json", "--plugins-dir", &plugins],
+    ));
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["contextEngine"]["fallback"], "disabled");
+    assert_eq!(report["quarantine"], json!([]));
+}
+
+#[test]
+fn a_disabled_plugin_whose_engine_id_is_not_its_id_gives_legacy_silently() {
+    let home = TempDir::new().unwrap();
+    let twin = staged_variant("twin");
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "twin-echo" }, entries: { twin: { enabled: false } } } }"#,
+    );
+    let out = assemble(home.path(), &twin);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = json_of(&out);
+    assert_eq!(report["answeredBy"], "legacy");
+    assert_eq!(report["contextEngine"]["fallback"], "disabled");
+    assert_eq!(report["quarantine"], json!([]), "not quarantined");
+    assert!(
+        !stderr(&out).contains("[context-engine]"),
+        "silently: {}",
+        stderr(&out)
+    );
+    let health = json_of(&run_pincer(home.path(), &["health", "--json"]));
+    assert_eq!(health["status"], "ok");
+
+    // Enabled, the same slot gives the engine.
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "twin-echo" } } }"#,
+    );
+    assert_eq!(
+        json_of(&assemble(home.path(), &twin))["answeredBy"],
+        "twin-echo"
+    );
+}
+
+#[test]
+fn slot_none_means_legacy_not_a_quarantine() {
+    let home = TempDir::new().unwrap();
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "none" } } }"#,
+    );
+    let out = assemble(home.path(), &staged_plugins_dir());
+    let report = json_of(&out);
+    assert_eq!(report["answeredBy"], "legacy");
+    assert_eq!(report["contextEngine"]["selected"], "legacy");
+    assert_eq!(report["quarantine"], json!([]));
+    let doctor = run_pincer(home.path(), &["doctor"]);
+    assert_eq!(doctor.status.code(), Some(0), "{}", stdout(&doctor));
+}
+
+#[test]
+fn an_unregistered_engine_is_recorded_as_not_registered_and_logged() {
+    let home = TempDir::new().unwrap();
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "nope" } } }"#,
+    );
+    let out = assemble(home.path(), &staged_plugins_dir());
+    let report = json_of(&out);
+    assert_eq!(report["answeredBy"], "legacy");
+    assert_eq!(report["quarantine"][0]["engineId"], "nope");
+    assert_eq!(report["quarantine"][0]["operation"], "resolve");
+    assert_eq!(report["quarantine"][0]["reason"], "not registered");
+    assert_eq!(
+        report["contextEngine"]["reason"],
+        "Context engine \"nope\" is not registered. Available engines: faulty, legacy, sliding-window",
+        "the available engines go to the diagnostic"
+    );
+    assert!(
+        stderr(&out).contains(
+            "[context-engine] Context engine \"nope\" is not registered; falling back to default engine \"legacy\"."
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let doctor = run_pincer(home.path(), &["doctor"]);
+    assert_eq!(doctor.status.code(), Some(1), "a missing engine is broken");
+}
+
+#[test]
+fn assemble_says_why_the_selected_plugin_was_rejected() {
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    let broken = copy_plugin(
+        &staged_plugin("sliding-window"),
+        work.path(),
+        "sliding-window",
+    );
+    let mut manifest = read_manifest_json(&broken);
+    manifest["sha256"] = json!("0".repeat(64));
+    write_manifest_json(&broken, &manifest);
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "sliding-window" } } }"#,
+    );
+    let out = run_pincer(
+        home.path(),
+        &[
+            "assemble",
+            "--conversation",
+            &example_conversation().display().to_string(),
+            "--plugins-dir",
+            &work.path().display().to_string(),
+        ],
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("selected sliding-window -> legacy (Context engine \"sliding-window\" is not registered: plugin \"sliding-window\" was rejected: "),
+        "{text}"
+    );
+    assert!(text.contains("sha256"), "the rejection itself: {text}");
+}
