@@ -17,7 +17,9 @@ use pincer_host::session::{
     build_session_context, convert_to_llm, JsonlStore, SessionStore, SessionTree, Transcript,
     DEFAULT_AGENT,
 };
-use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
+use pincer_host::slot::quarantine::{
+    clear_exited, health_line, process_alive, split_active, Quarantine, QuarantineRecord,
+};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
 use pincer_host::types::HostOperation;
@@ -63,11 +65,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Shows quarantined engines (of this and other processes) and the health line.
+    /// Shows quarantined engines (of this and other processes) and the health line; records
+    /// of processes that have exited are history, not a warning (unless they record a crash).
     Health {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Remove the records of exited processes (of engine ID, or of every engine).
+        #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+        clear: Option<String>,
     },
     /// Calls every method of an engine once over a conversation and reports each outcome.
     CheckEngine {
@@ -323,7 +329,10 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Command::Health { json } => health(&home, json),
+        Command::Health { json, clear } => match clear {
+            Some(id) => health_clear(&home, Some(id.as_str()).filter(|id| !id.is_empty())),
+            None => health(&home, json),
+        },
         Command::Assemble {
             run,
             token_budget,
@@ -929,40 +938,82 @@ fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
     }
 }
 
+fn health_clear(home: &PincerHome, engine_id: Option<&str>) -> ExitCode {
+    let (removed, kept) = match clear_exited(&home.state_dir(), engine_id) {
+        Ok(it) => it,
+        Err(err) => {
+            return fail(
+                format!(
+                    "cannot clear the quarantine mirror in {}: {err}",
+                    home.state_dir().display()
+                ),
+                1,
+            )
+        }
+    };
+    let ids = |records: &[QuarantineRecord]| {
+        records
+            .iter()
+            .map(|r| format!("{} (pid {})", r.engine_id, r.pid))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if removed.is_empty() {
+        println!("No quarantine records of exited processes to clear.");
+    } else {
+        println!(
+            "Cleared {} quarantine record{} of exited processes: {}.",
+            removed.len(),
+            if removed.len() == 1 { "" } else { "s" },
+            ids(&removed)
+        );
+    }
+    if !kept.is_empty() {
+        println!(
+            "Kept {} record{} of running processes, which still use legacy for them: {}.",
+            kept.len(),
+            if kept.len() == 1 { "" } else { "s" },
+            ids(&kept)
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 fn health(home: &PincerHome, json: bool) -> ExitCode {
     let quarantine = Quarantine::new(Some(&home.state_dir()));
-    let records = quarantine.list();
-    let line = health_line(&records).unwrap_or_else(|| "Context engine: ok".to_owned());
+    let (active, history) = split_active(quarantine.list());
+    let line = health_line(&active).unwrap_or_else(|| "Context engine: ok".to_owned());
+    let with_alive = |records: &[QuarantineRecord]| -> Vec<serde_json::Value> {
+        records
+            .iter()
+            .map(|r| {
+                let mut value = serde_json::to_value(r).expect("serializes");
+                value["processAlive"] = serde_json::json!(process_alive(r.pid));
+                value
+            })
+            .collect()
+    };
     if json {
         let mut out = serde_json::json!({
-            "status": if records.is_empty() { "ok" } else { "warning" },
+            "status": if active.is_empty() { "ok" } else { "warning" },
             "line": line,
         });
-        if !records.is_empty() {
-            let quarantined: Vec<serde_json::Value> = records
-                .iter()
-                .map(|r| {
-                    let mut value = serde_json::to_value(r).expect("serializes");
-                    value["processAlive"] = serde_json::json!(process_alive(r.pid));
-                    value
-                })
-                .collect();
-            out["contextEngines"] = serde_json::json!({ "quarantined": quarantined });
+        if !active.is_empty() || !history.is_empty() {
+            let mut engines = serde_json::json!({});
+            if !active.is_empty() {
+                engines["quarantined"] = serde_json::json!(with_alive(&active));
+            }
+            if !history.is_empty() {
+                engines["history"] = serde_json::json!(with_alive(&history));
+            }
+            out["contextEngines"] = engines;
         }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("serializes")
-        );
+        print_pretty(&out);
     } else {
         println!("{line}");
-        for r in &records {
-            let exited = if process_alive(r.pid) == Some(false) {
-                " (exited)"
-            } else {
-                ""
-            };
-            println!(
-                "  {} owner={} operation={} failedAt={} pid={}{exited}: {}",
+        let row = |r: &QuarantineRecord| {
+            format!(
+                "{} owner={} operation={} failedAt={} pid={}{}: {}",
                 r.engine_id,
                 r.owner
                     .as_ref()
@@ -970,8 +1021,18 @@ fn health(home: &PincerHome, json: bool) -> ExitCode {
                 r.operation,
                 r.failed_at,
                 r.pid,
+                if r.crash { " (crashed)" } else { "" },
                 r.reason
-            );
+            )
+        };
+        for r in &active {
+            println!("  {}", row(r));
+        }
+        if !history.is_empty() {
+            println!("history (recorded by processes that have exited; `pincer health --clear` removes them):");
+            for r in &history {
+                println!("  {}", row(r));
+            }
         }
     }
     ExitCode::SUCCESS
