@@ -182,3 +182,100 @@ fn assemble_says_why_the_selected_plugin_was_rejected() {
     );
     assert!(text.contains("sha256"), "the rejection itself: {text}");
 }
+
+/// A copy of sliding-window whose manifest requires `thread-bootstrap-projection` for
+/// `agent-run`, which only a harness declaring it offers.
+fn demanding_plugin(work: &Path) -> std::path::PathBuf {
+    let dir = copy_plugin(&staged_plugin("sliding-window"), work, "sliding-window");
+    let mut manifest = read_manifest_json(&dir);
+    manifest["hostRequirements"] = json!({
+        "agent-run": {
+            "requiredCapabilities": ["thread-bootstrap-projection"],
+            "unsupportedMessage": "Use a harness that projects thread bootstrap."
+        }
+    });
+    write_manifest_json(&dir, &manifest);
+    dir
+}
+
+#[test]
+fn doctor_fix_resets_a_slot_no_configured_host_can_run_and_says_so() {
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    demanding_plugin(work.path());
+    let config = "// fleet\n{\n  plugins: { slots: { contextEngine: \"sliding-window\" } }, // chosen\n  hosts: { cliBackends: { \"claude-cli\": {} } },\n}\n";
+    write_config(home.path(), config);
+    let plugins = work.path().display().to_string();
+    let out = run_pincer(home.path(), &["doctor", "--fix", "--plugins-dir", &plugins]);
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("doctor --fix: Context engine \"sliding-window\" cannot run operation \"agent-run\" on any configured host (pincer embedded runner, CLI backend \"claude-cli\"): Context engine \"sliding-window\" cannot run operation \"agent-run\" on pincer embedded runner. Missing host capabilities: thread-bootstrap-projection."),
+        "{text}"
+    );
+    assert!(
+        text.contains("doctor --fix: Exclusive slot \"contextEngine\" switched from \"sliding-window\" to \"legacy\".\n"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let written = std::fs::read_to_string(home.path().join("pincer.json")).unwrap();
+    assert!(
+        written.contains("// fleet") && written.contains("// chosen"),
+        "{written}"
+    );
+    assert!(written.contains("contextEngine: \"legacy\""), "{written}");
+    let again = run_pincer(home.path(), &["doctor", "--fix", "--plugins-dir", &plugins]);
+    assert!(stdout(&again).starts_with("doctor --fix: nothing to repair\n"));
+}
+
+#[test]
+fn doctor_fix_keeps_the_slot_of_a_mixed_fleet_and_warns() {
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    demanding_plugin(work.path());
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "sliding-window" } },
+             hosts: { harnesses: { codex: { capabilities: ["thread-bootstrap-projection"] } } } }"#,
+    );
+    let plugins = work.path().display().to_string();
+    let out = run_pincer(home.path(), &["doctor", "--fix", "--plugins-dir", &plugins]);
+    assert!(
+        stdout(&out).starts_with("doctor --fix: Context engine \"sliding-window\" cannot run operation \"agent-run\" on pincer embedded runner but can on agent harness \"codex\": the slot is kept (a mixed fleet)"),
+        "{}",
+        stdout(&out)
+    );
+    let written = std::fs::read_to_string(home.path().join("pincer.json")).unwrap();
+    assert!(
+        written.contains("contextEngine: \"sliding-window\""),
+        "unchanged: {written}"
+    );
+}
+
+#[test]
+fn check_engine_reports_not_implemented_for_a_missing_dispose() {
+    let home = TempDir::new().unwrap();
+    let out = run_pincer(
+        home.path(),
+        &[
+            "check-engine",
+            "--json",
+            "--engine",
+            "twin",
+            "--plugins-dir",
+            &staged_variant("twin").display().to_string(),
+            "--conversation",
+            &example_conversation().display().to_string(),
+        ],
+    );
+    let report = json_of(&out);
+    let dispose = report["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["method"] == "dispose")
+        .cloned()
+        .expect("dispose is reported");
+    assert_eq!(dispose["outcome"], "not-implemented", "{dispose}");
+    assert_eq!(report["ok"], true);
+    assert_eq!(out.status.code(), Some(0));
+}

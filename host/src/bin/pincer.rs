@@ -49,6 +49,10 @@ enum Command {
         /// Another folder to discover plugins in (repeatable).
         #[arg(long = "plugins-dir", value_name = "DIR")]
         plugins_dirs: Vec<PathBuf>,
+        /// Repair what can be repaired first (OpenClaw's host-compatibility repair: a selected
+        /// engine no configured host can run goes back to legacy) and say what changed.
+        #[arg(long)]
+        fix: bool,
     },
     /// Runs the selected engine's `assemble` over a conversation file and shows what it kept.
     Assemble {
@@ -308,7 +312,36 @@ fn main() -> ExitCode {
     init_logging(&cli.log);
     let home = PincerHome::resolve(cli.home.as_deref());
     match cli.command {
-        Command::Doctor { json, plugins_dirs } => {
+        Command::Doctor {
+            json,
+            plugins_dirs,
+            fix,
+        } => {
+            if fix {
+                let commands = pincer_host::slot::manage::PluginCommands::new(
+                    home.clone(),
+                    plugins_dirs.clone(),
+                );
+                // With --json on stderr, so that stdout stays one JSON document.
+                let say = |line: String| {
+                    if json {
+                        eprintln!("{line}");
+                    } else {
+                        println!("{line}");
+                    }
+                };
+                match commands.repair_host_compatibility() {
+                    Ok(outcome) if outcome.messages.is_empty() => {
+                        say("doctor --fix: nothing to repair".to_owned())
+                    }
+                    Ok(outcome) => {
+                        for message in outcome.messages {
+                            say(format!("doctor --fix: {message}"));
+                        }
+                    }
+                    Err(err) => return fail(err, 1),
+                }
+            }
             let runtime = match open(home, plugins_dirs, None) {
                 Ok(runtime) => runtime,
                 Err(code) => return code,

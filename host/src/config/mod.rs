@@ -138,7 +138,14 @@ pub struct LoadConfig {
 }
 
 /// `plugins.callTimeoutsMs`: per-call deadlines of engine methods other than `compact`
-/// (pincer's addition). Keys are contract method names; `default` covers the rest.
+/// (pincer's addition). Keys are contract method names; `default` covers the rest except
+/// `dispose`.
+///
+/// `default` does not cover `dispose` on purpose: `dispose` runs at shutdown and reload, not
+/// on a turn, and is bounded like OpenClaw's agent cleanup (10 s, or
+/// `PINCER_CLEANUP_TIMEOUT_MS`); a `default` raised for slow `assemble` calls would otherwise
+/// make every shutdown wait that long for a stuck engine. Set `callTimeoutsMs.dispose` to
+/// change it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct CallTimeouts(pub BTreeMap<String, u64>);

@@ -21,7 +21,8 @@ use crate::config::{Config, ConfigError, DisabledBy, PincerHome};
 use crate::plugins::catalog::{plugin_roots, Catalog, CatalogEntry, PluginSource};
 use crate::plugins::install::{self, InstallError};
 use crate::plugins::manifest::{PluginKind, PluginManifest};
-use crate::types::LEGACY_ENGINE_ID;
+use crate::slot::requirements::{check_host_support, HostDescriptor};
+use crate::types::{HostOperation, LEGACY_ENGINE_ID};
 
 /// The slot's key, as OpenClaw's messages name it.
 pub const SLOT_KEY: &str = "contextEngine";
@@ -524,6 +525,56 @@ impl PluginCommands {
         }
         editor.apply(&change.edits)?;
         messages.extend(change.messages);
+        Ok(Outcome { messages })
+    }
+}
+
+impl PluginCommands {
+    /// `pincer doctor --fix`: OpenClaw's host-compatibility repair (reference §5.6). When the
+    /// selected engine cannot run `agent-run` on **any** configured host (from its manifest's
+    /// `hostRequirements`; no library is opened), the slot goes back to `legacy`; with a mixed
+    /// fleet it only warns. Returns what it changed or found.
+    ///
+    /// # Errors
+    /// The config cannot be read or edited.
+    pub fn repair_host_compatibility(&self) -> Result<Outcome, ManageError> {
+        let (mut editor, config, catalog) = self.open()?;
+        let selected = config.selected_engine().to_owned();
+        let mut messages = Vec::new();
+        let requirements = catalog
+            .owner_of_engine(&selected)
+            .and_then(|p| p.manifest.as_ref().ok())
+            .map(|m| m.host_requirements.clone());
+        if let Some(requirements) = requirements.filter(|_| selected != LEGACY_ENGINE_ID) {
+            let hosts = HostDescriptor::configured(&config);
+            let refusing: Vec<_> = hosts
+                .iter()
+                .filter_map(|host| {
+                    check_host_support(&selected, &requirements, HostOperation::AgentRun, host)
+                        .err()
+                })
+                .collect();
+            let labels = |ids: &mut dyn Iterator<Item = &HostDescriptor>| {
+                ids.map(|h| h.label.clone()).collect::<Vec<_>>().join(", ")
+            };
+            if !refusing.is_empty() && refusing.len() == hosts.len() {
+                let change = exclusive_selection(&config, &catalog, LEGACY_ENGINE_ID, None);
+                editor.apply(&change.edits)?;
+                messages.push(format!(
+                    "Context engine \"{selected}\" cannot run operation \"agent-run\" on any configured host ({}): {}",
+                    labels(&mut hosts.iter()),
+                    refusing[0].message
+                ));
+                messages.extend(change.messages);
+            } else if !refusing.is_empty() {
+                let refused: Vec<&str> = refusing.iter().map(|e| e.host_id.as_str()).collect();
+                messages.push(format!(
+                    "Context engine \"{selected}\" cannot run operation \"agent-run\" on {} but can on {}: the slot is kept (a mixed fleet); runs on those hosts are refused before they start.",
+                    labels(&mut hosts.iter().filter(|h| refused.contains(&h.id.as_str()))),
+                    labels(&mut hosts.iter().filter(|h| !refused.contains(&h.id.as_str())))
+                ));
+            }
+        }
         Ok(Outcome { messages })
     }
 }
