@@ -279,3 +279,24 @@ fn check_engine_reports_not_implemented_for_a_missing_dispose() {
     assert_eq!(report["ok"], true);
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn an_engine_whose_info_contradicts_its_manifests_host_requirements_is_not_used() {
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    demanding_plugin(work.path());
+    write_config(
+        home.path(),
+        r#"{ plugins: { slots: { contextEngine: "sliding-window" } } }"#,
+    );
+    let report = json_of(&assemble(home.path(), work.path()));
+    assert_eq!(report["answeredBy"], "legacy");
+    let record = &report["quarantine"][0];
+    assert_eq!(record["operation"], "contract-validation");
+    assert!(
+        record["reason"].as_str().unwrap().starts_with(
+            "Context engine \"sliding-window\" reports hostRequirements {} but the manifest of plugin \"sliding-window\" declares {\"agent-run\""
+        ),
+        "{record}"
+    );
+}

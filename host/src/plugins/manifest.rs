@@ -77,6 +77,10 @@ pub struct PluginManifest {
     pub context_engine_ids: Vec<String>,
     /// Requirements per host operation (`hostRequirements`).
     pub host_requirements: HostRequirements,
+    /// Whether the manifest declares `hostRequirements` at all. When it does, what each
+    /// engine's `info()` reports must equal it (checked when the engine is created).
+    #[serde(skip)]
+    pub host_requirements_declared: bool,
     /// Optional one-line description.
     pub description: Option<String>,
     /// Top-level keys this host does not know, sorted. Not an error (newer manifests may add
@@ -415,6 +419,7 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
         sha256,
         config_schema,
         context_engine_ids,
+        host_requirements_declared: fields.get("hostRequirements").is_some(),
         host_requirements,
         description,
         unknown_keys,

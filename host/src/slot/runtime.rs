@@ -728,6 +728,27 @@ impl Runtime {
             }
         };
         validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
+        if let EngineFactory::Plugin { library, .. } = &registration.factory {
+            let manifest = library.manifest();
+            let reported = instance.descriptor().host_requirements.clone();
+            if manifest.host_requirements_declared && reported != manifest.host_requirements {
+                // `list`, `inspect` and `doctor --fix` trust the manifest without loading the
+                // library: an engine that says otherwise is not used.
+                let render = |r: &HostRequirements| {
+                    serde_json::to_string(r).unwrap_or_else(|_| "?".to_owned())
+                };
+                self.dispose_bounded(&Arc::new(instance));
+                return Err((
+                    "contract-validation",
+                    format!(
+                        "Context engine \"{id}\" reports hostRequirements {} but the manifest of plugin \"{}\" declares {}: make them equal (`pincer plugins pack` writes the manifest from the built library)",
+                        render(&reported),
+                        manifest.id,
+                        render(&manifest.host_requirements)
+                    ),
+                ));
+            }
+        }
         let instance = Arc::new(instance);
         let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
         match instances.get(id) {
