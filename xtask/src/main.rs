@@ -62,7 +62,10 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Test { cargo_args } => test::run(&ws, &cargo_args),
         Command::Demo => demo::run(&ws),
         Command::Bench { cargo_args } => bench::run(&ws, &cargo_args),
-        Command::NewPlugin { id } => new_plugin::run(&ws, &id),
+        Command::NewPlugin { id, out_of_tree } => match out_of_tree {
+            Some(dir) => new_plugin::run_out_of_tree(&ws, &id, &dir),
+            None => new_plugin::run(&ws, &id),
+        },
         Command::AbiCheck { bless } => abi_check::run(bless),
     }
 }

@@ -25,6 +25,77 @@ pub(crate) fn run(ws: &Workspace, id: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `cargo xtask new-plugin <id> --out-of-tree DIR`: a standalone crate in `DIR` that builds
+/// outside this workspace — its own `[workspace]`, `pincer-plugin-api` as a path dependency on
+/// this checkout (the way to depend on it before it is on crates.io) — with the same engine
+/// and manifest as an in-tree plugin. `pincer plugins pack DIR` packages it.
+pub(crate) fn run_out_of_tree(ws: &Workspace, id: &str, dir: &Path) -> Result<ExitCode> {
+    let api = ws.root.join("plugin-api");
+    create_out_of_tree(dir, id, &api)?;
+    println!("created {}", dir.display());
+    println!(
+        "next: cargo test --manifest-path {0}/Cargo.toml, then: pincer plugins pack {0} && pincer plugins install {0}/target/pincer-plugins/{id}",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the standalone crate for `id` into `dir`, depending on the API crate at `api`.
+fn create_out_of_tree(dir: &Path, id: &str, api: &Path) -> Result<()> {
+    check_id(id)?;
+    if dir.exists()
+        && fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "{} exists and is not empty: pick a new folder",
+            dir.display()
+        );
+    }
+    let (lib_name, type_name) = names(id);
+    let api_path = api.display().to_string().replace('\\', "/");
+    let render = |template: &str| {
+        template
+            .replace("{{id}}", id)
+            .replace("{{lib}}", &lib_name)
+            .replace("{{Type}}", &type_name)
+            .replace("{{api_path}}", &api_path)
+            .replace("NewEngine", &type_name)
+            .replace("new-engine", id)
+            .replace("new_engine", &lib_name)
+    };
+    fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    for (path, template) in [
+        ("Cargo.toml", OUT_OF_TREE_CARGO_TOML),
+        ("pincer.plugin.json", MANIFEST),
+        ("src/lib.rs", LIB_RS),
+        (".gitignore", "/target\n/Cargo.lock\n"),
+    ] {
+        let file = dir.join(path);
+        fs::write(&file, render(template))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// The library name (`my_engine`) and type name (`MyEngine`) of an id.
+fn names(id: &str) -> (String, String) {
+    let lib_name = id.replace('-', "_");
+    let type_name: String = id
+        .split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    (lib_name, type_name)
+}
+
 /// Checks that `id` can name a plugin, a crate and a library.
 fn check_id(id: &str) -> Result<()> {
     let ok_chars = id
@@ -61,17 +132,7 @@ fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
             dir.display()
         );
     }
-    let lib_name = id.replace('-', "_");
-    let type_name: String = id
-        .split('-')
-        .map(|part| {
-            let mut chars = part.chars();
-            chars
-                .next()
-                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
-                .unwrap_or_default()
-        })
-        .collect();
+    let (lib_name, type_name) = names(id);
     let render = |template: &str| {
         template
             .replace("{{id}}", id)
@@ -118,6 +179,32 @@ serde_json = { workspace = true }
 
 [lints]
 workspace = true
+"#;
+
+const OUT_OF_TREE_CARGO_TOML: &str = r#"[package]
+name = "{{id}}"
+version = "0.1.0"
+description = "A pincer context engine"
+edition = "2021"
+publish = false
+
+[lib]
+name = "{{lib}}"
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+# Until pincer-plugin-api is on crates.io: a path to a pincer checkout (or a git dependency,
+# `pincer-plugin-api = { git = "<pincer repository>", tag = "<release>" }`). Once published:
+# pincer-plugin-api = "1"
+pincer-plugin-api = { path = "{{api_path}}" }
+serde = { version = "1", features = ["derive"] }
+tracing = "0.1"
+
+[dev-dependencies]
+serde_json = "1"
+
+# Its own workspace: it builds wherever it is, inside another workspace's folder or not.
+[workspace]
 "#;
 
 const MANIFEST: &str = r#"{

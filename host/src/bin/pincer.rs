@@ -178,6 +178,29 @@ enum PluginsCommand {
         /// The plugin id.
         id: String,
     },
+    /// Builds an engine crate (plain `cargo build --lib`), or takes a built library, and
+    /// writes a plugin folder ready for `pincer plugins install`: the library and a
+    /// pincer.plugin.json with id, version, apiVersion and contextEngineIds from the
+    /// library, library and sha256 filled in, other fields from the crate's own manifest.
+    Pack {
+        /// The engine's crate folder (default: the current folder).
+        #[arg(default_value = ".", conflicts_with = "library")]
+        crate_dir: PathBuf,
+        /// Pack this built library instead of building a crate.
+        #[arg(long, value_name = "FILE")]
+        library: Option<PathBuf>,
+        /// The manifest to start from (default: pincer.plugin.json beside Cargo.toml or the
+        /// library).
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+        /// Where to write the plugin folder (default: <crate>/target/pincer-plugins/<id>,
+        /// or ./<id> for --library).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Build with --release.
+        #[arg(long)]
+        release: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -951,6 +974,39 @@ fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
             PluginCommands::new(home, dirs.plugins_dirs).select(&engine)
         }
         PluginsCommand::Remove { id } => PluginCommands::new(home, Vec::new()).remove(&id),
+        PluginsCommand::Pack {
+            crate_dir,
+            library,
+            manifest,
+            out,
+            release,
+        } => {
+            use pincer_host::plugins::pack::{pack, PackSource};
+            let source = match library {
+                Some(path) => PackSource::Library(path),
+                None => PackSource::Crate {
+                    dir: crate_dir,
+                    release,
+                },
+            };
+            return match pack(&source, manifest.as_deref(), out.as_deref()) {
+                Ok(packed) => {
+                    println!(
+                        "Packed plugin \"{}\" {} (engines: {}) into {}.",
+                        packed.manifest.id,
+                        packed.manifest.version,
+                        packed.manifest.context_engine_ids.join(", "),
+                        packed.dir.display()
+                    );
+                    println!(
+                        "Install it with: pincer plugins install {}",
+                        packed.dir.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(err, 1),
+            };
+        }
     };
     match outcome {
         Ok(outcome) => {

@@ -77,7 +77,7 @@ pub enum LoadError {
     /// The library's own manifest contradicts `pincer.plugin.json`.
     #[error(
         "the library says its {field} is \"{library}\" but {} says \"{sidecar}\": \
-         re-stage the plugin (`cargo xtask build-plugins`) so the manifest and the library match",
+         re-package the plugin with `pincer plugins pack` so the manifest and the library match",
         manifest.display()
     )]
     ManifestMismatch {

@@ -30,7 +30,8 @@ pub const MANIFEST_FILE_NAME: &str = "pincer.plugin.json";
 
 /// Top-level manifest keys this host understands; any other key is reported in
 /// [`PluginManifest::unknown_keys`].
-const KNOWN_KEYS: [&str; 11] = [
+const KNOWN_KEYS: [&str; 12] = [
+    "$schema",
     "id",
     "contextEngineIds",
     "name",
@@ -972,6 +973,58 @@ mod tests {
                 "{err}"
             );
             assert_one_line(&err);
+        }
+    }
+
+    /// `docs/pincer.plugin.schema.json` (the schema editors use) accepts every manifest in the
+    /// repository and the example of `docs/MANIFEST.md`, and refuses what the reader refuses.
+    #[test]
+    fn the_published_json_schema_agrees_with_the_reader() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let schema: Value = serde_json::from_str(
+            &std::fs::read_to_string(root.join("docs/pincer.plugin.schema.json")).unwrap(),
+        )
+        .unwrap();
+        let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+        let doc = std::fs::read_to_string(root.join("docs/MANIFEST.md")).unwrap();
+        let example = doc
+            .split("```json")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let mut manifests: Vec<(String, String)> = vec![("MANIFEST.md".into(), example.into())];
+        for dir in ["plugins", "plugins/testing"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path().join(MANIFEST_FILE_NAME);
+                if let Ok(text) = std::fs::read_to_string(&path) {
+                    manifests.push((path.display().to_string(), text));
+                }
+            }
+        }
+        assert!(manifests.len() >= 4, "{manifests:?}");
+        for (name, text) in &manifests {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let errors: Vec<String> = validator
+                .iter_errors(&value)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), text);
+            read_manifest(dir.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for bad in [
+            with("kind", json!("memory")),
+            with("contextEngineIds", json!([])),
+            with("sha256", json!("abc")),
+            without("apiVersion"),
+            with(
+                "hostRequirements",
+                json!({"agent-runs": {"requiredCapabilities": []}}),
+            ),
+        ] {
+            assert!(!validator.is_valid(&bad), "the schema accepts {bad}");
+            assert!(read_json(bad.clone()).is_err(), "the reader accepts {bad}");
         }
     }
 
