@@ -8,26 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use pincer_tests::*;
-use serde_json::{json, Value};
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-#[track_caller]
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-            stdout(out),
-            stderr(out)
-        )
-    })
-}
+use serde_json::json;
 
 fn write_config(home: &Path, text: &str) {
     std::fs::write(home.join("pincer.json"), text).unwrap();
@@ -56,13 +37,13 @@ fn doctor_exits_zero_when_the_selected_engine_is_denied_and_says_so() {
     );
     let plugins = staged_plugins_dir().display().to_string();
     let out = run_pincer(home.path(), &["doctor", "--plugins-dir", &plugins]);
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout_text(&out));
+    let text = stdout_text(&out);
     assert!(
         text.contains("selected sliding-window -> legacy (plugin \"sliding-window\" denied by plugins.deny: the operator's choice; legacy answers and nothing is broken)"),
         "{text}"
     );
-    let report = json_of(&run_pincer(
+    let report = stdout_json(&run_pincer(
         home.path(),
         &["doctor", "--json", "--plugins-dir", &plugins],
     ));
@@ -80,17 +61,17 @@ fn a_disabled_plugin_whose_engine_id_is_not_its_id_gives_legacy_silently() {
         r#"{ plugins: { slots: { contextEngine: "twin-echo" }, entries: { twin: { enabled: false } } } }"#,
     );
     let out = assemble(home.path(), &twin);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    let report = stdout_json(&out);
     assert_eq!(report["answeredBy"], "legacy");
     assert_eq!(report["contextEngine"]["fallback"], "disabled");
     assert_eq!(report["quarantine"], json!([]), "not quarantined");
     assert!(
-        !stderr(&out).contains("[context-engine]"),
+        !stderr_text(&out).contains("[context-engine]"),
         "silently: {}",
-        stderr(&out)
+        stderr_text(&out)
     );
-    let health = json_of(&run_pincer(home.path(), &["health", "--json"]));
+    let health = stdout_json(&run_pincer(home.path(), &["health", "--json"]));
     assert_eq!(health["status"], "ok");
 
     // Enabled, the same slot gives the engine.
@@ -99,7 +80,7 @@ fn a_disabled_plugin_whose_engine_id_is_not_its_id_gives_legacy_silently() {
         r#"{ plugins: { slots: { contextEngine: "twin-echo" } } }"#,
     );
     assert_eq!(
-        json_of(&assemble(home.path(), &twin))["answeredBy"],
+        stdout_json(&assemble(home.path(), &twin))["answeredBy"],
         "twin-echo"
     );
 }
@@ -112,12 +93,12 @@ fn slot_none_means_legacy_not_a_quarantine() {
         r#"{ plugins: { slots: { contextEngine: "none" } } }"#,
     );
     let out = assemble(home.path(), &staged_plugins_dir());
-    let report = json_of(&out);
+    let report = stdout_json(&out);
     assert_eq!(report["answeredBy"], "legacy");
     assert_eq!(report["contextEngine"]["selected"], "legacy");
     assert_eq!(report["quarantine"], json!([]));
     let doctor = run_pincer(home.path(), &["doctor"]);
-    assert_eq!(doctor.status.code(), Some(0), "{}", stdout(&doctor));
+    assert_eq!(doctor.status.code(), Some(0), "{}", stdout_text(&doctor));
 }
 
 #[test]
@@ -128,7 +109,7 @@ fn an_unregistered_engine_is_recorded_as_not_registered_and_logged() {
         r#"{ plugins: { slots: { contextEngine: "nope" } } }"#,
     );
     let out = assemble(home.path(), &staged_plugins_dir());
-    let report = json_of(&out);
+    let report = stdout_json(&out);
     assert_eq!(report["answeredBy"], "legacy");
     assert_eq!(report["quarantine"][0]["engineId"], "nope");
     assert_eq!(report["quarantine"][0]["operation"], "resolve");
@@ -139,11 +120,11 @@ fn an_unregistered_engine_is_recorded_as_not_registered_and_logged() {
         "the available engines go to the diagnostic"
     );
     assert!(
-        stderr(&out).contains(
+        stderr_text(&out).contains(
             "[context-engine] Context engine \"nope\" is not registered; falling back to default engine \"legacy\"."
         ),
         "{}",
-        stderr(&out)
+        stderr_text(&out)
     );
     let doctor = run_pincer(home.path(), &["doctor"]);
     assert_eq!(doctor.status.code(), Some(1), "a missing engine is broken");
@@ -175,7 +156,7 @@ fn assemble_says_why_the_selected_plugin_was_rejected() {
             &work.path().display().to_string(),
         ],
     );
-    let text = stdout(&out);
+    let text = stdout_text(&out);
     assert!(
         text.contains("selected sliding-window -> legacy (Context engine \"sliding-window\" is not registered: plugin \"sliding-window\" was rejected: "),
         "{text}"
@@ -207,7 +188,7 @@ fn doctor_fix_resets_a_slot_no_configured_host_can_run_and_says_so() {
     write_config(home.path(), config);
     let plugins = work.path().display().to_string();
     let out = run_pincer(home.path(), &["doctor", "--fix", "--plugins-dir", &plugins]);
-    let text = stdout(&out);
+    let text = stdout_text(&out);
     assert!(
         text.starts_with("doctor --fix: Context engine \"sliding-window\" cannot run operation \"agent-run\" on any configured host (pincer embedded runner, CLI backend \"claude-cli\"): Context engine \"sliding-window\" cannot run operation \"agent-run\" on pincer embedded runner. Missing host capabilities: thread-bootstrap-projection."),
         "{text}"
@@ -224,7 +205,7 @@ fn doctor_fix_resets_a_slot_no_configured_host_can_run_and_says_so() {
     );
     assert!(written.contains("contextEngine: \"legacy\""), "{written}");
     let again = run_pincer(home.path(), &["doctor", "--fix", "--plugins-dir", &plugins]);
-    assert!(stdout(&again).starts_with("doctor --fix: nothing to repair\n"));
+    assert!(stdout_text(&again).starts_with("doctor --fix: nothing to repair\n"));
 }
 
 #[test]
@@ -240,9 +221,9 @@ fn doctor_fix_keeps_the_slot_of_a_mixed_fleet_and_warns() {
     let plugins = work.path().display().to_string();
     let out = run_pincer(home.path(), &["doctor", "--fix", "--plugins-dir", &plugins]);
     assert!(
-        stdout(&out).starts_with("doctor --fix: Context engine \"sliding-window\" cannot run operation \"agent-run\" on pincer embedded runner but can on agent harness \"codex\": the slot is kept (a mixed fleet)"),
+        stdout_text(&out).starts_with("doctor --fix: Context engine \"sliding-window\" cannot run operation \"agent-run\" on pincer embedded runner but can on agent harness \"codex\": the slot is kept (a mixed fleet)"),
         "{}",
-        stdout(&out)
+        stdout_text(&out)
     );
     let written = std::fs::read_to_string(home.path().join("pincer.json")).unwrap();
     assert!(
@@ -267,7 +248,7 @@ fn check_engine_reports_not_implemented_for_a_missing_dispose() {
             &example_conversation().display().to_string(),
         ],
     );
-    let report = json_of(&out);
+    let report = stdout_json(&out);
     let dispose = report["methods"]
         .as_array()
         .unwrap()
@@ -289,7 +270,7 @@ fn an_engine_whose_info_contradicts_its_manifests_host_requirements_is_not_used(
         home.path(),
         r#"{ plugins: { slots: { contextEngine: "sliding-window" } } }"#,
     );
-    let report = json_of(&assemble(home.path(), work.path()));
+    let report = stdout_json(&assemble(home.path(), work.path()));
     assert_eq!(report["answeredBy"], "legacy");
     let record = &report["quarantine"][0];
     assert_eq!(record["operation"], "contract-validation");

@@ -9,28 +9,21 @@ use std::process::Output;
 use pincer_tests::*;
 use serde_json::{json, Value};
 
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[track_caller]
 fn ok(out: &Output) -> String {
     assert_eq!(
         out.status.code(),
         Some(0),
         "stdout:\n{}\nstderr:\n{}",
-        stdout(out),
-        stderr(out)
+        stdout_text(out),
+        stderr_text(out)
     );
-    stdout(out)
+    stdout_text(out)
 }
 
 fn json_of(out: &Output) -> Value {
-    serde_json::from_str(&ok(out)).expect("stdout is JSON")
+    ok(out);
+    stdout_json(out)
 }
 
 fn config_value(home: &Path) -> Value {
@@ -134,15 +127,7 @@ fn installing_or_selecting_disables_the_other_context_engine_plugins() {
         "{text}"
     );
     let listed = json_of(&run_pincer(home.path(), &["plugins", "list", "--json"]));
-    let by_id = |id: &str| {
-        listed["plugins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["id"] == id)
-            .cloned()
-            .unwrap()
-    };
+    let by_id = |id: &str| find_by_id(&listed["plugins"], id);
     assert_eq!(by_id("faulty")["status"], "disabled");
     assert_eq!(by_id("faulty")["disabledBy"], "entry");
     assert_eq!(by_id("sliding-window")["status"], "enabled");
@@ -164,9 +149,9 @@ fn installing_or_selecting_disables_the_other_context_engine_plugins() {
     let out = run_pincer(home.path(), &["plugins", "select", "nope"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("no plugin declares a context engine \"nope\" (engines: legacy, faulty, sliding-window)"),
+        stderr_text(&out).contains("no plugin declares a context engine \"nope\" (engines: legacy, faulty, sliding-window)"),
         "{}",
-        stderr(&out)
+        stderr_text(&out)
     );
 }
 
@@ -238,8 +223,8 @@ fn a_plugin_that_fails_verification_is_not_installed_and_nothing_changes() {
     write_manifest_json(&bad, &manifest);
 
     let out = run_pincer(home.path(), &["plugins", "install", &path_arg(&bad)]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_text(&out));
+    let err = stderr_text(&out);
     assert!(
         err.starts_with("pincer: refused ") && err.contains("nothing was installed"),
         "{err}"
@@ -258,9 +243,10 @@ fn a_plugin_that_fails_verification_is_not_installed_and_nothing_changes() {
     let out = run_pincer(home.path(), &["plugins", "install", &path_arg(&lying)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("the library says its contextEngineIds is \"sliding-window\" but"),
+        stderr_text(&out)
+            .contains("the library says its contextEngineIds is \"sliding-window\" but"),
         "{}",
-        stderr(&out)
+        stderr_text(&out)
     );
     assert!(
         !home.path().join("plugins").exists()
@@ -303,9 +289,9 @@ fn a_tar_gz_installs_like_a_folder() {
     let out = run_pincer(home.path(), &["plugins", "install", &path_arg(&archive)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("is already installed") && stderr(&out).contains("--force"),
+        stderr_text(&out).contains("is already installed") && stderr_text(&out).contains("--force"),
         "{}",
-        stderr(&out)
+        stderr_text(&out)
     );
     let out = run_pincer(
         home.path(),
@@ -374,8 +360,8 @@ fn an_edit_that_cannot_keep_the_file_is_refused_and_the_file_kept() {
         home.path(),
         &["plugins", "disable", "faulty", "--plugins-dir", &plugins],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_text(&out));
+    let err = stderr_text(&out);
     assert!(
         err.contains("cannot be edited in place")
             && err

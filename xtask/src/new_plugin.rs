@@ -53,26 +53,40 @@ fn create_out_of_tree(dir: &Path, id: &str, api: &Path) -> Result<()> {
             dir.display()
         );
     }
-    let (lib_name, type_name) = names(id);
     let api_path = api.display().to_string().replace('\\', "/");
+    write_crate(
+        dir,
+        id,
+        &[("{{api_path}}", &api_path)],
+        &[
+            ("Cargo.toml", OUT_OF_TREE_CARGO_TOML),
+            ("pincer.plugin.json", MANIFEST),
+            ("src/lib.rs", LIB_RS),
+            (".gitignore", "/target\n/Cargo.lock\n"),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes `files` (path, template) into `dir` with the template's names replaced by those of
+/// `id`, and each `(placeholder, value)` of `extra` filled in.
+fn write_crate(dir: &Path, id: &str, extra: &[(&str, &str)], files: &[(&str, &str)]) -> Result<()> {
+    let (lib_name, type_name) = names(id);
     let render = |template: &str| {
-        template
+        let named = template
             .replace("{{id}}", id)
             .replace("{{lib}}", &lib_name)
             .replace("{{Type}}", &type_name)
-            .replace("{{api_path}}", &api_path)
             .replace("NewEngine", &type_name)
             .replace("new-engine", id)
-            .replace("new_engine", &lib_name)
+            .replace("new_engine", &lib_name);
+        extra.iter().fold(named, |text, (placeholder, value)| {
+            text.replace(placeholder, value)
+        })
     };
     fs::create_dir_all(dir.join("src"))
         .with_context(|| format!("cannot create {}", dir.display()))?;
-    for (path, template) in [
-        ("Cargo.toml", OUT_OF_TREE_CARGO_TOML),
-        ("pincer.plugin.json", MANIFEST),
-        ("src/lib.rs", LIB_RS),
-        (".gitignore", "/target\n/Cargo.lock\n"),
-    ] {
+    for (path, template) in files {
         let file = dir.join(path);
         fs::write(&file, render(template))
             .with_context(|| format!("cannot write {}", file.display()))?;
@@ -132,27 +146,16 @@ fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
             dir.display()
         );
     }
-    let (lib_name, type_name) = names(id);
-    let render = |template: &str| {
-        template
-            .replace("{{id}}", id)
-            .replace("{{lib}}", &lib_name)
-            .replace("{{Type}}", &type_name)
-            .replace("NewEngine", &type_name)
-            .replace("new-engine", id)
-            .replace("new_engine", &lib_name)
-    };
-    fs::create_dir_all(dir.join("src"))
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    for (path, template) in [
-        ("Cargo.toml", CARGO_TOML),
-        ("pincer.plugin.json", MANIFEST),
-        ("src/lib.rs", LIB_RS),
-    ] {
-        let file = dir.join(path);
-        fs::write(&file, render(template))
-            .with_context(|| format!("cannot write {}", file.display()))?;
-    }
+    write_crate(
+        &dir,
+        id,
+        &[],
+        &[
+            ("Cargo.toml", CARGO_TOML),
+            ("pincer.plugin.json", MANIFEST),
+            ("src/lib.rs", LIB_RS),
+        ],
+    )?;
     Ok(dir)
 }
 
@@ -253,6 +256,25 @@ mod tests {
         );
         assert!(lib.contains("const ID: &'static str = \"my-engine\";"));
         assert!(create(&tmp, "my-engine").is_err(), "never overwrites");
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn out_of_tree_is_a_workspace_of_its_own_with_the_api_by_path() {
+        let tmp = std::env::temp_dir().join(format!("xtask-out-of-tree-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let dir = tmp.join("my-engine");
+        create_out_of_tree(&dir, "my-engine", Path::new("/src/pincer/plugin-api")).unwrap();
+        let cargo = fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains("pincer-plugin-api = { path = \"/src/pincer/plugin-api\" }"));
+        assert!(cargo.contains("\n[workspace]\n") && !cargo.contains(".workspace = true"));
+        assert!(!cargo.contains("{{"), "every placeholder filled");
+        let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+        assert!(lib.contains("export_engine!(MyEngine)"));
+        assert!(
+            create_out_of_tree(&dir, "my-engine", Path::new("/x")).is_err(),
+            "never writes into a folder that is not empty"
+        );
         let _ = fs::remove_dir_all(&tmp);
     }
 
