@@ -441,3 +441,98 @@ fn a_plugin_with_several_engines_is_installed_without_binding_then_selected() {
         "Exclusive slot \"contextEngine\" switched from \"twin-echo\" to \"legacy\".\n"
     ));
 }
+
+/// How many times the faulty engine's factory ran in one `pincer` process (its own log line).
+fn factory_calls(home: &Path) -> usize {
+    let out = run_pincer(
+        home,
+        &[
+            "--log",
+            "info",
+            "assemble",
+            "--conversation",
+            &path_arg(&example_conversation()),
+        ],
+    );
+    ok(&out);
+    stderr_text(&out).matches("fields=method=factory ").count()
+}
+
+#[test]
+fn a_disabled_engines_factory_never_runs_and_runs_once_when_enabled_again() {
+    let home = TempDir::new().unwrap();
+    ok(&run_pincer(
+        home.path(),
+        &["plugins", "install", &path_arg(&staged_plugin("faulty"))],
+    ));
+    assert_eq!(factory_calls(home.path()), 1, "selected and enabled");
+    ok(&run_pincer(home.path(), &["plugins", "disable", "faulty"]));
+    assert_eq!(
+        factory_calls(home.path()),
+        0,
+        "disabled: legacy, no factory call"
+    );
+    ok(&run_pincer(home.path(), &["plugins", "enable", "faulty"]));
+    assert_eq!(factory_calls(home.path()), 1, "enabled again: once");
+}
+
+#[test]
+fn pack_turns_a_built_library_into_a_plugin_folder_install_takes() {
+    let home = TempDir::new().unwrap();
+    let work = TempDir::new().unwrap();
+    let staged = staged_plugin("sliding-window");
+    // The author's manifest: only what the library cannot say.
+    let authored = work.path().join("authored.json");
+    std::fs::write(
+        &authored,
+        r#"{ "id": "sliding-window", "name": "My window", "configSchema": { "type": "object" } }"#,
+    )
+    .unwrap();
+    let out_dir = work.path().join("packed");
+    let out = run_pincer(
+        home.path(),
+        &[
+            "plugins",
+            "pack",
+            "--library",
+            &path_arg(&library_path(&staged)),
+            "--manifest",
+            &path_arg(&authored),
+            "--out",
+            &path_arg(&out_dir),
+        ],
+    );
+    assert!(ok(&out)
+        .starts_with("Packed plugin \"sliding-window\" 0.1.0 (engines: sliding-window) into "));
+    let manifest = read_manifest_json(&out_dir);
+    assert_eq!(manifest["name"], "My window");
+    assert_eq!(manifest["sha256"], read_manifest_json(&staged)["sha256"]);
+    assert_eq!(manifest["contextEngineIds"], json!(["sliding-window"]));
+    ok(&run_pincer(
+        home.path(),
+        &["plugins", "install", &path_arg(&out_dir)],
+    ));
+
+    // An author's manifest that names another plugin is refused, with what to do.
+    std::fs::write(&authored, r#"{ "id": "other" }"#).unwrap();
+    let out = run_pincer(
+        home.path(),
+        &[
+            "plugins",
+            "pack",
+            "--library",
+            &path_arg(&library_path(&staged)),
+            "--manifest",
+            &path_arg(&authored),
+            "--out",
+            &path_arg(&work.path().join("again")),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_text(&out).contains("its id is \"other\" but the library's is \"sliding-window\""),
+        "{}",
+        stderr_text(&out)
+    );
+    assert!(!work.path().join("again").exists(), "nothing written");
+}
