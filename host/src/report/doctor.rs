@@ -205,10 +205,18 @@ impl DoctorReport {
         }
         if let Some(line) = &self.health {
             let _ = writeln!(out, "{line}");
+        }
+        if !self.quarantine.is_empty() {
+            if self.health.is_none() {
+                let _ = writeln!(
+                    out,
+                    "quarantine history (processes that have exited; `pincer health --clear` removes it):"
+                );
+            }
             for record in &self.quarantine {
                 let _ = writeln!(
                     out,
-                    "  {} owner={} operation={} pid={}: {}",
+                    "  {} owner={} operation={} pid={}{}: {}",
                     record.engine_id,
                     record
                         .owner
@@ -216,6 +224,7 @@ impl DoctorReport {
                         .map_or_else(|| "-".to_owned(), ToString::to_string),
                     record.operation,
                     record.pid,
+                    if record.is_active() { "" } else { " (exited)" },
                     record.reason
                 );
             }

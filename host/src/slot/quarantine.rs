@@ -257,7 +257,8 @@ fn update_mirror(
     mut update: impl FnMut(&mut Vec<QuarantineRecord>),
 ) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    if !dir.is_dir() {
+    if !path.exists() {
+        // Nothing to lock for an update that would leave an absent mirror empty.
         let mut probe = Vec::new();
         update(&mut probe);
         if probe.is_empty() {
