@@ -6,7 +6,7 @@
 //! the folders in search order ([`plugin_roots`]): `$PINCER_HOME/plugins` (installed),
 //! `plugins.load.paths` (linked), then `--plugins-dir` folders.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -154,10 +154,5 @@ impl Catalog {
                 first
             })
             .collect()
-    }
-
-    /// Whether a folder lies inside the home's installed-plugins folder.
-    pub fn is_installed_dir(home: &PincerHome, dir: &Path) -> bool {
-        dir.starts_with(home.plugins_dir())
     }
 }

@@ -304,7 +304,14 @@ impl PluginCommands {
                     installed.manifest.version,
                     installed.dir.display()
                 )];
-                editor.apply(&change.edits)?;
+                if let Err(err) = editor.apply(&change.edits) {
+                    // The edits were checked; only a write can fail here. A fresh install is
+                    // taken back so the home stays as it was.
+                    if !installed.replaced {
+                        let _ = install::uninstall(&installed.dir, &self.home.plugins_dir());
+                    }
+                    return Err(err.into());
+                }
                 messages.extend(change.messages);
                 Ok(Outcome { messages })
             }
