@@ -36,6 +36,11 @@ fn path_arg(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// `pincer plugins install` of a staged plugin into `home`.
+fn install_staged(home: &Path, id: &str) -> Output {
+    run_pincer(home, &["plugins", "install", &path_arg(&staged_plugin(id))])
+}
+
 const COMMENTED: &str = "// the operator's notes\n{\n  plugins: {\n    // never used here\n    deny: ['nothing'],\n  },\n  agents: { defaults: { compaction: { timeoutSeconds: 90 } } }, // tuned\n}\n";
 
 #[test]
@@ -109,18 +114,8 @@ fn quick_start_install_doctor_assemble_remove() {
 #[test]
 fn installing_or_selecting_disables_the_other_context_engine_plugins() {
     let home = TempDir::new().unwrap();
-    ok(&run_pincer(
-        home.path(),
-        &["plugins", "install", &path_arg(&staged_plugin("faulty"))],
-    ));
-    let out = run_pincer(
-        home.path(),
-        &[
-            "plugins",
-            "install",
-            &path_arg(&staged_plugin("sliding-window")),
-        ],
-    );
+    ok(&install_staged(home.path(), "faulty"));
+    let out = install_staged(home.path(), "sliding-window");
     let text = ok(&out);
     assert!(
         text.ends_with("Exclusive slot \"contextEngine\" switched from \"faulty\" to \"sliding-window\".\nDisabled other \"contextEngine\" slot plugins: faulty.\n"),
@@ -158,14 +153,7 @@ fn installing_or_selecting_disables_the_other_context_engine_plugins() {
 #[test]
 fn disabling_keeps_the_slot_and_doctor_says_it_was_the_operators_choice() {
     let home = TempDir::new().unwrap();
-    ok(&run_pincer(
-        home.path(),
-        &[
-            "plugins",
-            "install",
-            &path_arg(&staged_plugin("sliding-window")),
-        ],
-    ));
+    ok(&install_staged(home.path(), "sliding-window"));
     let out = run_pincer(home.path(), &["plugins", "disable", "sliding-window"]);
     assert_eq!(
         ok(&out),
@@ -461,10 +449,7 @@ fn factory_calls(home: &Path) -> usize {
 #[test]
 fn a_disabled_engines_factory_never_runs_and_runs_once_when_enabled_again() {
     let home = TempDir::new().unwrap();
-    ok(&run_pincer(
-        home.path(),
-        &["plugins", "install", &path_arg(&staged_plugin("faulty"))],
-    ));
+    ok(&install_staged(home.path(), "faulty"));
     assert_eq!(factory_calls(home.path()), 1, "selected and enabled");
     ok(&run_pincer(home.path(), &["plugins", "disable", "faulty"]));
     assert_eq!(
@@ -535,4 +520,31 @@ fn pack_turns_a_built_library_into_a_plugin_folder_install_takes() {
         stderr_text(&out)
     );
     assert!(!work.path().join("again").exists(), "nothing written");
+}
+
+#[test]
+fn installing_a_denied_plugin_leaves_the_slot_and_says_why() {
+    let home = TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        "{ plugins: { deny: ['sliding-window'] } }\n",
+    )
+    .unwrap();
+    let out = install_staged(home.path(), "sliding-window");
+    let text = ok(&out);
+    assert!(
+        text.ends_with("The slot is unchanged: plugin \"sliding-window\" is denied by plugins.deny: remove it from that list first.\n"),
+        "{text}"
+    );
+    assert_eq!(
+        config_value(home.path())["plugins"]["slots"]["contextEngine"],
+        Value::Null
+    );
+    let out = run_pincer(home.path(), &["plugins", "select", "sliding-window"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_text(&out).contains("is denied by plugins.deny: remove it from that list first"),
+        "{}",
+        stderr_text(&out)
+    );
 }
