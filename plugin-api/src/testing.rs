@@ -767,8 +767,13 @@ mod tests {
 
     crate::export_engine!(Delegating);
 
+    /// The library's log forwarder is process-wide: a test that logs from an engine it does not
+    /// create through a `TestHost` must not run while another test reads its host's logs.
+    static LOGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_exported_entry_point_forwards_logs_catches_panics_and_delegates() {
+        let _logs = LOGS.lock().unwrap_or_else(|e| e.into_inner());
         let host = TestHost::new();
         let engine = TestEngine::new::<Delegating>(&host, serde_json::json!({})).unwrap();
         assert_eq!(engine.id(), "delegating", "the id comes from Engine::ID");
@@ -832,6 +837,7 @@ mod tests {
 
     #[test]
     fn a_panicking_destructor_is_contained() {
+        let _logs = LOGS.lock().unwrap_or_else(|e| e.into_inner());
         let host = TestHost::new();
         let engine = crate::into_engine_box(
             panicky_drop::PanickyDrop,

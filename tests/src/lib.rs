@@ -222,3 +222,36 @@ pub fn generate_session(tasks: &serde_json::Value, entries: usize, path: &Path) 
     let tree = SessionTree::read(path).expect("readable");
     build_session_context(&tree, None).messages.len()
 }
+
+/// A process's standard output, as text.
+pub fn stdout_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A process's standard error, as text.
+pub fn stderr_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A process's standard output as JSON; panics with both streams when it is not.
+#[track_caller]
+pub fn stdout_json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            stdout_text(out),
+            stderr_text(out)
+        )
+    })
+}
+
+/// The element of `list` (a JSON array of objects) whose `"id"` is `id`.
+#[track_caller]
+pub fn find_by_id(list: &serde_json::Value, id: &str) -> serde_json::Value {
+    list.as_array()
+        .expect("an array")
+        .iter()
+        .find(|item| item["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no \"{id}\" in {list}"))
+}

@@ -4,20 +4,9 @@
 //! would end it with status 1 from abi_stable, or a signal).
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::Output;
 
 use pincer_tests::*;
 use serde_json::{json, Value};
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
 
 fn plugins_arg() -> String {
     staged_plugins_dir().display().to_string()
@@ -73,15 +62,7 @@ fn doctor_reports_rejected_plugins_with_reasons_and_survives() {
     );
     assert_eq!(out.status.code(), Some(0), "legacy still resolves");
     let report = stdout_json(&out);
-    let by_id = |id: &str| {
-        report["plugins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["id"] == id)
-            .cloned()
-            .unwrap()
-    };
+    let by_id = |id: &str| find_by_id(&report["plugins"], id);
     assert_eq!(by_id("faulty")["status"], "rejected");
     assert_eq!(by_id("faulty")["error"]["code"], "panic_abort");
     assert_eq!(by_id("future-api")["error"]["code"], "api_major_mismatch");

@@ -66,7 +66,7 @@ fn missing_library_file() {
     assert_eq!(
         message,
         format!(
-            "library {} does not exist; run `cargo xtask build-plugins`, or check \"library\" in the plugin's pincer.plugin.json",
+            "library {} does not exist; build the plugin and package it with `pincer plugins pack`, or check \"library\" in the plugin's pincer.plugin.json",
             library_path(&dir).display()
         )
     );

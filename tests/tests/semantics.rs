@@ -262,12 +262,26 @@ fn an_unregistered_engine_is_quarantined_as_resolve_and_legacy_answers() {
     assert_eq!(resolved.resolution.resolved, "legacy");
     let record = runtime.quarantine().get("lossless-claw").unwrap();
     assert_eq!(record.operation, "resolve");
-    assert!(record.reason.starts_with("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, sliding-window"));
+    assert_eq!(
+        record.reason, "not registered",
+        "§3.4.4: the record's reason"
+    );
+    assert_eq!(
+        resolved.resolution.reason.as_deref(),
+        Some("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, sliding-window"),
+        "the available engines go to the diagnostic"
+    );
 }
 
 #[test]
 fn slot_values_that_mean_legacy() {
-    for slot in [json!(null), json!(""), json!("  "), json!("legacy")] {
+    for slot in [
+        json!(null),
+        json!(""),
+        json!("  "),
+        json!("legacy"),
+        json!("none"),
+    ] {
         let home = TempDir::new().unwrap();
         let runtime = runtime_with(
             &home,
@@ -802,21 +816,38 @@ fn health_lists_quarantines_from_another_process() {
     let home = TempDir::new().unwrap();
     let conversation = example_conversation().display().to_string();
     let plugins = staged_plugins_dir().display().to_string();
-    let out = run_pincer(
-        home.path(),
-        &[
+    // A process that quarantines `faulty` and then stays alive (its `dispose` hangs).
+    let mut running = std::process::Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args([
             "assemble",
             "--plugins-dir",
             &plugins,
             "--engine",
             "faulty",
             "--config",
-            r#"{"assemble":"error"}"#,
+            r#"{"assemble":"error","dispose":"hang"}"#,
             "--conversation",
             &conversation,
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0));
+        ])
+        .env("PINCER_CLEANUP_TIMEOUT_MS", "600000")
+        .env_remove("PINCER_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mirror = home
+        .path()
+        .join("state")
+        .join("context-engine-quarantine.json");
+    // Wait (bounded) for the record to reach the mirror.
+    for _ in 0..600 {
+        if std::fs::read_to_string(&mirror).is_ok_and(|t| t.contains("faulty")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let out = run_pincer(home.path(), &["health", "--json"]);
     let health: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(health["status"], "warning");
@@ -829,7 +860,61 @@ fn health_lists_quarantines_from_another_process() {
     assert_eq!(record["owner"], "plugin:faulty");
     assert_eq!(record["operation"], "assemble");
     assert_eq!(record["reason"], "faulty: configured to fail in assemble");
+    assert_eq!(record["processAlive"], true);
     assert!(record["failedAt"].as_u64().unwrap() > 0);
+    let out = run_pincer(home.path(), &["health", "--clear"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "No quarantine records of exited processes to clear.\nKept 1 record of running processes, which still use legacy for them: faulty (pid {}).\n",
+            running.id()
+        )
+    );
+
+    // Once that process has exited, its plain failure is history, not a warning.
+    running.kill().unwrap();
+    running.wait().unwrap();
+    let out = run_pincer(home.path(), &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["line"], "Context engine: ok");
+    assert_eq!(health["contextEngines"]["history"][0]["engineId"], "faulty");
+    assert_eq!(
+        health["contextEngines"]["history"][0]["processAlive"],
+        false
+    );
+    let text = run_pincer(home.path(), &["health"]);
+    assert!(String::from_utf8_lossy(&text.stdout)
+        .contains("history (recorded by processes that have exited"));
+    let out = run_pincer(home.path(), &["health", "--clear", "faulty"]);
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .starts_with("Cleared 1 quarantine record of exited processes: faulty (pid "));
+    let out = run_pincer(home.path(), &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(health.get("contextEngines").is_none(), "{health}");
+
+    // A crash record (the process died in the middle of a call) stays active.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    std::fs::write(
+        &mirror,
+        serde_json::to_string(&serde_json::json!({"records": [{
+            "engineId": "faulty", "operation": "assemble", "reason": "crashed in assemble",
+            "failedAt": 1, "pid": pid, "crash": true
+        }]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = run_pincer(home.path(), &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "warning");
+    let out = run_pincer(home.path(), &["health", "--clear"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Cleared 1 quarantine record"));
+    let out = run_pincer(home.path(), &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "ok");
+
     let empty = TempDir::new().unwrap();
     let out = run_pincer(empty.path(), &["health", "--json"]);
     let health: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -61,6 +61,12 @@ const VARIANTS: &[Variant] = &[
         package: "bad-layout",
         profile: None,
     },
+    // Two engines in one library, one whose id is not the plugin id (slot rules).
+    Variant {
+        name: "twin",
+        package: "twin",
+        profile: None,
+    },
 ];
 
 /// The two folders a run staged into.

@@ -1,6 +1,7 @@
 //! `cargo xtask demo`: a guided tour of the real `pincer` binary against freshly staged plugins.
 //!
-//! Each step prints a heading and the command line, then streams the binary's own output.
+//! Each step prints a heading and the command line, then streams the binary's own output. The
+//! tour ends with OpenClaw's quick start in pincer's words: install, list, assemble, remove.
 //! The steps are data ([`STEPS`]): to extend the demo, add a row.
 //! A step that exits non-zero is reported and the tour goes on; the demo fails at the end if any step failed.
 //! The demo home (`<target>/demo-home`) is recreated empty on every run, so the tour always starts the same.
@@ -75,7 +76,7 @@ const STEPS: &[Step] = &[
         expect_refusal: false,
     },
     Step {
-        title: "health, from another process: the quarantine mirror and the health line",
+        title: "health, from another process: the quarantine mirror; a record of a process that has exited is history, not a warning",
         args: &["--home", "{home}", "health"],
         expect_refusal: false,
     },
@@ -101,6 +102,26 @@ const STEPS: &[Step] = &[
     Step {
         title: "doctor: libraries that must never run (panic = abort, API 2.0, another ABI layout) are refused before any call",
         args: &["--home", "{home}", "doctor", "--plugins-dir", "{variants}"],
+        expect_refusal: false,
+    },
+    Step {
+        title: "plugins install: verified before anything is copied, copied into the home, the slot bound (pincer.json edited in place)",
+        args: &["--home", "{home}", "plugins", "install", "{plugins}/sliding-window"],
+        expect_refusal: false,
+    },
+    Step {
+        title: "plugins list: from the manifests, without loading",
+        args: &["--home", "{home}", "plugins", "list"],
+        expect_refusal: false,
+    },
+    Step {
+        title: "assemble on the installed, selected engine",
+        args: &["--home", "{home}", "assemble", "--conversation", CONVERSATION],
+        expect_refusal: false,
+    },
+    Step {
+        title: "plugins remove: the slot goes back to legacy",
+        args: &["--home", "{home}", "plugins", "remove", "sliding-window"],
         expect_refusal: false,
     },
 ];

@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::bench_peer::{Peer, PeerConfig};
 
@@ -30,8 +31,12 @@ commands:
   abi-check [--bless]         compare the layout of every frozen v1 ABI type with the committed
                               baseline plugin-api/abi/v1.layout.txt (also run by `cargo test`);
                               --bless rewrites the baseline (only before 1.0 is published)
-  new-plugin <id>             start a new engine in plugins/<id>/: a cdylib crate with a working
-                              minimal engine and its manifest, added to the workspace members
+  new-plugin <id> [--out-of-tree DIR]
+                              start a new engine in plugins/<id>/: a cdylib crate with a working
+                              minimal engine and its manifest, added to the workspace members;
+                              with --out-of-tree, a standalone crate in DIR that builds outside
+                              this workspace (pincer-plugin-api as a path dependency), packaged
+                              with `pincer plugins pack DIR`
   help                        print this text
 ";
 
@@ -53,6 +58,7 @@ pub(crate) enum Command {
     },
     NewPlugin {
         id: String,
+        out_of_tree: Option<PathBuf>,
     },
     AbiCheck {
         bless: bool,
@@ -113,13 +119,24 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command,
     }
 
     if command == "new-plugin" {
+        let utf8 = |id: &OsString| {
+            id.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| UsageError(format!("plugin id {id:?} is not UTF-8")))
+        };
         return match own.as_slice() {
-            [id] => id
-                .to_str()
-                .map(|id| Command::NewPlugin { id: id.to_owned() })
-                .ok_or_else(|| UsageError(format!("plugin id {id:?} is not UTF-8"))),
+            [id] => Ok(Command::NewPlugin {
+                id: utf8(id)?,
+                out_of_tree: None,
+            }),
+            [id, flag, dir] | [flag, dir, id] if flag == "--out-of-tree" => {
+                Ok(Command::NewPlugin {
+                    id: utf8(id)?,
+                    out_of_tree: Some(PathBuf::from(dir)),
+                })
+            }
             _ => Err(UsageError(
-                "`new-plugin` takes exactly one plugin id".to_owned(),
+                "`new-plugin` takes one plugin id, and optionally --out-of-tree DIR".to_owned(),
             )),
         };
     }
@@ -249,7 +266,15 @@ mod tests {
         assert_eq!(
             parse_strs(&["new-plugin", "my-engine"]),
             Ok(Command::NewPlugin {
-                id: "my-engine".to_owned()
+                id: "my-engine".to_owned(),
+                out_of_tree: None,
+            })
+        );
+        assert_eq!(
+            parse_strs(&["new-plugin", "my-engine", "--out-of-tree", "/tmp/x"]),
+            Ok(Command::NewPlugin {
+                id: "my-engine".to_owned(),
+                out_of_tree: Some(PathBuf::from("/tmp/x")),
             })
         );
         assert!(parse_strs(&["new-plugin"]).is_err());

@@ -69,7 +69,10 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench {
             peer: Some(peer), ..
         } => bench_peer::run(&ws, &peer),
-        Command::NewPlugin { id } => new_plugin::run(&ws, &id),
+        Command::NewPlugin { id, out_of_tree } => match out_of_tree {
+            Some(dir) => new_plugin::run_out_of_tree(&ws, &id, &dir),
+            None => new_plugin::run(&ws, &id),
+        },
         Command::AbiCheck { bless } => abi_check::run(bless),
     }
 }

@@ -25,6 +25,91 @@ pub(crate) fn run(ws: &Workspace, id: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `cargo xtask new-plugin <id> --out-of-tree DIR`: a standalone crate in `DIR` that builds
+/// outside this workspace — its own `[workspace]`, `pincer-plugin-api` as a path dependency on
+/// this checkout (the way to depend on it before it is on crates.io) — with the same engine
+/// and manifest as an in-tree plugin. `pincer plugins pack DIR` packages it.
+pub(crate) fn run_out_of_tree(ws: &Workspace, id: &str, dir: &Path) -> Result<ExitCode> {
+    let api = ws.root.join("plugin-api");
+    create_out_of_tree(dir, id, &api)?;
+    println!("created {}", dir.display());
+    println!(
+        "next: cargo test --manifest-path {0}/Cargo.toml, then: pincer plugins pack {0} && pincer plugins install {0}/target/pincer-plugins/{id}",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the standalone crate for `id` into `dir`, depending on the API crate at `api`.
+fn create_out_of_tree(dir: &Path, id: &str, api: &Path) -> Result<()> {
+    check_id(id)?;
+    if dir.exists()
+        && fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "{} exists and is not empty: pick a new folder",
+            dir.display()
+        );
+    }
+    let api_path = api.display().to_string().replace('\\', "/");
+    write_crate(
+        dir,
+        id,
+        &[("{{api_path}}", &api_path)],
+        &[
+            ("Cargo.toml", OUT_OF_TREE_CARGO_TOML),
+            ("pincer.plugin.json", MANIFEST),
+            ("src/lib.rs", LIB_RS),
+            (".gitignore", "/target\n/Cargo.lock\n"),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Writes `files` (path, template) into `dir` with the template's names replaced by those of
+/// `id`, and each `(placeholder, value)` of `extra` filled in.
+fn write_crate(dir: &Path, id: &str, extra: &[(&str, &str)], files: &[(&str, &str)]) -> Result<()> {
+    let (lib_name, type_name) = names(id);
+    let render = |template: &str| {
+        let named = template
+            .replace("{{id}}", id)
+            .replace("{{lib}}", &lib_name)
+            .replace("{{Type}}", &type_name)
+            .replace("NewEngine", &type_name)
+            .replace("new-engine", id)
+            .replace("new_engine", &lib_name);
+        extra.iter().fold(named, |text, (placeholder, value)| {
+            text.replace(placeholder, value)
+        })
+    };
+    fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    for (path, template) in files {
+        let file = dir.join(path);
+        fs::write(&file, render(template))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// The library name (`my_engine`) and type name (`MyEngine`) of an id.
+fn names(id: &str) -> (String, String) {
+    let lib_name = id.replace('-', "_");
+    let type_name: String = id
+        .split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    (lib_name, type_name)
+}
+
 /// Checks that `id` can name a plugin, a crate and a library.
 fn check_id(id: &str) -> Result<()> {
     let ok_chars = id
@@ -61,37 +146,16 @@ fn create(plugins_dir: &Path, id: &str) -> Result<PathBuf> {
             dir.display()
         );
     }
-    let lib_name = id.replace('-', "_");
-    let type_name: String = id
-        .split('-')
-        .map(|part| {
-            let mut chars = part.chars();
-            chars
-                .next()
-                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
-                .unwrap_or_default()
-        })
-        .collect();
-    let render = |template: &str| {
-        template
-            .replace("{{id}}", id)
-            .replace("{{lib}}", &lib_name)
-            .replace("{{Type}}", &type_name)
-            .replace("NewEngine", &type_name)
-            .replace("new-engine", id)
-            .replace("new_engine", &lib_name)
-    };
-    fs::create_dir_all(dir.join("src"))
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    for (path, template) in [
-        ("Cargo.toml", CARGO_TOML),
-        ("pincer.plugin.json", MANIFEST),
-        ("src/lib.rs", LIB_RS),
-    ] {
-        let file = dir.join(path);
-        fs::write(&file, render(template))
-            .with_context(|| format!("cannot write {}", file.display()))?;
-    }
+    write_crate(
+        &dir,
+        id,
+        &[],
+        &[
+            ("Cargo.toml", CARGO_TOML),
+            ("pincer.plugin.json", MANIFEST),
+            ("src/lib.rs", LIB_RS),
+        ],
+    )?;
     Ok(dir)
 }
 
@@ -118,6 +182,32 @@ serde_json = { workspace = true }
 
 [lints]
 workspace = true
+"#;
+
+const OUT_OF_TREE_CARGO_TOML: &str = r#"[package]
+name = "{{id}}"
+version = "0.1.0"
+description = "A pincer context engine"
+edition = "2021"
+publish = false
+
+[lib]
+name = "{{lib}}"
+crate-type = ["cdylib", "rlib"]
+
+[dependencies]
+# Until pincer-plugin-api is on crates.io: a path to a pincer checkout (or a git dependency,
+# `pincer-plugin-api = { git = "<pincer repository>", tag = "<release>" }`). Once published:
+# pincer-plugin-api = "1"
+pincer-plugin-api = { path = "{{api_path}}" }
+serde = { version = "1", features = ["derive"] }
+tracing = "0.1"
+
+[dev-dependencies]
+serde_json = "1"
+
+# Its own workspace: it builds wherever it is, inside another workspace's folder or not.
+[workspace]
 "#;
 
 const MANIFEST: &str = r#"{
@@ -166,6 +256,25 @@ mod tests {
         );
         assert!(lib.contains("const ID: &'static str = \"my-engine\";"));
         assert!(create(&tmp, "my-engine").is_err(), "never overwrites");
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn out_of_tree_is_a_workspace_of_its_own_with_the_api_by_path() {
+        let tmp = std::env::temp_dir().join(format!("xtask-out-of-tree-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let dir = tmp.join("my-engine");
+        create_out_of_tree(&dir, "my-engine", Path::new("/src/pincer/plugin-api")).unwrap();
+        let cargo = fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(cargo.contains("pincer-plugin-api = { path = \"/src/pincer/plugin-api\" }"));
+        assert!(cargo.contains("\n[workspace]\n") && !cargo.contains(".workspace = true"));
+        assert!(!cargo.contains("{{"), "every placeholder filled");
+        let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+        assert!(lib.contains("export_engine!(MyEngine)"));
+        assert!(
+            create_out_of_tree(&dir, "my-engine", Path::new("/x")).is_err(),
+            "never writes into a folder that is not empty"
+        );
         let _ = fs::remove_dir_all(&tmp);
     }
 

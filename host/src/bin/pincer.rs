@@ -22,7 +22,9 @@ use pincer_host::session::{
     build_session_context, convert_to_llm, CounterUpdate, JsonlStore, SessionStore, SessionSummary,
     SessionTree, Transcript, DEFAULT_AGENT,
 };
-use pincer_host::slot::quarantine::{health_line, process_alive, Quarantine};
+use pincer_host::slot::quarantine::{
+    clear_exited, health_line, process_alive, split_active, Quarantine, QuarantineRecord,
+};
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
 use pincer_host::types::HostOperation;
@@ -56,6 +58,10 @@ enum Command {
         /// Another folder to discover plugins in (repeatable).
         #[arg(long = "plugins-dir", value_name = "DIR")]
         plugins_dirs: Vec<PathBuf>,
+        /// Repair what can be repaired first (OpenClaw's host-compatibility repair: a selected
+        /// engine no configured host can run goes back to legacy) and say what changed.
+        #[arg(long)]
+        fix: bool,
     },
     /// Runs the selected engine's `assemble` over a conversation file and shows what it kept.
     Assemble {
@@ -72,11 +78,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Shows quarantined engines (of this and other processes) and the health line.
+    /// Shows quarantined engines (of this and other processes) and the health line; records
+    /// of processes that have exited are history, not a warning (unless they record a crash).
     Health {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Remove the records of exited processes (of engine ID, or of every engine).
+        #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+        clear: Option<String>,
     },
     /// Calls every method of an engine once over a conversation and reports each outcome.
     CheckEngine {
@@ -122,10 +132,109 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Installs, lists, inspects, enables, disables, selects and removes plugins
+    /// (OpenClaw's slot rules: installing or selecting an engine disables the other
+    /// context-engine plugins; removing the selected one resets the slot to legacy).
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
     /// Reads OpenClaw session files (JSONL, versions 1–4) as OpenClaw reads them.
     Sessions {
         #[command(subcommand)]
         command: SessionsCommand,
+    },
+}
+
+/// Plugin folders to see besides `$PINCER_HOME/plugins` and `plugins.load.paths`.
+#[derive(clap::Args, Debug)]
+struct PluginsDirs {
+    /// Another folder to discover plugins in (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugins_dirs: Vec<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginsCommand {
+    /// Verifies a plugin folder or a .tar.gz of one (nothing is copied unless every check
+    /// passes), copies it into $PINCER_HOME/plugins/<id>/, and selects its engine.
+    Install {
+        /// The plugin folder or .tar.gz archive.
+        path: PathBuf,
+        /// Register the folder in plugins.load.paths instead of copying it.
+        #[arg(long, short = 'l')]
+        link: bool,
+        /// Replace an installed plugin of the same id.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Lists the plugins (installed, linked, --plugins-dir), from their manifests.
+    List {
+        #[command(flatten)]
+        dirs: PluginsDirs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows one plugin: manifest, status, engines, host compatibility, sha256, quarantine.
+    Inspect {
+        /// The plugin id.
+        id: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+        /// Print JSON (`{plugin: {id, name, status, contextEngineIds, ...}}`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Enables a plugin (plugins.entries.<id>.enabled).
+    Enable {
+        /// The plugin id.
+        id: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
+    /// Disables a plugin; the slot keeps naming its engine and legacy answers meanwhile.
+    Disable {
+        /// The plugin id.
+        id: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
+    /// Selects a context engine for the slot and disables the other context-engine plugins.
+    Select {
+        /// The engine id (or `legacy`).
+        engine: String,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
+    /// Removes an installed plugin (or unlinks a linked one); the slot goes back to legacy
+    /// if it selected its engine.
+    Remove {
+        /// The plugin id.
+        id: String,
+    },
+    /// Builds an engine crate (plain `cargo build --lib`), or takes a built library, and
+    /// writes a plugin folder ready for `pincer plugins install`: the library and a
+    /// pincer.plugin.json with id, version, apiVersion and contextEngineIds from the
+    /// library, library and sha256 filled in, other fields from the crate's own manifest.
+    Pack {
+        /// The engine's crate folder (default: the current folder).
+        #[arg(default_value = ".", conflicts_with = "library")]
+        crate_dir: PathBuf,
+        /// Pack this built library instead of building a crate.
+        #[arg(long, value_name = "FILE")]
+        library: Option<PathBuf>,
+        /// The manifest to start from (default: pincer.plugin.json beside Cargo.toml or the
+        /// library).
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+        /// Where to write the plugin folder (default: <crate>/target/pincer-plugins/<id>,
+        /// or ./<id> for --library).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Build with --release.
+        #[arg(long)]
+        release: bool,
     },
 }
 
@@ -261,7 +370,36 @@ fn main() -> ExitCode {
     init_logging(&cli.log);
     let home = PincerHome::resolve(cli.home.as_deref());
     match cli.command {
-        Command::Doctor { json, plugins_dirs } => {
+        Command::Doctor {
+            json,
+            plugins_dirs,
+            fix,
+        } => {
+            if fix {
+                let commands = pincer_host::slot::manage::PluginCommands::new(
+                    home.clone(),
+                    plugins_dirs.clone(),
+                );
+                // With --json on stderr, so that stdout stays one JSON document.
+                let say = |line: String| {
+                    if json {
+                        eprintln!("{line}");
+                    } else {
+                        println!("{line}");
+                    }
+                };
+                match commands.repair_host_compatibility() {
+                    Ok(outcome) if outcome.messages.is_empty() => {
+                        say("doctor --fix: nothing to repair".to_owned())
+                    }
+                    Ok(outcome) => {
+                        for message in outcome.messages {
+                            say(format!("doctor --fix: {message}"));
+                        }
+                    }
+                    Err(err) => return fail(err, 1),
+                }
+            }
             let runtime = match open(home, plugins_dirs, None) {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
@@ -282,7 +420,10 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Command::Health { json } => health(&home, json),
+        Command::Health { json, clear } => match clear {
+            Some(id) => health_clear(&home, Some(id.as_str()).filter(|id| !id.is_empty())),
+            None => health(&home, json),
+        },
         Command::Run(args) => run::run(home, args),
         Command::Assemble {
             run,
@@ -333,6 +474,7 @@ fn main() -> ExitCode {
             runtime.shutdown();
             code
         }
+        Command::Plugins { command } => plugins(home, command),
         Command::Sessions {
             command:
                 SessionsCommand::Context {
@@ -852,40 +994,200 @@ fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> Ex
     ExitCode::SUCCESS
 }
 
+fn print_pretty(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("report serializes")
+    );
+}
+
+fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
+    use pincer_host::plugins::catalog::{plugin_roots, Catalog};
+    use pincer_host::report::plugins::{inspect, list};
+    use pincer_host::slot::manage::{InstallMode, ManageError, PluginCommands};
+    let read = |extra: &[PathBuf]| -> Result<(LoadedConfig, Catalog), ExitCode> {
+        let config = LoadedConfig::load(&home.config_path()).map_err(|err| fail(err, 2))?;
+        let catalog = Catalog::read(&plugin_roots(&home, &config.config, extra));
+        Ok((config, catalog))
+    };
+    let outcome = match command {
+        PluginsCommand::List { dirs, json } => {
+            let (config, catalog) = match read(&dirs.plugins_dirs) {
+                Ok(it) => it,
+                Err(code) => return code,
+            };
+            let report = list(&catalog, &config.config);
+            if json {
+                print_pretty(&report);
+            } else {
+                print!("{}", report.render_text());
+            }
+            return ExitCode::SUCCESS;
+        }
+        PluginsCommand::Inspect { id, dirs, json } => {
+            let (config, catalog) = match read(&dirs.plugins_dirs) {
+                Ok(it) => it,
+                Err(code) => return code,
+            };
+            let Some(entry) = catalog.plugin(&id) else {
+                let known: Vec<String> = catalog.entries.iter().map(|e| e.id()).collect();
+                return fail(ManageError::UnknownPlugin { id, known }, 2);
+            };
+            let report = inspect(entry, &config.config, &home);
+            if json {
+                print_pretty(&report);
+            } else {
+                print!("{}", report.render_text());
+            }
+            return ExitCode::SUCCESS;
+        }
+        PluginsCommand::Install { path, link, force } => {
+            let mode = if link {
+                InstallMode::Link
+            } else {
+                InstallMode::Copy { replace: force }
+            };
+            PluginCommands::new(home, Vec::new()).install(&path, mode)
+        }
+        PluginsCommand::Enable { id, dirs } => {
+            PluginCommands::new(home, dirs.plugins_dirs).enable(&id)
+        }
+        PluginsCommand::Disable { id, dirs } => {
+            PluginCommands::new(home, dirs.plugins_dirs).disable(&id)
+        }
+        PluginsCommand::Select { engine, dirs } => {
+            PluginCommands::new(home, dirs.plugins_dirs).select(&engine)
+        }
+        PluginsCommand::Remove { id } => PluginCommands::new(home, Vec::new()).remove(&id),
+        PluginsCommand::Pack {
+            crate_dir,
+            library,
+            manifest,
+            out,
+            release,
+        } => {
+            use pincer_host::plugins::pack::{pack, PackSource};
+            let source = match library {
+                Some(path) => PackSource::Library(path),
+                None => PackSource::Crate {
+                    dir: crate_dir,
+                    release,
+                },
+            };
+            return match pack(&source, manifest.as_deref(), out.as_deref()) {
+                Ok(packed) => {
+                    println!(
+                        "Packed plugin \"{}\" {} (engines: {}) into {}.",
+                        packed.manifest.id,
+                        packed.manifest.version,
+                        packed.manifest.context_engine_ids.join(", "),
+                        packed.dir.display()
+                    );
+                    println!(
+                        "Install it with: pincer plugins install {}",
+                        packed.dir.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(err, 1),
+            };
+        }
+    };
+    match outcome {
+        Ok(outcome) => {
+            for message in outcome.messages {
+                println!("{message}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let code = match &err {
+                ManageError::Config(_)
+                | ManageError::UnknownPlugin { .. }
+                | ManageError::UnknownEngine { .. } => 2,
+                _ => 1,
+            };
+            fail(err, code)
+        }
+    }
+}
+
+fn health_clear(home: &PincerHome, engine_id: Option<&str>) -> ExitCode {
+    let (removed, kept) = match clear_exited(&home.state_dir(), engine_id) {
+        Ok(it) => it,
+        Err(err) => {
+            return fail(
+                format!(
+                    "cannot clear the quarantine mirror in {}: {err}",
+                    home.state_dir().display()
+                ),
+                1,
+            )
+        }
+    };
+    let ids = |records: &[QuarantineRecord]| {
+        records
+            .iter()
+            .map(|r| format!("{} (pid {})", r.engine_id, r.pid))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if removed.is_empty() {
+        println!("No quarantine records of exited processes to clear.");
+    } else {
+        println!(
+            "Cleared {} quarantine record{} of exited processes: {}.",
+            removed.len(),
+            if removed.len() == 1 { "" } else { "s" },
+            ids(&removed)
+        );
+    }
+    if !kept.is_empty() {
+        println!(
+            "Kept {} record{} of running processes, which still use legacy for them: {}.",
+            kept.len(),
+            if kept.len() == 1 { "" } else { "s" },
+            ids(&kept)
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 fn health(home: &PincerHome, json: bool) -> ExitCode {
     let quarantine = Quarantine::new(Some(&home.state_dir()));
-    let records = quarantine.list();
-    let line = health_line(&records).unwrap_or_else(|| "Context engine: ok".to_owned());
+    let (active, history) = split_active(quarantine.list());
+    let line = health_line(&active).unwrap_or_else(|| "Context engine: ok".to_owned());
+    let with_alive = |records: &[QuarantineRecord]| -> Vec<serde_json::Value> {
+        records
+            .iter()
+            .map(|r| {
+                let mut value = serde_json::to_value(r).expect("serializes");
+                value["processAlive"] = serde_json::json!(process_alive(r.pid));
+                value
+            })
+            .collect()
+    };
     if json {
         let mut out = serde_json::json!({
-            "status": if records.is_empty() { "ok" } else { "warning" },
+            "status": if active.is_empty() { "ok" } else { "warning" },
             "line": line,
         });
-        if !records.is_empty() {
-            let quarantined: Vec<serde_json::Value> = records
-                .iter()
-                .map(|r| {
-                    let mut value = serde_json::to_value(r).expect("serializes");
-                    value["processAlive"] = serde_json::json!(process_alive(r.pid));
-                    value
-                })
-                .collect();
-            out["contextEngines"] = serde_json::json!({ "quarantined": quarantined });
+        if !active.is_empty() || !history.is_empty() {
+            let mut engines = serde_json::json!({});
+            if !active.is_empty() {
+                engines["quarantined"] = serde_json::json!(with_alive(&active));
+            }
+            if !history.is_empty() {
+                engines["history"] = serde_json::json!(with_alive(&history));
+            }
+            out["contextEngines"] = engines;
         }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("serializes")
-        );
+        print_pretty(&out);
     } else {
         println!("{line}");
-        for r in &records {
-            let exited = if process_alive(r.pid) == Some(false) {
-                " (exited)"
-            } else {
-                ""
-            };
-            println!(
-                "  {} owner={} operation={} failedAt={} pid={}{exited}: {}",
+        let row = |r: &QuarantineRecord| {
+            format!(
+                "{} owner={} operation={} failedAt={} pid={}{}: {}",
                 r.engine_id,
                 r.owner
                     .as_ref()
@@ -893,8 +1195,18 @@ fn health(home: &PincerHome, json: bool) -> ExitCode {
                 r.operation,
                 r.failed_at,
                 r.pid,
+                if r.crash { " (crashed)" } else { "" },
                 r.reason
-            );
+            )
+        };
+        for r in &active {
+            println!("  {}", row(r));
+        }
+        if !history.is_empty() {
+            println!("history (recorded by processes that have exited; `pincer health --clear` removes them):");
+            for r in &history {
+                println!("  {}", row(r));
+            }
         }
     }
     ExitCode::SUCCESS

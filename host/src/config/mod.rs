@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::types::Method;
 
+pub mod edit;
+
 /// Where pincer keeps its files: config, installed plugins, the library cache, state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PincerHome {
@@ -76,6 +78,35 @@ pub enum FallbackPolicy {
     Strict,
 }
 
+/// Why the operator's configuration keeps a plugin from being used. Each is a choice, not a
+/// failure: an engine of such a plugin resolves to `legacy` silently (reference §3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DisabledBy {
+    /// `plugins.enabled` is `false`.
+    PluginsOff,
+    /// The id is in `plugins.deny`.
+    Denied,
+    /// `plugins.allow` is set and does not name it.
+    NotAllowed,
+    /// `plugins.entries.<id>.enabled` is `false`.
+    Entry,
+}
+
+impl std::fmt::Display for DisabledBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DisabledBy::PluginsOff => "plugins are disabled (plugins.enabled is false)",
+            DisabledBy::Denied => "denied by plugins.deny",
+            DisabledBy::NotAllowed => "not in plugins.allow",
+            DisabledBy::Entry => "disabled by plugins.entries.<id>.enabled",
+        })
+    }
+}
+
+/// The slot value that names no plugin: the slot resolves to `legacy`.
+pub const SLOT_NONE: &str = "none";
+
 /// `plugins.slots`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,7 +138,14 @@ pub struct LoadConfig {
 }
 
 /// `plugins.callTimeoutsMs`: per-call deadlines of engine methods other than `compact`
-/// (pincer's addition). Keys are contract method names; `default` covers the rest.
+/// (pincer's addition). Keys are contract method names; `default` covers the rest except
+/// `dispose`.
+///
+/// `default` does not cover `dispose` on purpose: `dispose` runs at shutdown and reload, not
+/// on a turn, and is bounded like OpenClaw's agent cleanup (10 s, or
+/// `PINCER_CLEANUP_TIMEOUT_MS`); a `default` raised for slow `assemble` calls would otherwise
+/// make every shutdown wait that long for a stuck engine. Set `callTimeoutsMs.dispose` to
+/// change it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct CallTimeouts(pub BTreeMap<String, u64>);
@@ -285,23 +323,45 @@ pub struct SessionsConfig {
 
 impl Config {
     /// The selected context engine: `plugins.slots.contextEngine` trimmed, else `legacy`.
+    /// `"none"` (OpenClaw's "no plugin in this slot") is `legacy` too (reference §13).
     pub fn selected_engine(&self) -> &str {
         self.plugins
             .slots
             .context_engine
             .as_deref()
             .map(str::trim)
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && *s != SLOT_NONE)
             .unwrap_or(crate::types::LEGACY_ENGINE_ID)
     }
 
-    /// Whether the slot was set explicitly.
+    /// Whether the slot was set explicitly to an engine (not empty, not `"none"`).
     pub fn engine_is_configured(&self) -> bool {
         self.plugins
             .slots
             .context_engine
             .as_deref()
-            .is_some_and(|s| !s.trim().is_empty())
+            .map(str::trim)
+            .is_some_and(|s| !s.is_empty() && s != SLOT_NONE)
+    }
+
+    /// Why plugin `plugin_id` is off by configuration, or `None` when it may be used.
+    pub fn plugin_disabled_by(&self, plugin_id: &str) -> Option<DisabledBy> {
+        let plugins = &self.plugins;
+        if plugins.enabled == Some(false) {
+            return Some(DisabledBy::PluginsOff);
+        }
+        if plugins.deny.iter().any(|d| d == plugin_id) {
+            return Some(DisabledBy::Denied);
+        }
+        if let Some(allow) = &plugins.allow {
+            if !allow.iter().any(|a| a == plugin_id) {
+                return Some(DisabledBy::NotAllowed);
+            }
+        }
+        if plugins.entries.get(plugin_id).and_then(|e| e.enabled) == Some(false) {
+            return Some(DisabledBy::Entry);
+        }
+        None
     }
 
     /// The config of plugin `id` (`{}` when none).
@@ -394,8 +454,16 @@ impl LoadedConfig {
                 })
             }
         };
+        Self::from_text(path, &text)
+    }
+
+    /// Parses `text` as the contents of `path` (which is named in errors only).
+    ///
+    /// # Errors
+    /// [`ConfigError::Malformed`] or [`ConfigError::Invalid`].
+    pub fn from_text(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let (config, unknown_keys) =
-            parse(&text).map_err(|(location, message)| ConfigError::Malformed {
+            parse(text).map_err(|(location, message)| ConfigError::Malformed {
                 path: path.to_owned(),
                 location,
                 message,
@@ -513,6 +581,13 @@ mod tests {
     fn defaults_select_legacy() {
         let (config, _) = parse("{}").unwrap();
         assert_eq!(config.selected_engine(), "legacy");
+        assert!(!config.engine_is_configured());
+        let (config, _) = parse("{ plugins: { slots: { contextEngine: 'none' } } }").unwrap();
+        assert_eq!(
+            config.selected_engine(),
+            "legacy",
+            "\"none\" is legacy (§13)"
+        );
         assert!(!config.engine_is_configured());
     }
 }

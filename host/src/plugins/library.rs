@@ -77,7 +77,7 @@ pub enum LoadError {
     /// The library's own manifest contradicts `pincer.plugin.json`.
     #[error(
         "the library says its {field} is \"{library}\" but {} says \"{sidecar}\": \
-         re-stage the plugin (`cargo xtask build-plugins`) so the manifest and the library match",
+         re-package the plugin with `pincer plugins pack` so the manifest and the library match",
         manifest.display()
     )]
     ManifestMismatch {
@@ -295,6 +295,17 @@ fn check_embedded(
             embedded.plugin_version.clone(),
         ));
     }
+    let mut declared = manifest.context_engine_ids.clone();
+    let mut exported = embedded.engine_ids.clone();
+    declared.sort();
+    exported.sort();
+    if declared != exported {
+        return Err(mismatch(
+            "contextEngineIds",
+            declared.join(", "),
+            exported.join(", "),
+        ));
+    }
     if !embedded.panic_unwind {
         return Err(LoadError::PanicAbort {
             plugin_id: manifest.id.clone(),
@@ -341,6 +352,18 @@ impl EngineDirs {
     }
 }
 
+/// A plugin that passed steps 1–4 of verified loading (nothing of it has run).
+pub struct VerifiedPlugin {
+    /// The checked sidecar manifest.
+    pub manifest: PluginManifest,
+    /// The library file, confined to the plugin folder.
+    pub library: PathBuf,
+    /// The library's verified bytes and their sha256.
+    pub verified: verify::VerifiedLibrary,
+    /// The manifest the library embeds, as its bytes say.
+    pub embedded: EmbeddedManifest,
+}
+
 /// Loads plugins into a private cache.
 #[derive(Debug, Clone)]
 pub struct Loader {
@@ -375,21 +398,43 @@ impl Loader {
         Ok(manifest)
     }
 
+    /// Steps 1–4 of verified loading: manifest, API requirement, library confinement, size,
+    /// sha256, segment bounds, and the library's embedded manifest against the sidecar — all
+    /// without running any of the plugin's code. `pincer plugins install` runs this on a
+    /// plugin before it copies anything.
+    ///
+    /// # Errors
+    /// The first step that fails, as a [`LoadError`].
+    pub fn verify(&self, plugin_dir: &Path) -> Result<VerifiedPlugin, LoadError> {
+        let manifest = self.read_checked_manifest(plugin_dir)?;
+        let library = verify::resolve_library_path(&manifest.dir, &manifest.library)?;
+        let verified = verify::verify_library(&library, manifest.sha256.as_deref(), &self.limits)?;
+        let embedded = read_embedded_manifest(&verified.bytes).map_err(|error| {
+            LoadError::EmbeddedManifest {
+                path: library.clone(),
+                error,
+            }
+        })?;
+        check_embedded(&manifest, &embedded, &library)?;
+        Ok(VerifiedPlugin {
+            manifest,
+            library,
+            verified,
+            embedded,
+        })
+    }
+
     /// Runs every step of verified loading for the plugin in `plugin_dir`.
     ///
     /// # Errors
     /// The first step that fails, as a [`LoadError`].
     pub fn load(&self, plugin_dir: &Path) -> Result<Arc<LoadedLibrary>, LoadError> {
-        let manifest = self.read_checked_manifest(plugin_dir)?;
-        let source = verify::resolve_library_path(&manifest.dir, &manifest.library)?;
-        let verified = verify::verify_library(&source, manifest.sha256.as_deref(), &self.limits)?;
-        let embedded = read_embedded_manifest(&verified.bytes).map_err(|error| {
-            LoadError::EmbeddedManifest {
-                path: source.clone(),
-                error,
-            }
-        })?;
-        check_embedded(&manifest, &embedded, &source)?;
+        let VerifiedPlugin {
+            manifest,
+            library: source,
+            verified,
+            embedded,
+        } = self.verify(plugin_dir)?;
         let file_name = Path::new(&manifest.library)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

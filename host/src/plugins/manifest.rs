@@ -30,8 +30,10 @@ pub const MANIFEST_FILE_NAME: &str = "pincer.plugin.json";
 
 /// Top-level manifest keys this host understands; any other key is reported in
 /// [`PluginManifest::unknown_keys`].
-const KNOWN_KEYS: [&str; 10] = [
+const KNOWN_KEYS: [&str; 12] = [
+    "$schema",
     "id",
+    "contextEngineIds",
     "name",
     "version",
     "kind",
@@ -71,8 +73,15 @@ pub struct PluginManifest {
     /// JSON Schema (an object or a boolean) for the entry's `config` (`configSchema`);
     /// defaults to `{"type":"object"}`. It is known to compile.
     pub config_schema: Value,
+    /// The engine ids the library registers (`contextEngineIds`); defaults to `[id]`. Known
+    /// without opening the library, and checked against the library's own manifest at load.
+    pub context_engine_ids: Vec<String>,
     /// Requirements per host operation (`hostRequirements`).
     pub host_requirements: HostRequirements,
+    /// Whether the manifest declares `hostRequirements` at all. When it does, what each
+    /// engine's `info()` reports must equal it (checked when the engine is created).
+    #[serde(skip)]
+    pub host_requirements_declared: bool,
     /// Optional one-line description.
     pub description: Option<String>,
     /// Top-level keys this host does not know, sorted. Not an error (newer manifests may add
@@ -389,6 +398,7 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
         }
     };
 
+    let context_engine_ids = parse_engine_ids(&fields, &id)?;
     let host_requirements = parse_host_requirements(&fields)?;
 
     let description = fields.optional_str("description")?.map(str::to_string);
@@ -409,11 +419,42 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
         library,
         sha256,
         config_schema,
+        context_engine_ids,
+        host_requirements_declared: fields.get("hostRequirements").is_some(),
         host_requirements,
         description,
         unknown_keys,
         dir: PathBuf::new(),
     })
+}
+
+/// `contextEngineIds`: a non-empty array of distinct ids, each valid as an id; `[id]` when
+/// absent.
+fn parse_engine_ids(fields: &Fields<'_>, plugin_id: &str) -> Result<Vec<String>, ManifestError> {
+    const EXPECTED: &str =
+        "a non-empty array of distinct engine ids such as [\"sliding-window\"] (or leave it out for [<id>])";
+    let list = match fields.get("contextEngineIds") {
+        None => return Ok(vec![plugin_id.to_owned()]),
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        Some(other) => return Err(fields.invalid("contextEngineIds", other, EXPECTED)),
+    };
+    let mut ids: Vec<String> = Vec::with_capacity(list.len());
+    for item in list {
+        match item {
+            Value::String(id) if validate_plugin_id(id).is_ok() && !ids.contains(id) => {
+                ids.push(id.clone())
+            }
+            Value::String(id) if ids.contains(id) => {
+                return Err(fields.invalid("contextEngineIds", item, "distinct engine ids"))
+            }
+            Value::String(id) => {
+                let expected = validate_plugin_id(id).err().unwrap_or(EXPECTED);
+                return Err(fields.invalid("contextEngineIds", item, expected));
+            }
+            other => return Err(fields.invalid("contextEngineIds", other, EXPECTED)),
+        }
+    }
+    Ok(ids)
 }
 
 fn parse_host_requirements(fields: &Fields<'_>) -> Result<HostRequirements, ManifestError> {
@@ -659,6 +700,11 @@ mod tests {
         assert_eq!(m.sha256, None);
         assert_eq!(m.config_schema, json!({"type": "object"}));
         assert!(m.host_requirements.is_empty());
+        assert_eq!(
+            m.context_engine_ids,
+            ["sliding-window"],
+            "defaults to the plugin id"
+        );
         assert!(m.unknown_keys.is_empty());
         assert_eq!(m.dir, dir.path());
     }
@@ -925,6 +971,78 @@ mod tests {
             assert!(
                 matches!(&err, ManifestError::InvalidField { field, .. } if field == "hostRequirements.agent-run"),
                 "{err}"
+            );
+            assert_one_line(&err);
+        }
+    }
+
+    /// `docs/pincer.plugin.schema.json` (the schema editors use) accepts every manifest in the
+    /// repository and the example of `docs/MANIFEST.md`, and refuses what the reader refuses.
+    #[test]
+    fn the_published_json_schema_agrees_with_the_reader() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let schema: Value = serde_json::from_str(
+            &std::fs::read_to_string(root.join("docs/pincer.plugin.schema.json")).unwrap(),
+        )
+        .unwrap();
+        let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+        let doc = std::fs::read_to_string(root.join("docs/MANIFEST.md")).unwrap();
+        let example = doc
+            .split("```json")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let mut manifests: Vec<(String, String)> = vec![("MANIFEST.md".into(), example.into())];
+        for dir in ["plugins", "plugins/testing"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path().join(MANIFEST_FILE_NAME);
+                if let Ok(text) = std::fs::read_to_string(&path) {
+                    manifests.push((path.display().to_string(), text));
+                }
+            }
+        }
+        assert!(manifests.len() >= 4, "{manifests:?}");
+        for (name, text) in &manifests {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let errors: Vec<String> = validator
+                .iter_errors(&value)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), text);
+            read_manifest(dir.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for bad in [
+            with("kind", json!("memory")),
+            with("contextEngineIds", json!([])),
+            with("sha256", json!("abc")),
+            without("apiVersion"),
+            with(
+                "hostRequirements",
+                json!({"agent-runs": {"requiredCapabilities": []}}),
+            ),
+        ] {
+            assert!(!validator.is_valid(&bad), "the schema accepts {bad}");
+            assert!(read_json(bad.clone()).is_err(), "the reader accepts {bad}");
+        }
+    }
+
+    #[test]
+    fn context_engine_ids_rules() {
+        let parsed = read_json(with("contextEngineIds", json!(["a", "b.c"]))).unwrap();
+        assert_eq!(parsed.context_engine_ids, ["a", "b.c"]);
+        for bad in [
+            json!([]),
+            json!("a"),
+            json!(["A"]),
+            json!(["a", "a"]),
+            json!([1]),
+        ] {
+            let err = read_json(with("contextEngineIds", bad.clone())).unwrap_err();
+            assert!(
+                matches!(&err, ManifestError::InvalidField { field, .. } if field == "contextEngineIds"),
+                "{bad}: {err}"
             );
             assert_one_line(&err);
         }

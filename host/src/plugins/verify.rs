@@ -133,7 +133,7 @@ pub enum VerifyError {
         io: io::Error,
     },
     /// The library file does not exist.
-    #[error("library {} does not exist; run `cargo xtask build-plugins`, or check \"library\" in the plugin's pincer.plugin.json", path.display())]
+    #[error("library {} does not exist; build the plugin and package it with `pincer plugins pack`, or check \"library\" in the plugin's pincer.plugin.json", path.display())]
     LibraryMissing {
         /// The path that was looked for.
         path: PathBuf,
@@ -153,7 +153,7 @@ pub enum VerifyError {
         path: PathBuf,
     },
     /// The library file is empty.
-    #[error("library {} is empty (0 bytes); rebuild the plugin and run `cargo xtask build-plugins`", path.display())]
+    #[error("library {} is empty (0 bytes); rebuild the plugin and package it with `pincer plugins pack`", path.display())]
     Empty {
         /// The library path.
         path: PathBuf,
@@ -179,7 +179,7 @@ pub enum VerifyError {
         found: String,
     },
     /// The file is not a parseable ELF, Mach-O or PE library.
-    #[error("{} is not a loadable library ({reason}); rebuild the plugin as a cdylib and run `cargo xtask build-plugins`", path.display())]
+    #[error("{} is not a loadable library ({reason}); rebuild the plugin as a cdylib and package it with `pincer plugins pack`", path.display())]
     NotALibrary {
         /// The library path.
         path: PathBuf,
@@ -197,7 +197,7 @@ pub enum VerifyError {
         expected: BinaryFormat,
     },
     /// The file is an executable, object file or core dump rather than a shared library.
-    #[error("{} is {found}, not a shared library; build the plugin with crate-type = [\"cdylib\"] and run `cargo xtask build-plugins`", path.display())]
+    #[error("{} is {found}, not a shared library; build the plugin with crate-type = [\"cdylib\"] and package it with `pincer plugins pack`", path.display())]
     NotSharedLibrary {
         /// The library path.
         path: PathBuf,
@@ -1215,7 +1215,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = resolve_library_path(dir.path(), "libnope.so").unwrap_err();
         assert!(matches!(err, VerifyError::LibraryMissing { .. }), "{err}");
-        assert!(err.to_string().contains("cargo xtask build-plugins"));
+        assert!(err.to_string().contains("pincer plugins pack"));
         assert_one_line(&err);
         let err = resolve_library_path(&dir.path().join("gone"), "x.so").unwrap_err();
         assert!(

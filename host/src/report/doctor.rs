@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::slot::quarantine::{health_line, QuarantineRecord};
 use crate::slot::requirements::{incompatibilities, HostDescriptor, HostSupportError};
-use crate::slot::runtime::{PluginStatus, Resolution, ResolveError, Runtime};
+use crate::slot::runtime::{Fallback, PluginStatus, Resolution, ResolveError, Runtime};
 
 /// The doctor report.
 #[derive(Debug, Clone, Serialize)]
@@ -37,7 +37,8 @@ pub struct DoctorReport {
     /// The health line, when something is quarantined.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
-    /// Whether the selected engine resolves to itself.
+    /// Whether nothing is broken: the selected engine answers, or `legacy` answers for it
+    /// because the operator disabled or denied its plugin.
     pub ok: bool,
 }
 
@@ -64,6 +65,9 @@ pub struct EngineSummary {
     /// Why they differ.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What kind of fallback it is (`disabled` is the operator's choice, not a failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
 }
 
 /// Builds the report. Resolving creates the selected engine (calling its factory), as a real
@@ -94,21 +98,27 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
                 selected,
                 resolved,
                 reason,
+                fallback,
             } = resolved.resolution;
             EngineSummary {
                 selected,
                 resolved: Some(resolved),
                 reason,
+                fallback,
             }
         }
         Err(ResolveError::Strict { message }) => EngineSummary {
             selected: config.config.selected_engine().to_owned(),
             resolved: None,
             reason: Some(message),
+            fallback: None,
         },
     };
     let quarantine = runtime.quarantine().list();
-    let ok = context_engine.resolved.as_deref() == Some(context_engine.selected.as_str());
+    // Broken only when the selected engine cannot answer for a reason other than the
+    // operator's own choice (a disabled or denied plugin is not a failure: OpenClaw #149319).
+    let ok = context_engine.resolved.is_some()
+        && !context_engine.fallback.is_some_and(Fallback::is_failure);
     DoctorReport {
         home: runtime.home().root().display().to_string(),
         config: ConfigSummary {
@@ -180,11 +190,12 @@ impl DoctorReport {
                 .resolved
                 .as_deref()
                 .unwrap_or("(unresolved)"),
-            self.context_engine
-                .reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
+            match (&self.context_engine.reason, self.context_engine.fallback) {
+                (Some(r), Some(Fallback::Disabled)) =>
+                    format!(" ({r}: the operator's choice; legacy answers and nothing is broken)"),
+                (Some(r), _) => format!(" ({r})"),
+                (None, _) => String::new(),
+            }
         );
         if !self.host_incompatibilities.is_empty() {
             let _ = writeln!(out, "host incompatibilities:");
@@ -194,10 +205,18 @@ impl DoctorReport {
         }
         if let Some(line) = &self.health {
             let _ = writeln!(out, "{line}");
+        }
+        if !self.quarantine.is_empty() {
+            if self.health.is_none() {
+                let _ = writeln!(
+                    out,
+                    "quarantine history (processes that have exited; `pincer health --clear` removes it):"
+                );
+            }
             for record in &self.quarantine {
                 let _ = writeln!(
                     out,
-                    "  {} owner={} operation={} pid={}: {}",
+                    "  {} owner={} operation={} pid={}{}: {}",
                     record.engine_id,
                     record
                         .owner
@@ -205,6 +224,7 @@ impl DoctorReport {
                         .map_or_else(|| "-".to_owned(), ToString::to_string),
                     record.operation,
                     record.pid,
+                    if record.is_active() { "" } else { " (exited)" },
                     record.reason
                 );
             }

@@ -258,6 +258,21 @@ pub fn exercise_engine(
         Method::OnSubagentEnded,
         engine.on_subagent_ended(Arc::new(ended)),
     );
-    record.direct(Method::Dispose, engine.dispose());
+    // `dispose` is optional: an engine without one has nothing to call.
+    if engine
+        .primary()
+        .descriptor()
+        .has(pincer_plugin_api::abi::latest::OptionalMethods::DISPOSE)
+    {
+        record.direct(Method::Dispose, engine.dispose());
+    } else {
+        record.push(MethodOutcome {
+            method: Method::Dispose,
+            outcome: "not-implemented",
+            answered_by: None,
+            error: None,
+            quarantined: false,
+        });
+    }
     record.out
 }

@@ -1,8 +1,10 @@
 //! Reports over a runtime: [`doctor`](mod@doctor) (what `pincer doctor` and `pincer health` print) and
-//! [`exercise`] (every method of one engine, what `pincer check-engine` prints).
+//! [`exercise`] (every method of one engine, what `pincer check-engine` prints) and
+//! [`plugins`] (`pincer plugins list|inspect`, from manifests alone).
 
 pub mod doctor;
 pub mod exercise;
+pub mod plugins;
 
 pub use doctor::{doctor, DoctorReport};
 pub use exercise::{exercise_engine, MethodOutcome};

@@ -5,7 +5,15 @@
 //! Records are mirrored, best effort, to `$PINCER_HOME/state/context-engine-quarantine.json`
 //! (at most 64 records, keyed by engine id and process id, the earliest record winning) so
 //! that `pincer health` in another process can see them. Clearing removes only this
-//! process's rows; clearing when no mirror exists creates none.
+//! process's rows; clearing when no mirror exists creates none. Every read-modify-write of
+//! the mirror holds an exclusive lock on `context-engine-quarantine.json.lock`, so the CLI and
+//! a running gateway never lose one another's records.
+//!
+//! A record is *active* while the process that wrote it runs, or when it is a crash record
+//! (the process died in the middle of a call: the record stays until cleared or until the
+//! library changes). A plain failure recorded by a process that has since exited is
+//! *history*: shown, but no longer a warning. `pincer health --clear [ID]` removes the
+//! records of processes that are gone ([`clear_exited`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +48,25 @@ pub struct QuarantineRecord {
     pub failed_at: u64,
     /// The process that recorded it.
     pub pid: u32,
+    /// The process died in the middle of a call to the engine (a crash journal record):
+    /// active until cleared, even after the process is gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crash: bool,
+}
+
+impl QuarantineRecord {
+    /// Whether the record still downgrades the engine: its process runs (or this platform
+    /// cannot tell), or it records a crash.
+    pub fn is_active(&self) -> bool {
+        self.crash || process_alive(self.pid) != Some(false)
+    }
+}
+
+/// The records that are active ([`QuarantineRecord::is_active`]) and those that are history.
+pub fn split_active(
+    records: Vec<QuarantineRecord>,
+) -> (Vec<QuarantineRecord>, Vec<QuarantineRecord>) {
+    records.into_iter().partition(QuarantineRecord::is_active)
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -105,6 +132,7 @@ impl Quarantine {
             reason: reason.to_owned(),
             failed_at: now_ms(),
             pid: std::process::id(),
+            crash: false,
         };
         {
             let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
@@ -201,50 +229,105 @@ impl Quarantine {
     }
 
     fn read_mirror(&self) -> Vec<QuarantineRecord> {
-        let Some(path) = &self.mirror else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(path)
-            .ok()
-            .and_then(|text| serde_json::from_str::<MirrorFile>(&text).ok())
-            .map(|f| f.records)
-            .unwrap_or_default()
+        self.mirror.as_deref().map(read_mirror).unwrap_or_default()
     }
 
-    fn write_mirror(&self, update: impl FnOnce(&mut Vec<QuarantineRecord>)) {
+    fn write_mirror(&self, update: impl FnMut(&mut Vec<QuarantineRecord>)) {
         let Some(path) = &self.mirror else { return };
         let _guard = self.mirror_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let existed = path.exists();
-        let mut rows = self.read_mirror();
-        let before = rows.clone();
-        update(&mut rows);
-        if rows == before || (!existed && rows.is_empty()) {
-            return;
-        }
-        rows.sort_by_key(|r| r.failed_at);
-        // Keep the newest: a fresh failure must never be the one that falls off.
-        let excess = rows.len().saturating_sub(MIRROR_CAPACITY);
-        rows.drain(..excess);
-        let result = (|| -> std::io::Result<()> {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            static WRITES: AtomicUsize = AtomicUsize::new(0);
-            let tmp = path.with_extension(format!(
-                "json.{}.{}.tmp",
-                std::process::id(),
-                WRITES.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::write(
-                &tmp,
-                serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
-            )?;
-            std::fs::rename(&tmp, path)
-        })();
-        if let Err(err) = result {
+        if let Err(err) = update_mirror(path, update) {
             tracing::debug!(path = %path.display(), error = %err, "quarantine mirror not written");
         }
     }
+}
+
+fn read_mirror(path: &Path) -> Vec<QuarantineRecord> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<MirrorFile>(&text).ok())
+        .map(|f| f.records)
+        .unwrap_or_default()
+}
+
+/// One locked read-modify-write of the mirror at `path`: other processes wait for the lock
+/// (`<mirror>.lock`), so no update is lost. A missing mirror is not created for an update that
+/// leaves it empty (nor is its folder).
+fn update_mirror(
+    path: &Path,
+    mut update: impl FnMut(&mut Vec<QuarantineRecord>),
+) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    if !path.exists() {
+        // Nothing to lock for an update that would leave an absent mirror empty.
+        let mut probe = Vec::new();
+        update(&mut probe);
+        if probe.is_empty() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut lock_name = path.file_name().unwrap_or_default().to_os_string();
+    lock_name.push(".lock");
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(lock_name))?;
+    lock.lock()?;
+    let existed = path.exists();
+    let mut rows = read_mirror(path);
+    let before = rows.clone();
+    update(&mut rows);
+    if rows == before || (!existed && rows.is_empty()) {
+        return Ok(());
+    }
+    rows.sort_by_key(|r| r.failed_at);
+    // Keep the newest: a fresh failure must never be the one that falls off.
+    let excess = rows.len().saturating_sub(MIRROR_CAPACITY);
+    rows.drain(..excess);
+    static WRITES: AtomicUsize = AtomicUsize::new(0);
+    let tmp = path.with_extension(format!(
+        "json.{}.{}.tmp",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
+    )?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Removes from the mirror in `state_dir` the records of processes that have exited (crash
+/// records included), for `engine_id` or every engine, under the mirror's lock. Records of
+/// running processes stay: those processes still downgrade their engines. Returns the removed
+/// records and the ones kept.
+///
+/// # Errors
+/// The mirror could not be locked or written.
+pub fn clear_exited(
+    state_dir: &Path,
+    engine_id: Option<&str>,
+) -> std::io::Result<(Vec<QuarantineRecord>, Vec<QuarantineRecord>)> {
+    let path = state_dir.join(MIRROR_FILE_NAME);
+    let mut removed = Vec::new();
+    let mut kept = Vec::new();
+    if !path.exists() {
+        return Ok((removed, kept));
+    }
+    update_mirror(&path, |rows| {
+        let (gone, stay): (Vec<_>, Vec<_>) = std::mem::take(rows).into_iter().partition(|r| {
+            engine_id.is_none_or(|id| r.engine_id == id) && process_alive(r.pid) == Some(false)
+        });
+        kept = stay
+            .iter()
+            .filter(|r| engine_id.is_none_or(|id| r.engine_id == id))
+            .cloned()
+            .collect();
+        *rows = stay;
+        removed = gone;
+    })?;
+    Ok((removed, kept))
 }
 
 /// Whether process `pid` is still running, when this platform can tell (Linux: `/proc`).
@@ -256,15 +339,20 @@ pub fn process_alive(pid: u32) -> Option<bool> {
     }
 }
 
-/// The health line of reference §12, or `None` when nothing is quarantined.
+/// The health line of reference §12, or `None` when nothing is actively quarantined (records
+/// of exited processes are history, not a warning; see [`QuarantineRecord::is_active`]).
 pub fn health_line(records: &[QuarantineRecord]) -> Option<String> {
-    if records.is_empty() {
+    let ids: Vec<&str> = records
+        .iter()
+        .filter(|r| r.is_active())
+        .map(|r| r.engine_id.as_str())
+        .collect();
+    if ids.is_empty() {
         return None;
     }
-    let ids: Vec<&str> = records.iter().map(|r| r.engine_id.as_str()).collect();
     Some(format!(
         "Context engine: warning ({} quarantined; downgraded to legacy: {})",
-        records.len(),
+        ids.len(),
         ids.join(", ")
     ))
 }
@@ -303,6 +391,7 @@ mod tests {
                 reason: "x".into(),
                 failed_at: i + 1,
                 pid: 1,
+                crash: false,
             })
             .collect();
         std::fs::write(
@@ -341,6 +430,7 @@ mod tests {
             reason: "x".into(),
             failed_at: 1,
             pid: std::process::id().wrapping_add(1),
+            crash: false,
         };
         std::fs::write(
             dir.path().join(MIRROR_FILE_NAME),
@@ -362,5 +452,85 @@ mod tests {
         let left = Quarantine::new(Some(dir.path())).list();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].engine_id, "other");
+    }
+
+    /// A pid of a process that has exited.
+    fn exited_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    fn record_of(engine_id: &str, pid: u32, crash: bool) -> QuarantineRecord {
+        QuarantineRecord {
+            engine_id: engine_id.into(),
+            owner: None,
+            operation: "assemble".into(),
+            reason: "boom".into(),
+            failed_at: 1,
+            pid,
+            crash,
+        }
+    }
+
+    #[test]
+    fn records_of_exited_processes_are_history_unless_they_record_a_crash() {
+        let gone = exited_pid();
+        let plain = record_of("plain", gone, false);
+        let crash = record_of("crashed", gone, true);
+        let live = record_of("live", std::process::id(), false);
+        assert!(!plain.is_active());
+        assert!(crash.is_active(), "a crash stays until cleared");
+        assert!(live.is_active());
+        assert_eq!(
+            health_line(&[plain.clone(), crash.clone(), live.clone()]).unwrap(),
+            "Context engine: warning (2 quarantined; downgraded to legacy: crashed, live)"
+        );
+        assert_eq!(health_line(std::slice::from_ref(&plain)), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(MIRROR_FILE_NAME),
+            serde_json::to_string(&MirrorFile {
+                records: vec![plain, crash, live],
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        let (removed, kept) = clear_exited(dir.path(), Some("plain")).unwrap();
+        assert_eq!(removed.len(), 1);
+        assert!(kept.is_empty());
+        let (removed, kept) = clear_exited(dir.path(), None).unwrap();
+        assert_eq!(
+            removed
+                .iter()
+                .map(|r| r.engine_id.as_str())
+                .collect::<Vec<_>>(),
+            ["crashed"]
+        );
+        assert_eq!(kept.len(), 1, "a running process's record stays");
+        assert_eq!(Quarantine::new(Some(dir.path())).list().len(), 1);
+    }
+
+    #[test]
+    fn concurrent_writers_of_the_mirror_never_lose_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        // Separate `Quarantine`s share no in-process lock, as separate processes would not.
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let state = dir.path().to_owned();
+                std::thread::spawn(move || {
+                    let q = Quarantine::new(Some(&state));
+                    for j in 0..4 {
+                        q.record(&format!("e{i}-{j}"), None, "assemble", "boom");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(Quarantine::new(Some(dir.path())).list().len(), 32);
     }
 }

@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::config::{ConfigError, FallbackPolicy, LoadedConfig, PincerHome};
+use crate::config::{ConfigError, DisabledBy, FallbackPolicy, LoadedConfig, PincerHome};
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::legacy::create_legacy;
 use crate::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use crate::plugins::catalog::plugin_roots;
 use crate::plugins::discovery::discover_plugin_dirs;
 use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
 use crate::slot::guarded::{GuardedEngine, Timeouts};
@@ -31,6 +32,10 @@ use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput
 use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_plugin_api::abi::latest::{RuntimeSettings, SelectionSource};
+
+/// The quarantine reason of an engine no plugin registered (reference §3.4.4); the list of
+/// available engines goes to the diagnostic, not the record.
+pub const NOT_REGISTERED: &str = "not registered";
 
 /// How a runtime is opened.
 pub struct RuntimeOptions {
@@ -112,6 +117,9 @@ pub struct PluginStatus {
     /// The manifest's `hostRequirements`, when it could be read (known without loading).
     #[serde(skip)]
     pub host_requirements: HostRequirements,
+    /// The engines its manifest declares (`contextEngineIds`), known without loading.
+    #[serde(rename = "contextEngineIds")]
+    pub declared_engines: Vec<String>,
 }
 
 /// A plugin's problem, for people and machines.
@@ -134,6 +142,36 @@ pub struct Resolution {
     /// Why they differ, if they do.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What kind of fallback it is, when `legacy` answers for another engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
+}
+
+/// Why `legacy` answers for the selected engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fallback {
+    /// The operator turned the owning plugin off (disabled, denied, not allowed, or all
+    /// plugins off): a choice, not a failure (§3.4).
+    Disabled,
+    /// Registered for read-only discovery only (§3.4.5).
+    ReadOnlyDiscovery,
+    /// Quarantined earlier in this process.
+    Quarantined,
+    /// No plugin registered it (§3.4.4).
+    NotRegistered,
+    /// Its factory or contract validation failed (§3.4.6).
+    Failed,
+}
+
+impl Fallback {
+    /// Whether this fallback is something broken (as opposed to the operator's choice).
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Fallback::Quarantined | Fallback::NotRegistered | Fallback::Failed
+        )
+    }
 }
 
 /// Why an operation could not get an engine.
@@ -243,35 +281,17 @@ impl Runtime {
 
     /// Every folder searched for plugins, in order.
     pub fn plugin_roots(&self, extra: &[PathBuf]) -> Vec<PathBuf> {
-        let mut roots = vec![self.home.plugins_dir()];
-        for path in &self.config.config.plugins.load.paths {
-            roots.push(if path.is_absolute() {
-                path.clone()
-            } else {
-                self.home.root().join(path)
-            });
-        }
-        roots.extend(extra.iter().cloned());
-        roots
+        plugin_roots(&self.home, &self.config.config, extra)
+            .into_iter()
+            .map(|root| root.path)
+            .collect()
     }
 
-    fn plugin_allowed(&self, plugin_id: &str) -> Result<(), &'static str> {
-        let plugins = &self.config.config.plugins;
-        if plugins.enabled == Some(false) {
-            return Err("plugins are disabled (plugins.enabled is false)");
+    fn plugin_allowed(&self, plugin_id: &str) -> Result<(), DisabledBy> {
+        match self.config.config.plugin_disabled_by(plugin_id) {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
-        if plugins.deny.iter().any(|d| d == plugin_id) {
-            return Err("denied by plugins.deny");
-        }
-        if let Some(allow) = &plugins.allow {
-            if !allow.iter().any(|a| a == plugin_id) {
-                return Err("not in plugins.allow");
-            }
-        }
-        if plugins.entries.get(plugin_id).and_then(|e| e.enabled) == Some(false) {
-            return Err("disabled by plugins.entries.<id>.enabled");
-        }
-        Ok(())
     }
 
     fn load_plugins(&mut self, extra: &[PathBuf]) {
@@ -305,6 +325,7 @@ impl Runtime {
             sha256: None,
             diagnostics: Vec::new(),
             host_requirements: HostRequirements::default(),
+            declared_engines: Vec::new(),
         };
         let problem = |code: &str, message: String| {
             Some(PluginProblem {
@@ -318,6 +339,7 @@ impl Runtime {
                 status.id = manifest.id.clone();
                 status.version = Some(manifest.version.to_string());
                 status.host_requirements = manifest.host_requirements.clone();
+                status.declared_engines = manifest.context_engine_ids.clone();
             }
             Err(err) => {
                 status.error = problem(err.code(), err.to_string());
@@ -475,37 +497,43 @@ impl Runtime {
     /// Strict policy with an unusable engine.
     pub fn resolve_id(&self, selected: &str) -> Result<ResolvedEngine, ResolveError> {
         let policy = self.config.config.plugins.context_engine_fallback;
-        let to_legacy = |reason: Option<String>| ResolvedEngine {
+        let to_legacy = |fallback: Option<Fallback>, reason: Option<String>| ResolvedEngine {
             engine: self.legacy_guarded(),
             resolution: Resolution {
                 selected: selected.to_owned(),
                 resolved: LEGACY_ENGINE_ID.to_owned(),
                 reason,
+                fallback,
             },
         };
         if selected == LEGACY_ENGINE_ID {
-            return Ok(to_legacy(None));
+            return Ok(to_legacy(None, None));
         }
         let registration = self.registry.get(selected);
-        // The owning plugin: the registration's, else a discovered plugin of the same id.
+        // The owning plugin: the registration's, else a discovered plugin that declares the
+        // engine (or has its id) — known from manifests, so a plugin that was not loaded
+        // (disabled, or rejected) still owns its engines.
+        let declaring = self
+            .plugins
+            .iter()
+            .find(|p| p.declared_engines.iter().any(|e| e == selected) || p.id == selected);
         let owner_plugin = registration
             .as_ref()
             .and_then(|r| r.owner.plugin_id().map(str::to_owned))
-            .or_else(|| {
-                self.plugins
-                    .iter()
-                    .find(|p| p.id == selected)
-                    .map(|p| p.id.clone())
-            });
+            .or_else(|| declaring.map(|p| p.id.clone()));
         if let Some(plugin_id) = &owner_plugin {
             if let Err(why) = self.plugin_allowed(plugin_id) {
                 // Disabled or denied: legacy, silently; the slot is kept; no factory call.
-                return Ok(to_legacy(Some(format!("plugin \"{plugin_id}\" {why}"))));
+                return Ok(to_legacy(
+                    Some(Fallback::Disabled),
+                    Some(format!("plugin \"{plugin_id}\" {why}")),
+                ));
             }
         } else if self.config.config.plugins.enabled == Some(false) {
-            return Ok(to_legacy(Some(
-                "plugins are disabled (plugins.enabled is false)".into(),
-            )));
+            return Ok(to_legacy(
+                Some(Fallback::Disabled),
+                Some(DisabledBy::PluginsOff.to_string()),
+            ));
         }
         if let Some(record) = self.quarantine.get(selected) {
             if policy == FallbackPolicy::Strict {
@@ -516,30 +544,56 @@ impl Runtime {
                     ),
                 });
             }
-            return Ok(to_legacy(Some(format!(
-                "quarantined after failing during {}: {}",
-                record.operation, record.reason
-            ))));
+            return Ok(to_legacy(
+                Some(Fallback::Quarantined),
+                Some(format!(
+                    "quarantined after failing during {}: {}",
+                    record.operation, record.reason
+                )),
+            ));
         }
-        let fail = |operation: &str, owner: Option<&Owner>, reason: String| {
+        // `reason` is the record's; `diagnostic` is what the operator is told.
+        let fail = |fallback: Fallback,
+                    operation: &str,
+                    owner: Option<&Owner>,
+                    reason: &str,
+                    diagnostic: String| {
             if policy == FallbackPolicy::Strict {
-                return Err(ResolveError::Strict { message: reason });
+                return Err(ResolveError::Strict {
+                    message: diagnostic,
+                });
             }
-            self.quarantine.record(selected, owner, operation, &reason);
-            Ok(to_legacy(Some(reason)))
+            self.quarantine.record(selected, owner, operation, reason);
+            Ok(to_legacy(Some(fallback), Some(diagnostic)))
         };
         let Some(registration) = registration else {
             let available = self.registry.ids();
             tracing::warn!(
                 target: "pincer::registry",
                 engine_id = selected,
+                available = %available.join(", "),
                 "[context-engine] Context engine \"{selected}\" is not registered; falling back to default engine \"{LEGACY_ENGINE_ID}\"."
             );
+            let why = match declaring {
+                Some(plugin) if plugin.status == PluginState::Rejected => plugin
+                    .error
+                    .as_ref()
+                    .map(|e| format!(": plugin \"{}\" was rejected: {}", plugin.id, e.message))
+                    .unwrap_or_default(),
+                Some(plugin) if !plugin.diagnostics.is_empty() => format!(
+                    ": plugin \"{}\" could not register it: {}",
+                    plugin.id,
+                    plugin.diagnostics.join("; ")
+                ),
+                _ => String::new(),
+            };
             return fail(
+                Fallback::NotRegistered,
                 "resolve",
                 None,
+                NOT_REGISTERED,
                 format!(
-                    "Context engine \"{selected}\" is not registered. Available engines: {}",
+                    "Context engine \"{selected}\" is not registered{why}. Available engines: {}",
                     if available.is_empty() {
                         "(none)".to_owned()
                     } else {
@@ -553,13 +607,22 @@ impl Runtime {
             tracing::warn!(
                 "[context-engine] Context engine \"{selected}\" owner={owner} is registered for read-only discovery only; falling back to default engine \"{LEGACY_ENGINE_ID}\" without quarantine until runtime activation registers it."
             );
-            return Ok(to_legacy(Some(
-                "registered for read-only discovery only".into(),
-            )));
+            return Ok(to_legacy(
+                Some(Fallback::ReadOnlyDiscovery),
+                Some("registered for read-only discovery only".into()),
+            ));
         }
         let instance = match self.instance(selected, &registration) {
             Ok(instance) => instance,
-            Err((operation, reason)) => return fail(operation, Some(&owner), reason),
+            Err((operation, reason)) => {
+                return fail(
+                    Fallback::Failed,
+                    operation,
+                    Some(&owner),
+                    &reason,
+                    reason.clone(),
+                )
+            }
         };
         Ok(ResolvedEngine {
             engine: GuardedEngine::new(
@@ -575,6 +638,7 @@ impl Runtime {
                 selected: selected.to_owned(),
                 resolved: selected.to_owned(),
                 reason: None,
+                fallback: None,
             },
         })
     }
@@ -664,6 +728,27 @@ impl Runtime {
             }
         };
         validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
+        if let EngineFactory::Plugin { library, .. } = &registration.factory {
+            let manifest = library.manifest();
+            let reported = instance.descriptor().host_requirements.clone();
+            if manifest.host_requirements_declared && reported != manifest.host_requirements {
+                // `list`, `inspect` and `doctor --fix` trust the manifest without loading the
+                // library: an engine that says otherwise is not used.
+                let render = |r: &HostRequirements| {
+                    serde_json::to_string(r).unwrap_or_else(|_| "?".to_owned())
+                };
+                self.dispose_bounded(&Arc::new(instance));
+                return Err((
+                    "contract-validation",
+                    format!(
+                        "Context engine \"{id}\" reports hostRequirements {} but the manifest of plugin \"{}\" declares {}: make them equal (`pincer plugins pack` writes the manifest from the built library)",
+                        render(&reported),
+                        manifest.id,
+                        render(&manifest.host_requirements)
+                    ),
+                ));
+            }
+        }
         let instance = Arc::new(instance);
         let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
         match instances.get(id) {

@@ -190,6 +190,7 @@ impl Engine for Faulty {
         let config: Config = ctx.config()?;
         let hang = Duration::from_millis(config.hang_ms.unwrap_or(3_600_000));
         let factory = config.methods.get("factory").copied().unwrap_or_default();
+        tracing::info!(method = "factory", behaviour = ?factory, "faulty: called");
         act(
             factory,
             "factory",
