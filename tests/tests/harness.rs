@@ -406,7 +406,7 @@ fn turns_call_the_engine_in_openclaws_order_and_engine_tools_go_through_call_too
             .lines()
             .filter_map(|l| l.split("fields=method=").nth(1))
             .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
-            .filter(|m| m != "info")
+            .filter(|m| m != "info" && m != "factory")
             .collect::<Vec<_>>()
     };
     assert_eq!(
