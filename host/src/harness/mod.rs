@@ -939,6 +939,8 @@ impl Harness {
         current_tokens: Option<u64>,
         custom_instructions: Option<&str>,
     ) -> Result<CompactionReport, HarnessError> {
+        // Engine calls on one session stay in order: background maintenance first.
+        self.settle(session);
         let durability = self.options.durability;
         let context = session.context(durability)?.clone();
         if let Some(mut writer) = session.writer.take() {
