@@ -279,3 +279,38 @@ fn an_unusable_config_value_is_refused_by_its_key() {
         "{err}"
     );
 }
+
+/// `pincer … | head`: when the reader closes the pipe, pincer ends quietly (SIGPIPE, as `cat`
+/// does) instead of panicking on its next print.
+#[test]
+fn a_closed_stdout_pipe_ends_pincer_quietly() {
+    use std::io::Read as _;
+    let home = TempDir::new().unwrap();
+    // Far more output than a pipe holds (64 KiB), so pincer is still printing when the pipe
+    // closes.
+    let conversation = home.path().join("long.json");
+    let messages: Vec<Value> = (0..4000)
+        .map(|i| json!({"role": "user", "content": format!("message {i}: {}", "word ".repeat(20))}))
+        .collect();
+    std::fs::write(&conversation, Value::from(messages).to_string()).unwrap();
+    let mut child = std::process::Command::new(pincer_bin())
+        .args(["--home", home.path().to_str().unwrap()])
+        .args(["assemble", "--conversation", conversation.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one byte, then close the pipe, as `head -c 1` does.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(13),
+        "ends by SIGPIPE or normally: {:?}",
+        out.status
+    );
+}

@@ -366,6 +366,13 @@ fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`pincer … | head`) ends the process quietly, as it ends `cat`, instead of
+    // a panic on the next print.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     init_logging(&cli.log);
     let home = PincerHome::resolve(cli.home.as_deref());
