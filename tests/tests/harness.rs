@@ -797,3 +797,75 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
         runtime.shutdown();
     }
 }
+
+/// A tool result far over its live cap is shortened in what the model sees when the precheck
+/// says truncation is enough; the session keeps it whole.
+#[test]
+fn oversized_tool_results_are_truncated_in_the_models_view_only() {
+    use pincer_plugin_api::abi::latest::ContentBlock;
+    let home = tempfile::TempDir::new().unwrap();
+    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
+    let engine = Arc::new(runtime.resolve().unwrap().engine);
+    let model = Arc::new(Watching {
+        inner: ReplayModelHandle(Arc::new(ReplayModel::new(&[
+            Message::user("x"),
+            Message::assistant("Your trip has 3 flights."),
+        ]))),
+        seen: Mutex::new(Vec::new()),
+        last: Mutex::new(Vec::new()),
+    });
+    let replay_turn = model.inner.0.clone();
+    replay_turn.script(|s| s.next_turn());
+    let harness = Harness::new(
+        engine,
+        JsonlStore::new(home.path().join("agents")),
+        model.clone(),
+        Arc::new(NoTools),
+        HarnessOptions::new(32_000),
+    );
+    let mut session = harness.open_session("big-result").unwrap();
+    let huge = "{\"flight\": \"HAT001\"} ".repeat(5_000);
+    harness
+        .append(&mut session, &Message::user("Show my reservation."))
+        .unwrap();
+    harness
+        .append(
+            &mut session,
+            &Message::assistant_blocks(vec![ContentBlock::tool_call(
+                "c1",
+                "get_reservation_details",
+                &json!({"reservation_id": "ABC"}),
+            )]),
+        )
+        .unwrap();
+    harness
+        .append(
+            &mut session,
+            &Message::tool_result("c1", "get_reservation_details", huge.clone(), false),
+        )
+        .unwrap();
+    let report = harness
+        .turn(&mut session, Message::user("How many flights?"))
+        .unwrap();
+    let route = serde_json::to_value(report.precheck.route).unwrap();
+    assert!(
+        route == "truncate_tool_results_only" || route == "compact_then_truncate",
+        "{route}"
+    );
+    let seen = model.last.lock().unwrap().clone();
+    let shown = seen[2].plain_text();
+    assert!(
+        shown.len() < huge.len() / 4,
+        "the model sees a shortened result"
+    );
+    assert!(shown.contains("more characters truncated"));
+    let path = session.summary.session_file.clone();
+    drop(session);
+    let on_file = file_messages(&path);
+    assert_eq!(
+        on_file[2]["content"][0]["text"],
+        huge.as_str(),
+        "the session keeps it whole"
+    );
+    runtime.shutdown();
+}

@@ -5,7 +5,8 @@
 //! `maintain("bootstrap")` once per session when its file existed before; `assemble` over the
 //! session's history (its `systemPromptAddition` prepended to the system prompt), with tool
 //! pairs repaired ([`tool_pairs`]); the precheck ([`precheck`], skipped when the engine owns
-//! compaction and vouches for its assembly) and the compaction it asks for; the model call,
+//! compaction and vouches for its assembly) and the compaction it asks for, and the truncation
+//! of oversized tool results in the model's view (the session keeps them whole); the model call,
 //! with overflow recovery — at most three compactions (`force`, `compactionTarget: "budget"`)
 //! and a retry after each; tool calls answered by the [`ToolExecutor`]; finalize with
 //! `afterTurn`, else `ingestBatch`, else `ingest` per message; `maintain("turn")` after a clean
@@ -510,7 +511,13 @@ impl Harness {
             let mut context: Vec<(Message, Option<String>)> = assembly.messages.clone();
             context.extend(produced.iter().cloned());
             assembly.report.repairs = tool_pairs::repair_tool_pairs(&mut context);
-            let messages = messages_of(&context);
+            let mut messages = messages_of(&context);
+            if matches!(
+                check.route,
+                Route::TruncateToolResultsOnly | Route::CompactThenTruncate
+            ) {
+                precheck::truncate_tool_results(&mut messages, self.options.context_window);
+            }
             let system = self.system_prompt(assembly.system_addition.as_deref());
             model_calls += 1;
             let reply = match self.model.complete(&ModelRequest {

@@ -122,10 +122,16 @@ pub fn estimate_prompt_tokens(messages: &[Message], system_prompt: &str, prompt:
     (sum as f64 * SAFETY_MARGIN).ceil() as u64
 }
 
+/// The live cap of one tool result's text: 30 % of the window at 4 chars per token, at most
+/// 16 000 characters.
+pub fn tool_result_cap(context_window: u64) -> u64 {
+    (((context_window as f64 * TOOL_RESULT_CONTEXT_SHARE).floor() as u64) * 4)
+        .min(MAX_LIVE_TOOL_RESULT_CHARS)
+}
+
 /// Characters that truncating each tool result to its live cap would free.
 pub fn tool_result_reducible_chars(messages: &[Message], context_window: u64) -> u64 {
-    let cap = (((context_window as f64 * TOOL_RESULT_CONTEXT_SHARE).floor() as u64) * 4)
-        .min(MAX_LIVE_TOOL_RESULT_CHARS);
+    let cap = tool_result_cap(context_window);
     messages
         .iter()
         .filter(|m| m.role() == Role::ToolResult)
@@ -134,6 +140,35 @@ pub fn tool_result_reducible_chars(messages: &[Message], context_window: u64) ->
             chars.saturating_sub(cap)
         })
         .sum()
+}
+
+/// Truncates, in the model's view only (the session keeps every result whole), each tool
+/// result whose text is over the live cap: its head is kept and a notice says how much was
+/// left out. Returns how many were truncated.
+pub fn truncate_tool_results(messages: &mut [Message], context_window: u64) -> usize {
+    let cap = tool_result_cap(context_window) as usize;
+    let mut truncated = 0;
+    for message in messages.iter_mut().filter(|m| m.role() == Role::ToolResult) {
+        let text: String = message.content().texts().collect::<Vec<_>>().join("\n");
+        let chars = text.chars().count();
+        if chars <= cap {
+            continue;
+        }
+        let notice = |left: usize| {
+            format!("\n\n[... {left} more characters truncated to fit the context window]")
+        };
+        let keep = cap.saturating_sub(notice(chars).chars().count());
+        let head: String = text.chars().take(keep).collect();
+        let kept = format!("{head}{}", notice(chars - keep));
+        // The same message (id, name, timestamp, details kept) with the shortened text.
+        let mut value = message.to_value();
+        value["content"] = serde_json::json!([{ "type": "text", "text": kept }]);
+        if let Ok(shortened) = Message::from_value(value) {
+            *message = shortened;
+        }
+        truncated += 1;
+    }
+    truncated
 }
 
 /// Runs the precheck for a window of `context_window` tokens with `reserve_tokens` kept free.
@@ -188,6 +223,24 @@ mod tests {
         assert!(check.overflow_tokens > 0);
         // A 4096 window keeps min(8000, 4095) for the prompt: the reserve shrinks to 1.
         assert_eq!(check.prompt_budget_before_reserve, 4095);
+    }
+
+    #[test]
+    fn truncation_keeps_the_head_within_the_cap() {
+        let mut messages = vec![
+            Message::tool_result("c", "t", "y".repeat(100), false),
+            Message::tool_result("d", "t", "x".repeat(200_000), false),
+        ];
+        assert_eq!(truncate_tool_results(&mut messages, 4096), 1);
+        let text = messages[1].plain_text();
+        assert_eq!(text.chars().count() as u64, tool_result_cap(4096));
+        assert!(text.starts_with("xxxx") && text.contains("more characters truncated"));
+        assert_eq!(messages[1].tool_result_id(), Some("d"));
+        assert_eq!(
+            messages[0].plain_text(),
+            "y".repeat(100),
+            "a short result is untouched"
+        );
     }
 
     #[test]
