@@ -712,3 +712,49 @@ fn the_runtime_compactor_finds_sessions_by_key_and_honours_abort_and_force() {
         "header, 12 messages, 1 compaction"
     );
 }
+
+/// A compaction in the middle of a turn (the path ends on the user's message or on tool
+/// results, as during overflow recovery) keeps the request the run resumes, in the summary's
+/// `## Latest unresolved user request` block; after an answer it does not.
+#[test]
+fn a_compaction_inside_a_turn_keeps_the_unresolved_request() {
+    let dir = tempfile::TempDir::new().unwrap();
+    for (ends_open, name) in [(true, "open"), (false, "answered")] {
+        let path = dir.path().join(format!("{name}.jsonl"));
+        let mut writer = SessionWriter::create(&path, "/tmp", Durability::None).unwrap();
+        for i in 0..30 {
+            writer
+                .append_message(&Message::user(format!(
+                    "question {i}: {}",
+                    "please ".repeat(60)
+                )))
+                .unwrap();
+            writer
+                .append_message(&Message::assistant(format!(
+                    "answer {i}: {}",
+                    "sure ".repeat(60)
+                )))
+                .unwrap();
+        }
+        writer
+            .append_message(&Message::user("Rebook me on the 20th, same cabin."))
+            .unwrap();
+        if !ends_open {
+            writer
+                .append_message(&Message::assistant("Done: you are on the 20th."))
+                .unwrap();
+        }
+        drop(writer);
+        let done = compacted(compact_retrying(
+            &path,
+            &small_window(),
+            &ExtractiveSummarizer,
+            &options(true),
+        ));
+        let has_block = done.summary.contains("## Latest unresolved user request");
+        assert_eq!(has_block, ends_open, "{name}: {}", done.summary);
+        if ends_open {
+            assert!(done.summary.contains("Rebook me on the 20th"));
+        }
+    }
+}

@@ -265,7 +265,9 @@ pub struct CompactOptions {
     /// The model's context window, when known: without `force`, a context at or below
     /// `window - reserve` is not compacted.
     pub context_window: Option<u64>,
-    /// The caller resumes the latest user request after compaction (overflow recovery).
+    /// The caller resumes the latest user request after compaction (overflow recovery). It is
+    /// also kept, without being asked, when the session's path ends inside a turn (on the
+    /// user's message or on tool results rather than on an answer).
     pub unresolved_request: bool,
     /// How the appended entry reaches the disk.
     pub durability: Durability,
@@ -413,9 +415,20 @@ pub fn compact_session_until(
             }
         }
     }
+    // A compaction in the middle of a turn (overflow recovery: the path ends on the user's
+    // message or on tool results, not on an answer) keeps the request the run will resume.
+    let turn_open = tree
+        .path(None)
+        .iter()
+        .rev()
+        .find_map(|entry| entry.message())
+        .is_some_and(|last| {
+            last.role() != pincer_plugin_api::abi::latest::Role::Assistant
+                || last.tool_calls().next().is_some()
+        });
     let prepare_options = PrepareOptions {
         preserve_from_entry_id: None,
-        unresolved_request: options.unresolved_request,
+        unresolved_request: options.unresolved_request || turn_open,
     };
     let mut preparation = prepare_compaction(tree, None, settings, &prepare_options)?;
     if preparation.is_none() && options.force {
