@@ -49,6 +49,10 @@
 //! ## Core concepts
 //!
 //! - [`Runtime`]: config, registry, quarantine and the loaded plugins; resolves engines.
+//!   Open it through [`compaction::with_builtin_compaction`] to give `legacy.compact` (and
+//!   engines that delegate compaction) the built-in compaction, as the `pincer` binary does.
+//! - [`harness::Harness`]: runs turns (assemble, model, tools, finalize, compaction) on
+//!   sessions; [`model`] holds the models it calls.
 //! - [`plugins::Loader`]: the verified loading pipeline (manifest → path confinement → size,
 //!   sha256 and segment bounds → private copy → ABI checks → library manifest).
 //! - [`engines::EngineInstance`]: one live engine behind its [`engines::EngineBackend`].

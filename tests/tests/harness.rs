@@ -702,7 +702,7 @@ fn background_maintenance_does_not_block_the_turn() {
 /// holds every message of the transcript, in order, beside well-formed compaction entries.
 #[test]
 fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() {
-    use pincer_host::compaction::SessionCompactor;
+    use pincer_host::compaction::with_builtin_compaction;
     let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
         return;
     };
@@ -718,9 +718,8 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
         options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
         let config =
             pincer_host::config::LoadedConfig::load(&home.path().join("pincer.json")).unwrap();
-        options.compactor = Some(Arc::new(
-            SessionCompactor::from_config(&config.config).with_store(store.clone()),
-        ));
+        // What an embedder does to get the built-in compaction.
+        let options = with_builtin_compaction(options, &config.config);
         let runtime = Runtime::open(options).unwrap();
         let resolved = runtime.resolve().unwrap();
         assert_eq!(resolved.resolution.resolved, engine_id);

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use pincer_host::compaction::SessionCompactor;
+use pincer_host::compaction::with_builtin_compaction;
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
 use pincer_host::report::doctor::doctor;
@@ -651,13 +651,11 @@ fn open(
             entry.config = Some(value);
         }
     }
-    let mut options = RuntimeOptions::new(home.clone());
+    let mut options = RuntimeOptions::new(home);
     options.extra_plugin_dirs = plugins_dirs;
     // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
     // built-in one, over the session files, with the offline summariser.
-    options.compactor = Some(Arc::new(
-        SessionCompactor::from_config(&config.config).with_store(store(&home)),
-    ));
+    let options = with_builtin_compaction(options, &config.config);
     Ok(Runtime::with_config(options, config))
 }
 

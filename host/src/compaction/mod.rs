@@ -29,7 +29,7 @@ pub use prepare::{
     prepare_compaction, CompactionDetails, CompactionPreparation, FileOperations, PrepareError,
     PrepareOptions,
 };
-pub use runtime::SessionCompactor;
+pub use runtime::{with_builtin_compaction, SessionCompactor};
 pub use settings::{should_compact, CompactionSettings};
 pub use summarizer::{
     serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryError, SummaryKind,

@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::engines::services::RuntimeCompactor;
 use crate::session::store::{JsonlStore, SessionStore, DEFAULT_AGENT};
 use crate::session::writer::Durability;
+use crate::slot::runtime::RuntimeOptions;
 
 /// The built-in compaction of session files.
 #[derive(Clone)]
@@ -115,6 +116,18 @@ impl SessionCompactor {
     pub fn settings(&self) -> CompactionSettings {
         self.settings
     }
+}
+
+/// `options` with the built-in compaction as the runtime's compactor (what `legacy.compact`
+/// and `delegateCompactionToRuntime` run), configured from `config` and finding sessions in
+/// the home's store — what the `pincer` binary uses. Without it a runtime answers compactions
+/// with an honest "not compacted".
+pub fn with_builtin_compaction(mut options: RuntimeOptions, config: &Config) -> RuntimeOptions {
+    let store = JsonlStore::new(options.home.root().join("agents"));
+    options.compactor = Some(Arc::new(
+        SessionCompactor::from_config(config).with_store(store),
+    ));
+    options
 }
 
 fn text(s: impl Into<String>) -> ROption<RString> {

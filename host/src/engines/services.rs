@@ -34,7 +34,9 @@ impl RuntimeCompactor for NoRuntimeCompaction {
             ok: false,
             compacted: false,
             reason: ROption::RSome(
-                "runtime compaction is unavailable: this host has no summarisation model configured"
+                "runtime compaction is unavailable: this runtime was opened without a compactor \
+                 (embedders: open it with `pincer_host::compaction::with_builtin_compaction`, as \
+                 the pincer binary does)"
                     .into(),
             ),
             result: ROption::RNone,
