@@ -912,7 +912,7 @@ impl Harness {
         let report = AssembledReport {
             count: out.len(),
             estimated_tokens: result.estimated_tokens.into_option(),
-            answered_by: guarded.answer.answered_by.clone(),
+            answered_by: guarded.answer.answered_by.to_string(),
             entry_ids: out.iter().map(|(_, e)| e.clone()).collect(),
             repairs: tool_pairs::Repairs::default(),
         };
