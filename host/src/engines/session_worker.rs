@@ -724,16 +724,7 @@ mod tests {
         });
         let first_thread = rx.recv().unwrap();
         let err = stuck.wait().expect_err("stuck");
-        assert!(
-            matches!(
-                &err,
-                WorkError::Stuck {
-                    operation: Method::Assemble,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert!(matches!(err, WorkError::Stuck { .. }), "{err:?}");
         let next = worker.run(|| std::thread::current().id()).unwrap();
         assert_ne!(next, first_thread, "a fresh worker");
     }

@@ -64,42 +64,25 @@ impl HostParamMask {
         };
         let keep = |bit: u8| bits & bit != 0;
         HostParams {
-            session_key: if keep(SESSION_KEY) {
-                host.session_key
-            } else {
-                ROption::RNone
-            },
-            prompt: if keep(PROMPT) {
-                host.prompt
-            } else {
-                ROption::RNone
-            },
-            runtime_settings: if keep(RUNTIME_SETTINGS) {
-                host.runtime_settings
-            } else {
-                ROption::RNone
-            },
-            session_target: if keep(SESSION_TARGET) {
-                host.session_target
-            } else {
-                ROption::RNone
-            },
-            runtime_context_json: if keep(RUNTIME_CONTEXT) {
-                host.runtime_context_json
-            } else {
-                ROption::RNone
-            },
+            session_key: kept(keep(SESSION_KEY), host.session_key),
+            prompt: kept(keep(PROMPT), host.prompt),
+            runtime_settings: kept(keep(RUNTIME_SETTINGS), host.runtime_settings),
+            session_target: kept(keep(SESSION_TARGET), host.session_target),
+            runtime_context_json: kept(keep(RUNTIME_CONTEXT), host.runtime_context_json),
             // `promptCache` lives inside `runtimeContext` (§1): it goes with it.
-            prompt_cache: if keep(RUNTIME_CONTEXT) {
-                host.prompt_cache
-            } else {
-                ROption::RNone
-            },
-            abort_signal: if keep(ABORT_SIGNAL) || method == Method::Compact {
-                host.abort_signal
-            } else {
-                ROption::RNone
-            },
+            prompt_cache: kept(keep(RUNTIME_CONTEXT), host.prompt_cache),
+            abort_signal: kept(
+                keep(ABORT_SIGNAL) || method == Method::Compact,
+                host.abort_signal,
+            ),
         }
+    }
+}
+
+fn kept<T>(keep: bool, value: ROption<T>) -> ROption<T> {
+    if keep {
+        value
+    } else {
+        ROption::RNone
     }
 }
