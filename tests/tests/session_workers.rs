@@ -3,7 +3,8 @@
 //! (quarantined, except a compaction), while the stuck worker is abandoned and the session's
 //! next work gets a fresh one; a call that honours its abort times out as with the hand-off;
 //! other sessions keep being served; panics are still caught and quarantined; and the work can
-//! be awaited from async code without holding a runtime thread.
+//! be awaited from async code without holding a runtime thread; a harness turn run as a
+//! session's work makes its engine calls inline.
 //!
 //! The waits here are bounded so that a broken build cannot hang the suite; nothing asserts
 //! how fast anything is.
@@ -16,11 +17,14 @@ use pincer_host::config::PincerHome;
 use pincer_host::engines::instance::{CallErrorKind, EngineCallError};
 use pincer_host::engines::request::{no_entry_ids, AssembleRequest, CompactRequest, HostInputs};
 use pincer_host::engines::session_worker::{SessionWorker, WorkError};
+use pincer_host::harness::{Harness, HarnessOptions};
+use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::session::JsonlStore;
 use pincer_host::session::Transcript;
 use pincer_host::slot::guarded::{GuardError, Guarded};
 use pincer_host::slot::runtime::{ResolvedEngine, Runtime, RuntimeOptions};
 use pincer_host::types::Method;
-use pincer_plugin_api::abi::latest::{AbortController, AssembleResult};
+use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
 use pincer_tests::*;
 use serde_json::{json, Value};
 
@@ -269,4 +273,52 @@ fn async_code_awaits_work_without_holding_its_runtime_thread() {
         "the runtime thread kept running other tasks while the work was awaited"
     );
     assert!(runtime.quarantine().is_quarantined("faulty"));
+}
+
+/// A model that answers every request with "ok".
+struct Ok;
+
+impl ModelProvider for Ok {
+    fn name(&self) -> &str {
+        "ok"
+    }
+
+    fn complete(&self, _: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+        Result::Ok(ModelReply {
+            message: Message::assistant("ok"),
+        })
+    }
+}
+
+#[test]
+fn a_harness_turn_run_as_session_work_makes_its_engine_calls_inline() {
+    let home = TempDir::new().unwrap();
+    let (runtime, _) = faulty(
+        &home,
+        json!({ "assemble": "hang", "hangMs": 3_600_000 }),
+        json!({ "plugins": { "callTimeoutsMs": { "assemble": 300 } } }),
+    );
+    let engine = Arc::new(runtime.resolve().unwrap().engine);
+    let harness = Arc::new(Harness::new(
+        engine,
+        JsonlStore::new(home.path().join("agents")),
+        Arc::new(Ok),
+        Arc::new(NoTools),
+        HarnessOptions::new(128_000),
+    ));
+    let mut session = harness.open_session("s").unwrap();
+    let worker = SessionWorker::new("s");
+    // On the caller's thread the hung assemble is handed off: legacy answers after the timeout.
+    let report = harness.turn(&mut session, Message::user("hi")).unwrap();
+    assert_eq!(report.assembled.answered_by, "legacy");
+    runtime.quarantine().clear(None);
+    // As the session's work, the turn's assemble runs inline: the engine ignores its abort, so
+    // the work's submitter gets the timeout and the stuck worker keeps the session.
+    let turn_harness = Arc::clone(&harness);
+    let turn = worker.run(move || {
+        let report = turn_harness.turn(&mut session, Message::user("again"));
+        (session, report.map(|r| r.assembled.answered_by))
+    });
+    let error = stuck_in(turn, Method::Assemble);
+    assert_timed_out_and_quarantined(runtime.quarantine(), "faulty", &error, "assemble");
 }

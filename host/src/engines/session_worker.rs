@@ -28,7 +28,7 @@
 //! tick (a few microseconds of CPU, 100 times a second).
 
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -238,24 +238,28 @@ fn registry() -> &'static Mutex<Vec<Arc<Worker>>> {
     &WORKERS
 }
 
-fn watchdog() -> &'static Thread {
-    static WATCHDOG: OnceLock<Thread> = OnceLock::new();
-    WATCHDOG.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("pincer-watchdog".to_owned())
-            .spawn(watchdog_loop)
-            .expect("cannot start the engine-call watchdog")
-            .thread()
-            .clone()
-    })
+/// The watchdog thread, started on first use; `Err` when it could not be (then no session
+/// worker starts either: an inline call must never run unwatched).
+fn watchdog() -> Result<&'static Thread, &'static str> {
+    static WATCHDOG: OnceLock<Result<Thread, String>> = OnceLock::new();
+    WATCHDOG
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("pincer-watchdog".to_owned())
+                .spawn(watchdog_loop)
+                .map(|handle| handle.thread().clone())
+                .map_err(|err| format!("cannot start the engine-call watchdog: {err}"))
+        })
+        .as_ref()
+        .map_err(String::as_str)
 }
 
-fn register(worker: &Arc<Worker>) {
+fn register(worker: &Arc<Worker>, watchdog: &Thread) {
     registry()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(Arc::clone(worker));
-    watchdog().unpark();
+    watchdog.unpark();
 }
 
 fn unregister(worker: &Arc<Worker>) {
@@ -285,7 +289,9 @@ fn watchdog_loop() {
             std::thread::park();
             continue;
         }
-        watches.retain(|key, _| workers.iter().any(|w| Arc::as_ptr(w) as usize == *key));
+        // Forget workers gone since the last tick (a new one may reuse an address).
+        let live: HashSet<usize> = workers.iter().map(|w| Arc::as_ptr(w) as usize).collect();
+        watches.retain(|key, _| live.contains(key));
         let now = Instant::now();
         for worker in &workers {
             scan(worker, &mut watches, now);
@@ -415,6 +421,15 @@ struct Session {
 /// Starts a worker for `session` (its queue locked by the caller). On failure every queued job
 /// fails with [`WorkError::Unavailable`].
 fn spawn_worker(session: &Arc<Session>, queue: &mut Queue) {
+    let watchdog = match watchdog() {
+        Ok(watchdog) => watchdog,
+        Err(err) => {
+            for job in queue.jobs.drain(..) {
+                job.fail.fail(WorkError::Unavailable(err.to_owned()));
+            }
+            return;
+        }
+    };
     let worker = Arc::new(Worker {
         slot: CallSlot {
             state: AtomicU64::new(0),
@@ -430,7 +445,7 @@ fn spawn_worker(session: &Arc<Session>, queue: &mut Queue) {
         .spawn(move || worker_loop(runner))
     {
         Ok(_) => {
-            register(&worker);
+            register(&worker, watchdog);
             queue.worker = Some(worker);
         }
         Err(err) => {

@@ -596,21 +596,22 @@ impl GuardedEngine {
 
     /// The one path of every guarded method: `Ok(None)` when the engine lacks an optional
     /// method; else the abort check, quarantine routing, the bounded call, and the failure
-    /// rules (see the module docs).
+    /// rules (see the module docs). The request and the controller are borrowed: inline on a
+    /// session worker nothing is cloned; a hand-off clones the two `Arc`s for its worker.
     ///
     /// # Errors
     /// An abort, strict policy, a fail-closed failure, or both engines failing.
     pub fn call<R: GuardedMethod>(
         &self,
-        request: Arc<R>,
-        abort: Arc<AbortController>,
+        request: &Arc<R>,
+        abort: &Arc<AbortController>,
     ) -> Result<Option<Guarded<R::Output>>, GuardError> {
         if let Some(bit) = R::OPTIONAL {
             if !self.primary.descriptor().has(bit) {
                 return Ok(None);
             }
         }
-        self.run(&request, &abort).map(Some)
+        self.run(request, abort).map(Some)
     }
 
     /// The core of every guarded call.
@@ -757,7 +758,7 @@ impl GuardedEngine {
         request: Arc<BootstrapRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<BootstrapResult>>, GuardError> {
-        self.call(request, abort)
+        self.call(&request, &abort)
     }
 
     /// `ingestBatch`; `Ok(None)` when the engine has none.
@@ -769,7 +770,7 @@ impl GuardedEngine {
         request: Arc<IngestBatchRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<IngestBatchResult>>, GuardError> {
-        self.call(request, abort)
+        self.call(&request, &abort)
     }
 
     /// `afterTurn`; `Ok(None)` when the engine has none.
@@ -781,7 +782,7 @@ impl GuardedEngine {
         request: Arc<AfterTurnRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
-        self.call(request, abort)
+        self.call(&request, &abort)
     }
 
     /// `maintain`; `Ok(None)` when the engine has none.
@@ -793,7 +794,7 @@ impl GuardedEngine {
         request: Arc<MaintainRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<MaintainResult>>, GuardError> {
-        self.call(request, abort)
+        self.call(&request, &abort)
     }
 
     /// `callTool` of a tool the engine declared; `Ok(None)` when the engine has no `callTool`.
@@ -807,7 +808,7 @@ impl GuardedEngine {
         request: Arc<ToolCallRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<ToolCallResult>>, GuardError> {
-        self.call(request, abort)
+        self.call(&request, &abort)
     }
 
     /// `prepareSubagentSpawn`: fails closed. `Ok(None)` when the engine has none.
@@ -818,7 +819,7 @@ impl GuardedEngine {
         &self,
         request: Arc<SubagentSpawnRequest>,
     ) -> Result<Option<Guarded<Option<SpawnRollbackBox>>>, GuardError> {
-        self.call(request, Arc::new(AbortController::new()))
+        self.call(&request, &Arc::new(AbortController::new()))
     }
 
     /// `onSubagentEnded`; `Ok(None)` when the engine has none.
@@ -829,7 +830,7 @@ impl GuardedEngine {
         &self,
         request: Arc<SubagentEndedRequest>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
-        self.call(request, Arc::new(AbortController::new()))
+        self.call(&request, &Arc::new(AbortController::new()))
     }
 }
 
