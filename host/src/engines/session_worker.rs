@@ -765,6 +765,50 @@ mod tests {
     }
 
     #[test]
+    fn a_refreshed_window_keeps_a_call_alive_up_to_ten_windows() {
+        let worker = SessionWorker::new("refresh");
+        let window = Duration::from_millis(100);
+        // Re-armed every 20 ms for 300 ms (three windows): in time.
+        let in_time = worker
+            .run(move || {
+                let abort = AbortController::new();
+                inline_call(window, &abort, || {
+                    for _ in 0..15 {
+                        assert!(refresh_inline_deadline());
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    3
+                })
+            })
+            .unwrap();
+        assert_eq!(in_time, Ok(3));
+        // Re-armed for ever: the ceiling of ten windows ends it.
+        let capped = worker
+            .run(move || {
+                let abort = AbortController::new();
+                inline_call(window, &abort, || {
+                    // Bounded, so that a missing ceiling fails instead of hanging.
+                    for _ in 0..600 {
+                        if abort.signal().is_aborted() {
+                            break;
+                        }
+                        refresh_inline_deadline();
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    4
+                })
+            })
+            .unwrap();
+        match capped {
+            Err(Overrun::TimedOut { waited }) => {
+                assert!(waited >= window * MAX_WINDOWS, "{waited:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!refresh_inline_deadline(), "no inline call on this thread");
+    }
+
+    #[test]
     fn the_handle_is_a_future() {
         let worker = SessionWorker::new("future");
         let mut handle = worker.submit(|| 5);
