@@ -15,12 +15,12 @@
 //! (180 s by default, reference §9.1); `maintain` and `bootstrap` by the same window unless
 //! `callTimeoutsMs` names them (a lossless-style sweep can take minutes); every other method by
 //! its per-call timeout. A call that overruns returns at its deadline, even when the engine
-//! ignores its abort signal and never returns. A `compact` that overruns is what OpenClaw makes
-//! it — an abort: `Compaction timed out` reaches the caller and the engine is **not**
-//! quarantined (§4.4a, §9.1). Any other overrun quarantines the engine.
+//! ignores its abort signal and never returns (inline on a session worker: its work's
+//! submitter gets the timeout at the deadline plus a grace). A `compact` that overruns is what
+//! OpenClaw makes it — an abort: `Compaction timed out` reaches the caller and the engine is
+//! **not** quarantined (§4.4a, §9.1). Any other overrun quarantines the engine.
 //!
 //! The default engine (`legacy`) is never quarantined: it is its own fallback.
-
 //!
 //! **Where a call runs.** On a [`SessionWorker`](crate::engines::session_worker::SessionWorker)
 //! thread a call runs inline, bounded by the watchdog: a call that returns in time costs the
