@@ -622,7 +622,8 @@ impl SessionWorker {
     pub fn new(name: &str) -> Self {
         SessionWorker {
             session: Arc::new(Session {
-                name: name.to_owned(),
+                // A thread name cannot hold NUL (a session key could).
+                name: name.replace('\0', ""),
                 queue: Mutex::new(Queue::default()),
                 ready: Condvar::new(),
             }),
