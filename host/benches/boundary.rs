@@ -9,10 +9,20 @@
 //! - `plugin`: the engine from the loaded `.so`, through `EngineInstance`;
 //! - `plugin-guarded`: the same through `GuardedEngine`: quarantine check, projection, and the
 //!   bounded call (a hand-off to a worker thread so that a hung engine cannot hold the caller).
+//!
+//! The guard's own cost, both designs side by side (`guard/…` and `guard-after-idle/…`):
+//! - `plugin` vs `plugin-guarded/hand-off`: calls from a thread that is not a session worker,
+//!   each handed off to a pooled worker;
+//! - `plugin/session-worker` vs `plugin-guarded/inline`: the same loop run on a
+//!   `SessionWorker`, where the guarded call runs inline under the watchdog;
+//! - `guard-after-idle/…`: one call after 2 ms of idleness (the hand-off's workers have parked),
+//!   averaged over at most 50 such calls per sample; `session-worker-job` is the wake-up a turn
+//!   pays once to reach its parked session worker.
 
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use pincer_host::config::FallbackPolicy;
@@ -21,6 +31,7 @@ use pincer_host::engines::legacy::shared_legacy;
 use pincer_host::engines::request::no_entry_ids;
 use pincer_host::engines::request::{AssembleRequest, HostInputs, IngestRequest};
 use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::engines::session_worker::SessionWorker;
 use pincer_host::plugins::library::{EngineDirs, Loader};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::quarantine::Quarantine;
@@ -84,7 +95,7 @@ struct Engines {
     direct: SlidingWindow,
     adapter: EngineInstance,
     plugin: Arc<EngineInstance>,
-    guarded: GuardedEngine,
+    guarded: Arc<GuardedEngine>,
     _cache: tempfile::TempDir,
 }
 
@@ -119,14 +130,14 @@ fn engines(budget: u64) -> Engines {
         )
         .unwrap(),
     );
-    let guarded = GuardedEngine::new(
+    let guarded = Arc::new(GuardedEngine::new(
         "sliding-window",
         Some(Owner::plugin("sliding-window")),
         Arc::clone(&plugin),
         shared_legacy(services()).unwrap(),
         Arc::new(Quarantine::new(None)),
         FallbackPolicy::Legacy,
-    );
+    ));
     Engines {
         direct,
         adapter,
@@ -244,6 +255,137 @@ fn bench_assemble(c: &mut Criterion) {
     group.finish();
 }
 
+/// How long the idle period before each measured call lasts (the hand-off's workers and
+/// callers spin 50 µs, then park).
+const IDLE: Duration = Duration::from_millis(2);
+/// At most this many idle-then-call rounds per sample; the mean is scaled to `iters`.
+const IDLE_CALLS: u64 = 50;
+
+/// `iters` calls' worth of time, measured on at most [`IDLE_CALLS`] calls each after [`IDLE`].
+fn after_idle(iters: u64, mut one: impl FnMut() -> Duration) -> Duration {
+    let n = iters.clamp(1, IDLE_CALLS);
+    let mut total = Duration::ZERO;
+    for _ in 0..n {
+        std::thread::sleep(IDLE);
+        total += one();
+    }
+    let nanos = total.as_nanos() * u128::from(iters) / u128::from(n);
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// Times `f`.
+fn timed(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+/// What the guard benches call, shareable with a session worker.
+#[derive(Clone)]
+struct GuardFixture {
+    plugin: Arc<EngineInstance>,
+    guarded: Arc<GuardedEngine>,
+    request: Arc<IngestRequest>,
+    /// One controller for every call: it never fires in time, and the caller owns its cost.
+    abort: Arc<AbortController>,
+}
+
+impl GuardFixture {
+    /// `iters` plain plugin calls (the params built once, as a caller holding them would).
+    fn plugin(&self, iters: u64) -> Duration {
+        self.request.with_abi(
+            self.abort.signal(),
+            |host| host,
+            |params| {
+                timed(|| {
+                    for _ in 0..iters {
+                        black_box(self.plugin.ingest(black_box(params)).unwrap());
+                    }
+                })
+            },
+        )
+    }
+
+    /// `iters` guarded calls (`call` borrows the request and the controller; the named
+    /// wrappers like `ingest` take them by value, which costs the caller two `Arc` clones).
+    fn guarded(&self, iters: u64) -> Duration {
+        timed(|| {
+            for _ in 0..iters {
+                black_box(
+                    self.guarded
+                        .call(&self.request, &self.abort)
+                        .unwrap()
+                        .map(|answered| answered.value),
+                );
+            }
+        })
+    }
+
+    /// `measure(self, iters)` run on `worker`.
+    fn on(
+        &self,
+        worker: &SessionWorker,
+        iters: u64,
+        measure: fn(&Self, u64) -> Duration,
+    ) -> Duration {
+        let fixture = self.clone();
+        worker.run(move || measure(&fixture, iters)).unwrap()
+    }
+}
+
+fn bench_guard(c: &mut Criterion) {
+    let e = engines(10_000);
+    let fx = GuardFixture {
+        plugin: Arc::clone(&e.plugin),
+        guarded: Arc::clone(&e.guarded),
+        request: Arc::new(IngestRequest {
+            session_id: Arc::from("bench"),
+            messages: Arc::from(vec![Message::user("Please change my flight to May 21.")]),
+            entry_ids: no_entry_ids(),
+            index: 0,
+            is_heartbeat: false,
+            host: HostInputs::default(),
+        }),
+        abort: Arc::new(AbortController::new()),
+    };
+    let worker = SessionWorker::new("bench");
+    // Starts the worker (and the watchdog) before anything is measured.
+    worker.run(|| ()).unwrap();
+
+    let mut group = c.benchmark_group("guard/ingest");
+    group.bench_function("plugin", |b| b.iter_custom(|iters| fx.plugin(iters)));
+    group.bench_function("plugin-guarded/hand-off", |b| {
+        b.iter_custom(|iters| fx.guarded(iters))
+    });
+    group.bench_function("plugin/session-worker", |b| {
+        b.iter_custom(|iters| fx.on(&worker, iters, GuardFixture::plugin))
+    });
+    group.bench_function("plugin-guarded/inline", |b| {
+        b.iter_custom(|iters| fx.on(&worker, iters, GuardFixture::guarded))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("guard-after-idle/ingest");
+    group.sample_size(10);
+    group.bench_function("plugin", |b| {
+        b.iter_custom(|iters| after_idle(iters, || fx.plugin(1)))
+    });
+    group.bench_function("plugin-guarded/hand-off", |b| {
+        b.iter_custom(|iters| after_idle(iters, || fx.guarded(1)))
+    });
+    group.bench_function("plugin-guarded/inline", |b| {
+        b.iter_custom(|iters| {
+            fx.on(&worker, iters, |fx, iters| {
+                after_idle(iters, || fx.guarded(1))
+            })
+        })
+    });
+    group.bench_function("session-worker-job", |b| {
+        b.iter_custom(|iters| after_idle(iters, || timed(|| worker.run(|| ()).unwrap())))
+    });
+    group.finish();
+}
+
 fn bench_load(c: &mut Criterion) {
     let size = std::fs::metadata(pincer_tests_library(&staged_dir()))
         .map(|m| m.len())
@@ -286,5 +428,11 @@ fn pincer_tests_library(dir: &std::path::Path) -> PathBuf {
     dir.join(manifest["library"].as_str().unwrap())
 }
 
-criterion_group!(benches, bench_ingest, bench_assemble, bench_load);
+criterion_group!(
+    benches,
+    bench_guard,
+    bench_ingest,
+    bench_assemble,
+    bench_load
+);
 criterion_main!(benches);

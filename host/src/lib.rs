@@ -73,6 +73,7 @@ pub mod slot;
 pub mod types;
 
 pub use config::{ConfigError, PincerHome};
+pub use engines::session_worker::{SessionWorker, WorkError, WorkHandle};
 pub use engines::{EngineCallError, EngineInstance};
 pub use plugins::LoadError;
 pub use report::{doctor, DoctorReport};

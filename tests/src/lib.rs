@@ -255,3 +255,42 @@ pub fn find_by_id(list: &serde_json::Value, id: &str) -> serde_json::Value {
         .cloned()
         .unwrap_or_else(|| panic!("no \"{id}\" in {list}"))
 }
+
+/// Asserts that `failure` is `method`'s per-call timeout and that it quarantined `engine_id`
+/// under that operation.
+pub fn assert_timed_out_and_quarantined(
+    quarantine: &pincer_host::slot::quarantine::Quarantine,
+    engine_id: &str,
+    failure: &pincer_host::engines::instance::EngineCallError,
+    method: &str,
+) {
+    assert_eq!(
+        failure.kind,
+        pincer_host::engines::instance::CallErrorKind::TimedOut
+    );
+    assert!(
+        failure
+            .message
+            .starts_with(&format!("{method} timed out after")),
+        "{}",
+        failure.message
+    );
+    let record = quarantine
+        .get(engine_id)
+        .unwrap_or_else(|| panic!("{engine_id} quarantined"));
+    assert_eq!(record.operation, method);
+}
+
+/// An `assemble` request over all of `t` for `session`, without a budget or host parameters.
+pub fn assemble_request(
+    t: &pincer_host::session::Transcript,
+    session: &str,
+) -> std::sync::Arc<pincer_host::engines::request::AssembleRequest> {
+    std::sync::Arc::new(pincer_host::engines::request::AssembleRequest {
+        session_id: std::sync::Arc::from(session),
+        messages: t.shared_messages(),
+        entry_ids: t.entry_ids(),
+        token_budget: None,
+        host: pincer_host::engines::request::HostInputs::default(),
+    })
+}

@@ -360,13 +360,7 @@ fn aborts_never_quarantine() {
         std::thread::sleep(Duration::from_millis(200));
         trigger.abort();
     });
-    let request = Arc::new(AssembleRequest {
-        session_id: Arc::from("s"),
-        messages: t.shared_messages(),
-        entry_ids: t.entry_ids(),
-        token_budget: None,
-        host: HostInputs::default(),
-    });
+    let request = assemble_request(&t, "s");
     let err = resolved
         .engine
         .assemble(Arc::clone(&request), abort)
@@ -747,16 +741,7 @@ fn every_other_method_is_bounded_by_its_per_call_timeout() {
         .expect("legacy answers after the timeout");
     assert_eq!(view.answer.answered_by, "legacy");
     let failure = view.answer.failure.unwrap();
-    assert_eq!(failure.kind, CallErrorKind::TimedOut);
-    assert!(
-        failure.message.starts_with("assemble timed out after"),
-        "{}",
-        failure.message
-    );
-    assert_eq!(
-        runtime.quarantine().get("faulty").unwrap().operation,
-        "assemble"
-    );
+    assert_timed_out_and_quarantined(runtime.quarantine(), "faulty", &failure, "assemble");
 }
 
 #[test]
@@ -1133,16 +1118,7 @@ fn an_engine_that_forges_an_abort_cannot_dodge_quarantine() {
     let abort = Arc::new(AbortController::new());
     let answered = resolved
         .engine
-        .assemble(
-            Arc::new(AssembleRequest {
-                session_id: Arc::from("s"),
-                messages: t.shared_messages(),
-                entry_ids: t.entry_ids(),
-                token_budget: None,
-                host: HostInputs::default(),
-            }),
-            Arc::clone(&abort),
-        )
+        .assemble(assemble_request(&t, "s"), Arc::clone(&abort))
         .expect("legacy answers: a forged abort is a failure, not an abort");
     assert_eq!(answered.answer.answered_by, "legacy");
     let failure = answered

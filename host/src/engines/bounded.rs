@@ -1,5 +1,8 @@
-//! Bounded engine calls: every call runs on a worker thread and the caller waits at most until
-//! the call's deadline. When it passes, the call's abort signal fires and the caller gets
+//! Bounded engine calls handed off: the call runs on a pooled worker thread and the caller waits
+//! at most until the call's deadline. This is the path of every call made on a thread that is
+//! not a session worker (and of the factory, `dispose` and rollbacks); on a session worker a
+//! guarded call runs inline instead, bounded by one watchdog (see
+//! [`crate::engines::session_worker`]). When the deadline passes, the call's abort signal fires and the caller gets
 //! [`Overrun::TimedOut`] at once — even if the engine ignores the signal and never returns. The stuck
 //! worker is abandoned (it owns everything the call borrows, so nothing it touches can be
 //! freed under it) and a new worker takes its place, so other sessions keep being served and a
@@ -77,6 +80,16 @@ thread_local! {
 /// to re-arm the window while the runtime's compaction makes progress.
 pub fn current_deadline() -> Option<Arc<Deadline>> {
     CURRENT_DEADLINE.with(|d| d.borrow().clone())
+}
+
+/// Re-arms the window of the bounded call running on this thread — handed off or inline on a
+/// session worker — if there is one (never past [`MAX_WINDOWS`] windows from its start).
+pub fn refresh_current_deadline() {
+    if let Some(deadline) = current_deadline() {
+        deadline.refresh();
+    } else {
+        crate::engines::session_worker::refresh_inline_deadline();
+    }
 }
 
 /// Why a bounded call produced no result.

@@ -1,6 +1,7 @@
 //! Engines as the host runs them: one live [`EngineInstance`] behind the
 //! [`EngineBackend`] seam (today in-process; later a child process or a reloadable one),
-//! owned requests a bounded call can borrow from, bounded calls themselves, the host services
+//! owned requests a bounded call can borrow from, bounded calls themselves (handed off to a
+//! pooled worker, or inline on a session worker under one watchdog), the host services
 //! engines see, and the engines built into the host (`legacy`).
 //!
 //! Depends on [`crate::plugins`] (a library backend keeps its library mapped), never on the
@@ -12,6 +13,7 @@ pub mod instance;
 pub mod legacy;
 pub mod request;
 pub mod services;
+pub mod session_worker;
 
 pub use backend::{EngineBackend, InProcess};
 pub use instance::{

@@ -194,9 +194,7 @@ impl HostServices {
     fn delegate(&self, params: &CompactParams<'_>) -> RResult<CompactResult, EngineError> {
         // The runtime's own compaction may re-arm the safety window as it makes progress
         // (never past ten windows); plugin engines get a single window (reference §9.1).
-        if let Some(deadline) = crate::engines::bounded::current_deadline() {
-            deadline.refresh();
-        }
+        crate::engines::bounded::refresh_current_deadline();
         // This runs behind abi_stable's FFI shim, where an unwind would end the process.
         catch_host_panic("runtime compaction", || self.compactor.compact(params)).into()
     }

@@ -25,6 +25,11 @@
 //!
 //! The session's writer is released while the engine compacts: the runtime compaction (behind
 //! `delegateCompactionToRuntime` and `legacy.compact`) opens the file itself.
+//!
+//! A turn runs on its caller's thread, so its engine calls take the guard's hand-off. Run it as
+//! work of a [`SessionWorker`](crate::engines::session_worker::SessionWorker) (the harness in an
+//! `Arc`, the session moved into the work and back out) and they run inline instead; the
+//! harness does not own such a worker itself yet.
 
 pub mod precheck;
 pub mod tool_pairs;
@@ -912,7 +917,7 @@ impl Harness {
         let report = AssembledReport {
             count: out.len(),
             estimated_tokens: result.estimated_tokens.into_option(),
-            answered_by: guarded.answer.answered_by.clone(),
+            answered_by: guarded.answer.answered_by.to_string(),
             entry_ids: out.iter().map(|(_, e)| e.clone()).collect(),
             repairs: tool_pairs::Repairs::default(),
         };

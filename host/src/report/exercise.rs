@@ -69,7 +69,7 @@ fn outcome_of<T>(
         })) => MethodOutcome {
             method,
             outcome: if failure.is_some() { "fallback" } else { "ok" },
-            answered_by: Some(answered_by),
+            answered_by: Some(answered_by.to_string()),
             error: failure,
             quarantined,
         },

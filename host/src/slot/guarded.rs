@@ -15,25 +15,41 @@
 //! (180 s by default, reference §9.1); `maintain` and `bootstrap` by the same window unless
 //! `callTimeoutsMs` names them (a lossless-style sweep can take minutes); every other method by
 //! its per-call timeout. A call that overruns returns at its deadline, even when the engine
-//! ignores its abort signal and never returns. A `compact` that overruns is what OpenClaw makes
-//! it — an abort: `Compaction timed out` reaches the caller and the engine is **not**
-//! quarantined (§4.4a, §9.1). Any other overrun quarantines the engine.
+//! ignores its abort signal and never returns (inline on a session worker: its work's
+//! submitter gets the timeout at the deadline plus a grace). A `compact` that overruns is what
+//! OpenClaw makes it — an abort: `Compaction timed out` reaches the caller and the engine is
+//! **not** quarantined (§4.4a, §9.1). Any other overrun quarantines the engine.
 //!
 //! The default engine (`legacy`) is never quarantined: it is its own fallback.
+//!
+//! **Where a call runs.** On a [`SessionWorker`](crate::engines::session_worker::SessionWorker)
+//! thread a call runs inline, bounded by the watchdog: a call that returns in time costs the
+//! guard a quarantine check, the projection (a precomputed bit mask) and two atomic stores plus
+//! a compare-and-swap; a call that ignores its abort makes the work's submitter get the
+//! timeout (with the quarantine rules above applied by the watchdog) while the stuck worker is
+//! abandoned. Anywhere else a call hands off to a pooled worker ([`bounded::run`]), as before.
+//!
+//! **One mechanism.** Every guarded method is a request type implementing [`GuardedMethod`]
+//! (its contract method, whether it fails closed, the optional-method bit, the engine's call and
+//! legacy's fallback or canned result); [`GuardedEngine::call`] is the one path they all take,
+//! and the named methods (`assemble`, `ingest`, …) are one-line wrappers around it. Nothing is
+//! cloned per call: the request and the controller are borrowed inline (the hand-off clones
+//! their `Arc`s), who answered is a shared [`EngineName`], and the deadline windows and the
+//! projection mask are worked out when the guard is built.
 
 use std::sync::Arc;
 
 use std::time::Duration;
 
 use pincer_plugin_api::abi::latest::{
-    AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult, HostParams,
+    AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult,
     IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
     ToolCallResult,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
-use super::projection::project_with;
+use super::projection::HostParamMask;
 use crate::config::{CallTimeouts, FallbackPolicy};
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
@@ -41,6 +57,7 @@ use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
+use crate::engines::session_worker::{self, OnStuck, WorkError};
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
 
@@ -72,6 +89,11 @@ impl Timeouts {
             _ => self.calls.for_method(method),
         }
     }
+
+    /// The window of every method, indexed by `Method as usize`.
+    fn table(&self) -> [Duration; Method::ALL.len()] {
+        Method::ALL.map(|method| self.for_method(method))
+    }
 }
 
 /// The reason text of the canned results.
@@ -96,12 +118,67 @@ impl GuardError {
     }
 }
 
+/// An engine id shared by every answer that names it (cloning it is a reference count).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct EngineName(Arc<str>);
+
+impl EngineName {
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for EngineName {
+    fn from(id: &str) -> Self {
+        EngineName(Arc::from(id))
+    }
+}
+
+impl std::ops::Deref for EngineName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for EngineName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for EngineName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq<str> for EngineName {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for EngineName {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl Serialize for EngineName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 /// Who answered a guarded call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Answer {
     /// The engine id whose code produced the result (`legacy` on fallback).
-    pub answered_by: String,
+    pub answered_by: EngineName,
     /// When the configured engine failed on this call: its error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<EngineCallError>,
@@ -118,15 +195,196 @@ pub struct Guarded<T> {
     pub answer: Answer,
 }
 
+/// One guarded method, as its owned request type: the table row [`GuardedEngine::call`] runs.
+pub trait GuardedMethod: Send + Sync + 'static {
+    /// The method's result.
+    type Output: Send + 'static;
+    /// The contract method.
+    const METHOD: Method;
+    /// Whether a failure returns the original error instead of falling back (`compact`,
+    /// `prepareSubagentSpawn`).
+    const FAIL_CLOSED: bool = false;
+    /// The [`OptionalMethods`] bit of an optional method: skipped (`Ok(None)`) when the engine
+    /// lacks it.
+    const OPTIONAL: Option<u32> = None;
+
+    /// Calls the configured engine, with its host parameters projected through `mask`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn call(
+        &self,
+        engine: &EngineInstance,
+        abort: &AbortSignal,
+        mask: HostParamMask,
+    ) -> Result<Self::Output, EngineCallError>;
+
+    /// Calls `legacy`'s same method, or gives the canned result of §4.5 when it lacks it.
+    ///
+    /// # Errors
+    /// Legacy's error.
+    fn fallback(
+        &self,
+        legacy: &EngineInstance,
+        abort: &AbortSignal,
+    ) -> Result<Self::Output, EngineCallError>;
+}
+
+/// Implements [`GuardedMethod`] for a request whose engine method and legacy fallback share a
+/// name; `canned` answers when legacy lacks an optional method.
+macro_rules! guarded_method {
+    ($request:ty => $output:ty, $method:ident, $engine_fn:ident
+        $(, fail_closed: $fail_closed:expr)?
+        $(, optional: $bit:expr, canned: $canned:expr)?) => {
+        impl GuardedMethod for $request {
+            type Output = $output;
+            const METHOD: Method = Method::$method;
+            $(const FAIL_CLOSED: bool = $fail_closed;)?
+            $(const OPTIONAL: Option<u32> = Some($bit);)?
+
+            fn call(
+                &self,
+                engine: &EngineInstance,
+                abort: &AbortSignal,
+                mask: HostParamMask,
+            ) -> Result<$output, EngineCallError> {
+                self.with_abi(abort, |host| mask.apply(Method::$method, &host), |p| {
+                    engine.$engine_fn(p)
+                })
+            }
+
+            fn fallback(
+                &self,
+                legacy: &EngineInstance,
+                abort: &AbortSignal,
+            ) -> Result<$output, EngineCallError> {
+                $(if !legacy.descriptor().has($bit) {
+                    return Ok($canned);
+                })?
+                self.with_abi(abort, |host| host, |p| legacy.$engine_fn(p))
+            }
+        }
+    };
+}
+
+guarded_method!(AssembleRequest => AssembleResult, Assemble, assemble);
+guarded_method!(IngestRequest => IngestResult, Ingest, ingest);
+guarded_method!(CompactRequest => CompactResult, Compact, compact, fail_closed: true);
+guarded_method!(BootstrapRequest => BootstrapResult, Bootstrap, bootstrap,
+optional: OptionalMethods::BOOTSTRAP,
+canned: BootstrapResult {
+    bootstrapped: false,
+    imported_messages: ROption::RNone,
+    reason: ROption::RSome(DOWNGRADED_REASON.into()),
+});
+guarded_method!(IngestBatchRequest => IngestBatchResult, IngestBatch, ingest_batch,
+    optional: OptionalMethods::INGEST_BATCH,
+    canned: IngestBatchResult { ingested_count: 0 });
+guarded_method!(AfterTurnRequest => (), AfterTurn, after_turn,
+    optional: OptionalMethods::AFTER_TURN,
+    canned: ());
+guarded_method!(MaintainRequest => MaintainResult, Maintain, maintain,
+optional: OptionalMethods::MAINTAIN,
+canned: MaintainResult {
+    changed: false,
+    bytes_freed: 0,
+    rewritten_entries: 0,
+    reason: ROption::RSome(DOWNGRADED_REASON.into()),
+});
+
+/// `callTool`: `legacy` declares no tools, so the model gets an error result.
+impl GuardedMethod for ToolCallRequest {
+    type Output = ToolCallResult;
+    const METHOD: Method = Method::CallTool;
+    const OPTIONAL: Option<u32> = Some(OptionalMethods::CALL_TOOL);
+
+    fn call(
+        &self,
+        engine: &EngineInstance,
+        abort: &AbortSignal,
+        mask: HostParamMask,
+    ) -> Result<ToolCallResult, EngineCallError> {
+        self.with_abi(
+            abort,
+            |host| mask.apply(Method::CallTool, &host),
+            |p| engine.call_tool(p),
+        )
+    }
+
+    fn fallback(
+        &self,
+        _: &EngineInstance,
+        _: &AbortSignal,
+    ) -> Result<ToolCallResult, EngineCallError> {
+        Ok(ToolCallResult {
+            content: format!(
+                "Tool {} is unavailable: its context engine failed and was quarantined.",
+                self.tool_name
+            )
+            .into(),
+            is_error: true,
+        })
+    }
+}
+
+/// `prepareSubagentSpawn`: fails closed; no host parameters.
+impl GuardedMethod for SubagentSpawnRequest {
+    type Output = Option<SpawnRollbackBox>;
+    const METHOD: Method = Method::PrepareSubagentSpawn;
+    const FAIL_CLOSED: bool = true;
+    const OPTIONAL: Option<u32> = Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN);
+
+    fn call(
+        &self,
+        engine: &EngineInstance,
+        _: &AbortSignal,
+        _: HostParamMask,
+    ) -> Result<Self::Output, EngineCallError> {
+        self.with_abi(|p| engine.prepare_subagent_spawn(p))
+    }
+
+    fn fallback(
+        &self,
+        _: &EngineInstance,
+        _: &AbortSignal,
+    ) -> Result<Self::Output, EngineCallError> {
+        Ok(None)
+    }
+}
+
+/// `onSubagentEnded`: no host parameters.
+impl GuardedMethod for SubagentEndedRequest {
+    type Output = ();
+    const METHOD: Method = Method::OnSubagentEnded;
+    const OPTIONAL: Option<u32> = Some(OptionalMethods::ON_SUBAGENT_ENDED);
+
+    fn call(
+        &self,
+        engine: &EngineInstance,
+        _: &AbortSignal,
+        _: HostParamMask,
+    ) -> Result<(), EngineCallError> {
+        self.with_abi(|p| engine.on_subagent_ended(p))
+    }
+
+    fn fallback(&self, _: &EngineInstance, _: &AbortSignal) -> Result<(), EngineCallError> {
+        Ok(())
+    }
+}
+
 /// The configured engine behind quarantine, with `legacy` as its fallback.
 pub struct GuardedEngine {
-    id: String,
+    id: EngineName,
+    fallback_id: EngineName,
     owner: Option<Owner>,
     primary: Arc<EngineInstance>,
     fallback: Arc<EngineInstance>,
     quarantine: Arc<Quarantine>,
     policy: FallbackPolicy,
-    timeouts: Timeouts,
+    /// The deadline window of each method (`Method as usize`).
+    windows: [Duration; Method::ALL.len()],
+    /// The primary's `acceptedHostParams`.
+    mask: HostParamMask,
 }
 
 impl std::fmt::Debug for GuardedEngine {
@@ -153,7 +411,23 @@ fn is_abort(err: &EngineCallError, abort: &AbortController) -> bool {
         || text.contains("canceled")
 }
 
-type Call<T> = Box<dyn FnOnce(&EngineInstance, &AbortSignal) -> Result<T, EngineCallError> + Send>;
+/// The error of a call that did not finish: an abort, `Compaction timed out`, or
+/// `<method> timed out after N ms`.
+fn overrun_error(operation: Method, overrun: &Overrun) -> EngineCallError {
+    match overrun {
+        Overrun::Aborted => {
+            EngineCallError::new(CallErrorKind::Aborted, "Context engine operation aborted.")
+        }
+        Overrun::TimedOut { waited } => EngineCallError::new(
+            CallErrorKind::TimedOut,
+            if operation == Method::Compact {
+                COMPACTION_TIMED_OUT.to_owned()
+            } else {
+                format!("{operation} timed out after {} ms", waited.as_millis())
+            },
+        ),
+    }
+}
 
 impl GuardedEngine {
     /// Guards `primary` (registered as `id` by `owner`) with `fallback`.
@@ -166,19 +440,21 @@ impl GuardedEngine {
         policy: FallbackPolicy,
     ) -> Self {
         GuardedEngine {
-            id: id.to_owned(),
+            id: EngineName::from(id),
+            fallback_id: EngineName::from(fallback.descriptor().id.as_str()),
             owner,
+            mask: HostParamMask::of_engine(primary.descriptor()),
             primary,
             fallback,
             quarantine,
             policy,
-            timeouts: Timeouts::default(),
+            windows: Timeouts::default().table(),
         }
     }
 
     /// Sets the call deadlines.
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
-        self.timeouts = timeouts;
+        self.windows = timeouts.table();
         self
     }
 
@@ -230,41 +506,68 @@ impl GuardedEngine {
         &self.primary
     }
 
-    /// Runs one call of `instance` under its deadline.
-    fn bounded<T: Send + 'static>(
+    fn window(&self, method: Method) -> Duration {
+        self.windows[method as usize]
+    }
+
+    /// Runs `request` against the primary (or the fallback) under its method's deadline:
+    /// inline on a session worker, else handed off to a pooled worker.
+    fn bounded<R: GuardedMethod>(
         &self,
-        operation: Method,
-        instance: &Arc<EngineInstance>,
+        primary: bool,
+        request: &Arc<R>,
         abort: &Arc<AbortController>,
-        call: Call<T>,
-    ) -> Result<T, EngineCallError> {
-        let engine = Arc::clone(instance);
-        let controller = Arc::clone(abort);
-        self.within_deadline(operation, abort, move || call(&engine, controller.signal()))
+    ) -> Result<R::Output, EngineCallError> {
+        let window = self.window(R::METHOD);
+        let mask = self.mask;
+        let engine = if primary {
+            &self.primary
+        } else {
+            &self.fallback
+        };
+        let quarantinable = primary && !self.is_default();
+        let inline =
+            session_worker::run_inline(R::METHOD, quarantinable, window, abort, self, || {
+                if primary {
+                    request.call(engine, abort.signal(), mask)
+                } else {
+                    request.fallback(engine, abort.signal())
+                }
+            });
+        let outcome = match inline {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let engine = Arc::clone(engine);
+                let request = Arc::clone(request);
+                let controller = Arc::clone(abort);
+                bounded::run(Deadline::new(window), Arc::clone(abort), move || {
+                    if primary {
+                        request.call(&engine, controller.signal(), mask)
+                    } else {
+                        request.fallback(&engine, controller.signal())
+                    }
+                })
+            }
+        };
+        outcome
+            .map_err(|overrun| overrun_error(R::METHOD, &overrun))
+            .and_then(|result| result)
     }
 
     /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
     fn within_deadline<T: Send + 'static>(
         &self,
         operation: Method,
-        abort: &Arc<AbortController>,
         call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
     ) -> Result<T, EngineCallError> {
-        let window = self.timeouts.for_method(operation);
-        match bounded::run(Deadline::new(window), Arc::clone(abort), call) {
+        let window = self.window(operation);
+        match bounded::run(
+            Deadline::new(window),
+            Arc::new(AbortController::new()),
+            call,
+        ) {
             Ok(result) => result,
-            Err(Overrun::Aborted) => Err(EngineCallError::new(
-                CallErrorKind::Aborted,
-                "Context engine operation aborted.",
-            )),
-            Err(Overrun::TimedOut { waited }) => Err(EngineCallError::new(
-                CallErrorKind::TimedOut,
-                if operation == Method::Compact {
-                    COMPACTION_TIMED_OUT.to_owned()
-                } else {
-                    format!("{operation} timed out after {} ms", waited.as_millis())
-                },
-            )),
+            Err(overrun) => Err(overrun_error(operation, &overrun)),
         }
     }
 
@@ -273,16 +576,12 @@ impl GuardedEngine {
     /// # Errors
     /// The rollback's error, or its timeout.
     pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline(
-            Method::Rollback,
-            &Arc::new(AbortController::new()),
-            move || {
-                handle
-                    .rollback()
-                    .into_result()
-                    .map_err(EngineCallError::from)
-            },
-        )
+        self.within_deadline(Method::Rollback, move || {
+            handle
+                .rollback()
+                .into_result()
+                .map_err(EngineCallError::from)
+        })
     }
 
     /// Disposes the configured engine instance, bounded by the cleanup deadline (once per
@@ -292,29 +591,43 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline(
-            Method::Dispose,
-            &Arc::new(AbortController::new()),
-            move || engine.dispose(),
-        )
+        self.within_deadline(Method::Dispose, move || engine.dispose())
+    }
+
+    /// The one path of every guarded method: `Ok(None)` when the engine lacks an optional
+    /// method; else the abort check, quarantine routing, the bounded call, and the failure
+    /// rules (see the module docs). The request and the controller are borrowed: inline on a
+    /// session worker nothing is cloned; a hand-off clones the two `Arc`s for its worker.
+    ///
+    /// # Errors
+    /// An abort, strict policy, a fail-closed failure, or both engines failing.
+    pub fn call<R: GuardedMethod>(
+        &self,
+        request: &Arc<R>,
+        abort: &Arc<AbortController>,
+    ) -> Result<Option<Guarded<R::Output>>, GuardError> {
+        if let Some(bit) = R::OPTIONAL {
+            if !self.primary.descriptor().has(bit) {
+                return Ok(None);
+            }
+        }
+        self.run(request, abort).map(Some)
     }
 
     /// The core of every guarded call.
-    fn run<T: Send + 'static>(
+    fn run<R: GuardedMethod>(
         &self,
-        operation: Method,
-        abort: Arc<AbortController>,
-        fail_closed: bool,
-        primary: Call<T>,
-        fallback: Call<T>,
-    ) -> Result<Guarded<T>, GuardError> {
+        request: &Arc<R>,
+        abort: &Arc<AbortController>,
+    ) -> Result<Guarded<R::Output>, GuardError> {
+        let operation = R::METHOD;
         let fail = |error: EngineCallError| GuardError {
-            engine_id: self.id.clone(),
+            engine_id: self.id.to_string(),
             operation,
             error,
         };
-        let answer = |answered_by: &str, failure, was_quarantined| Answer {
-            answered_by: answered_by.to_owned(),
+        let answer = |answered_by: &EngineName, failure, was_quarantined| Answer {
+            answered_by: answered_by.clone(),
             failure,
             was_quarantined,
         };
@@ -326,14 +639,13 @@ impl GuardedEngine {
         }
         if self.is_default() {
             return self
-                .bounded(operation, &self.primary, &abort, primary)
+                .bounded(true, request, abort)
                 .map_err(fail)
                 .map(|value| Guarded {
                     value,
                     answer: answer(&self.id, None, false),
                 });
         }
-        let fallback_id = self.fallback.descriptor().id.clone();
         if self.quarantine.is_quarantined(&self.id) {
             if self.policy == FallbackPolicy::Strict {
                 let reason = self
@@ -347,19 +659,19 @@ impl GuardedEngine {
                 )));
             }
             return self
-                .bounded(operation, &self.fallback, &abort, fallback)
+                .bounded(false, request, abort)
                 .map_err(fail)
                 .map(|value| Guarded {
                     value,
-                    answer: answer(&fallback_id, None, true),
+                    answer: answer(&self.fallback_id, None, true),
                 });
         }
-        match self.bounded(operation, &self.primary, &abort, primary) {
+        match self.bounded(true, request, abort) {
             Ok(value) => Ok(Guarded {
                 value,
                 answer: answer(&self.id, None, false),
             }),
-            Err(error) if error.kind != CallErrorKind::TimedOut && is_abort(&error, &abort) => {
+            Err(error) if error.kind != CallErrorKind::TimedOut && is_abort(&error, abort) => {
                 Err(fail(error))
             }
             // A compaction past its safety timeout is an abort, as in OpenClaw: the caller
@@ -385,33 +697,20 @@ impl GuardedEngine {
                     operation.as_str(),
                     &error.message,
                 );
-                if fail_closed || self.policy == FallbackPolicy::Strict {
+                if R::FAIL_CLOSED || self.policy == FallbackPolicy::Strict {
                     return Err(fail(error));
                 }
                 // The fallback gets a fresh signal: the primary's may have fired on timeout.
-                match self.bounded(
-                    operation,
-                    &self.fallback,
-                    &Arc::new(AbortController::new()),
-                    fallback,
-                ) {
+                match self.bounded(false, request, &Arc::new(AbortController::new())) {
                     Ok(value) => Ok(Guarded {
                         value,
-                        answer: answer(&fallback_id, Some(error), false),
+                        answer: answer(&self.fallback_id, Some(error), false),
                     }),
                     // If the fallback fails too, the original error is what the caller sees.
                     Err(_) => Err(fail(error)),
                 }
             }
         }
-    }
-
-    fn projector(
-        &self,
-        method: Method,
-    ) -> impl Fn(HostParams<'_>) -> HostParams<'_> + Send + Clone + 'static {
-        let accepted = self.primary.descriptor().accepted_host_params.clone();
-        move |host| project_with(accepted.as_deref(), method, &host)
     }
 
     /// `assemble`, falling back to legacy's pass-through.
@@ -423,17 +722,7 @@ impl GuardedEngine {
         request: Arc<AssembleRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Guarded<AssembleResult>, GuardError> {
-        let project = self.projector(Method::Assemble);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::Assemble,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.assemble(p))),
-            Box::new(move |legacy, abort| {
-                fallback_request.with_abi(abort, |h| h, |p| legacy.assemble(p))
-            }),
-        )
+        self.run(&request, &abort)
     }
 
     /// `ingest`, falling back to legacy (`{ingested:false}`).
@@ -445,17 +734,7 @@ impl GuardedEngine {
         request: Arc<IngestRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Guarded<IngestResult>, GuardError> {
-        let project = self.projector(Method::Ingest);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::Ingest,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest(p))),
-            Box::new(move |legacy, abort| {
-                fallback_request.with_abi(abort, |h| h, |p| legacy.ingest(p))
-            }),
-        )
+        self.run(&request, &abort)
     }
 
     /// `compact`: bounded by the compaction safety timeout, fails closed.
@@ -467,17 +746,7 @@ impl GuardedEngine {
         request: Arc<CompactRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Guarded<CompactResult>, GuardError> {
-        let project = self.projector(Method::Compact);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::Compact,
-            abort,
-            true,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.compact(p))),
-            Box::new(move |legacy, abort| {
-                fallback_request.with_abi(abort, |h| h, |p| legacy.compact(p))
-            }),
-        )
+        self.run(&request, &abort)
     }
 
     /// `bootstrap`; `Ok(None)` when the engine has none.
@@ -489,29 +758,7 @@ impl GuardedEngine {
         request: Arc<BootstrapRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<BootstrapResult>>, GuardError> {
-        if !self.primary.descriptor().has(OptionalMethods::BOOTSTRAP) {
-            return Ok(None);
-        }
-        let project = self.projector(Method::Bootstrap);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::Bootstrap,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.bootstrap(p))),
-            Box::new(move |legacy, abort| {
-                if legacy.descriptor().has(OptionalMethods::BOOTSTRAP) {
-                    fallback_request.with_abi(abort, |h| h, |p| legacy.bootstrap(p))
-                } else {
-                    Ok(BootstrapResult {
-                        bootstrapped: false,
-                        imported_messages: ROption::RNone,
-                        reason: ROption::RSome(DOWNGRADED_REASON.into()),
-                    })
-                }
-            }),
-        )
-        .map(Some)
+        self.call(&request, &abort)
     }
 
     /// `ingestBatch`; `Ok(None)` when the engine has none.
@@ -523,25 +770,7 @@ impl GuardedEngine {
         request: Arc<IngestBatchRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<IngestBatchResult>>, GuardError> {
-        if !self.primary.descriptor().has(OptionalMethods::INGEST_BATCH) {
-            return Ok(None);
-        }
-        let project = self.projector(Method::IngestBatch);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::IngestBatch,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.ingest_batch(p))),
-            Box::new(move |legacy, abort| {
-                if legacy.descriptor().has(OptionalMethods::INGEST_BATCH) {
-                    fallback_request.with_abi(abort, |h| h, |p| legacy.ingest_batch(p))
-                } else {
-                    Ok(IngestBatchResult { ingested_count: 0 })
-                }
-            }),
-        )
-        .map(Some)
+        self.call(&request, &abort)
     }
 
     /// `afterTurn`; `Ok(None)` when the engine has none.
@@ -553,25 +782,7 @@ impl GuardedEngine {
         request: Arc<AfterTurnRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
-        if !self.primary.descriptor().has(OptionalMethods::AFTER_TURN) {
-            return Ok(None);
-        }
-        let project = self.projector(Method::AfterTurn);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::AfterTurn,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.after_turn(p))),
-            Box::new(move |legacy, abort| {
-                if legacy.descriptor().has(OptionalMethods::AFTER_TURN) {
-                    fallback_request.with_abi(abort, |h| h, |p| legacy.after_turn(p))
-                } else {
-                    Ok(())
-                }
-            }),
-        )
-        .map(Some)
+        self.call(&request, &abort)
     }
 
     /// `maintain`; `Ok(None)` when the engine has none.
@@ -583,30 +794,7 @@ impl GuardedEngine {
         request: Arc<MaintainRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<MaintainResult>>, GuardError> {
-        if !self.primary.descriptor().has(OptionalMethods::MAINTAIN) {
-            return Ok(None);
-        }
-        let project = self.projector(Method::Maintain);
-        let fallback_request = Arc::clone(&request);
-        self.run(
-            Method::Maintain,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.maintain(p))),
-            Box::new(move |legacy, abort| {
-                if legacy.descriptor().has(OptionalMethods::MAINTAIN) {
-                    fallback_request.with_abi(abort, |h| h, |p| legacy.maintain(p))
-                } else {
-                    Ok(MaintainResult {
-                        changed: false,
-                        bytes_freed: 0,
-                        rewritten_entries: 0,
-                        reason: ROption::RSome(DOWNGRADED_REASON.into()),
-                    })
-                }
-            }),
-        )
-        .map(Some)
+        self.call(&request, &abort)
     }
 
     /// `callTool` of a tool the engine declared; `Ok(None)` when the engine has no `callTool`.
@@ -620,27 +808,7 @@ impl GuardedEngine {
         request: Arc<ToolCallRequest>,
         abort: Arc<AbortController>,
     ) -> Result<Option<Guarded<ToolCallResult>>, GuardError> {
-        if !self.primary.descriptor().has(OptionalMethods::CALL_TOOL) {
-            return Ok(None);
-        }
-        let project = self.projector(Method::CallTool);
-        let tool = Arc::clone(&request.tool_name);
-        self.run(
-            Method::CallTool,
-            abort,
-            false,
-            Box::new(move |e, abort| request.with_abi(abort, project, |p| e.call_tool(p))),
-            Box::new(move |_, _| {
-                Ok(ToolCallResult {
-                    content: format!(
-                        "Tool {tool} is unavailable: its context engine failed and was quarantined."
-                    )
-                    .into(),
-                    is_error: true,
-                })
-            }),
-        )
-        .map(Some)
+        self.call(&request, &abort)
     }
 
     /// `prepareSubagentSpawn`: fails closed. `Ok(None)` when the engine has none.
@@ -651,21 +819,7 @@ impl GuardedEngine {
         &self,
         request: Arc<SubagentSpawnRequest>,
     ) -> Result<Option<Guarded<Option<SpawnRollbackBox>>>, GuardError> {
-        if !self
-            .primary
-            .descriptor()
-            .has(OptionalMethods::PREPARE_SUBAGENT_SPAWN)
-        {
-            return Ok(None);
-        }
-        self.run(
-            Method::PrepareSubagentSpawn,
-            Arc::new(AbortController::new()),
-            true,
-            Box::new(move |e, _| request.with_abi(|p| e.prepare_subagent_spawn(p))),
-            Box::new(|_, _| Ok(None)),
-        )
-        .map(Some)
+        self.call(&request, &Arc::new(AbortController::new()))
     }
 
     /// `onSubagentEnded`; `Ok(None)` when the engine has none.
@@ -676,21 +830,29 @@ impl GuardedEngine {
         &self,
         request: Arc<SubagentEndedRequest>,
     ) -> Result<Option<Guarded<()>>, GuardError> {
-        if !self
-            .primary
-            .descriptor()
-            .has(OptionalMethods::ON_SUBAGENT_ENDED)
-        {
-            return Ok(None);
+        self.call(&request, &Arc::new(AbortController::new()))
+    }
+}
+
+/// The watchdog's question when an inline call of this engine is stuck: the error the work's
+/// submitter gets, with the quarantine rules of a timeout applied (a `compact` timeout and any
+/// abort do not quarantine; a fallback's timeout neither: legacy is its own fallback).
+impl OnStuck for GuardedEngine {
+    fn on_stuck(&self, method: Method, primary: bool, overrun: &Overrun) -> WorkError {
+        let error = overrun_error(method, overrun);
+        if primary && method != Method::Compact && error.kind == CallErrorKind::TimedOut {
+            self.quarantine.record(
+                &self.id,
+                self.owner.as_ref(),
+                method.as_str(),
+                &error.message,
+            );
         }
-        self.run(
-            Method::OnSubagentEnded,
-            Arc::new(AbortController::new()),
-            false,
-            Box::new(move |e, _| request.with_abi(|p| e.on_subagent_ended(p))),
-            Box::new(|_, _| Ok(())),
-        )
-        .map(Some)
+        WorkError::Stuck {
+            engine_id: self.id.to_string(),
+            operation: method,
+            error,
+        }
     }
 }
 
