@@ -11,6 +11,7 @@ use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::{JsonlStore, SessionTree};
 use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::GuardedEngine;
 use pincer_plugin_api::abi::latest::Message;
 use pincer_plugin_api::interop::openai_chat_messages;
 use pincer_tests::chat_server::ChatServer;
@@ -64,6 +65,40 @@ fn strip(message: &Message) -> Value {
     value
 }
 
+/// A runtime over a fresh home and the staged plugins, and its resolved engine: `legacy`, or
+/// with `config` (a `pincer.json`) the engine it selects, which must be `faulty`.
+fn open_engine(home: &std::path::Path, config: Option<&str>) -> (Runtime, Arc<GuardedEngine>) {
+    let mut options = RuntimeOptions::new(PincerHome::new(home.into()));
+    if let Some(config) = config {
+        std::fs::write(home.join("pincer.json"), config).unwrap();
+        options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
+    }
+    let runtime = Runtime::open(options).unwrap();
+    let resolved = runtime.resolve().unwrap();
+    let expected = if config.is_some() { "faulty" } else { "legacy" };
+    assert_eq!(resolved.resolution.resolved, expected);
+    (runtime, Arc::new(resolved.engine))
+}
+
+/// A model that answers "ok" at once and records how many messages it was shown.
+#[derive(Default)]
+struct Answering {
+    seen: Mutex<Vec<usize>>,
+}
+
+impl ModelProvider for Answering {
+    fn name(&self) -> &str {
+        "answering"
+    }
+
+    fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+        self.seen.lock().unwrap().push(request.messages.len());
+        Ok(ModelReply {
+            message: Message::assistant("ok"),
+        })
+    }
+}
+
 /// Every τ-bench task replayed through `legacy`: the model is never shown a broken tool pair,
 /// and the session file ends up holding every message of the transcript, in order.
 #[test]
@@ -72,9 +107,7 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
         return;
     };
     let home = tempfile::TempDir::new().unwrap();
-    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
-    let resolved = runtime.resolve().unwrap();
-    let engine = Arc::new(resolved.engine);
+    let (runtime, engine) = open_engine(home.path(), None);
     for (index, task) in tasks.as_array().unwrap().iter().enumerate() {
         let original = openai_chat_messages(task["traj"].as_array().unwrap());
         let replay = Arc::new(ReplayModel::new(&original));
@@ -317,9 +350,7 @@ fn overflow_is_recovered_by_at_most_three_compactions() {
         }
     }
     let home = tempfile::TempDir::new().unwrap();
-    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
-    let resolved = runtime.resolve().unwrap();
-    let engine = Arc::new(resolved.engine);
+    let (runtime, engine) = open_engine(home.path(), None);
     for (refusals, succeeds) in [(2, true), (3, true), (4, false)] {
         let harness = Harness::new(
             engine.clone(),
@@ -458,27 +489,9 @@ fn turns_call_the_engine_in_openclaws_order_and_engine_tools_go_through_call_too
 /// compaction (legacy without a summariser says why it did not compact).
 #[test]
 fn slash_commands_reset_and_compact_without_losing_history() {
-    struct Echo {
-        seen: Mutex<Vec<usize>>,
-    }
-    impl ModelProvider for Echo {
-        fn name(&self) -> &str {
-            "echo"
-        }
-        fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
-            self.seen.lock().unwrap().push(request.messages.len());
-            Ok(ModelReply {
-                message: Message::assistant("ok"),
-            })
-        }
-    }
     let home = tempfile::TempDir::new().unwrap();
-    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
-    let resolved = runtime.resolve().unwrap();
-    let engine = Arc::new(resolved.engine);
-    let model = Arc::new(Echo {
-        seen: Mutex::new(Vec::new()),
-    });
+    let (runtime, engine) = open_engine(home.path(), None);
+    let model = Arc::new(Answering::default());
     let harness = Harness::new(
         engine.clone(),
         JsonlStore::new(home.path().join("agents")),
@@ -558,17 +571,10 @@ fn subagent_spawns_are_prepared_rolled_back_on_failure_and_ended() {
     use pincer_plugin_api::abi::latest::{SubagentContextMode, SubagentEndReason};
     let logs = captured_logs();
     let home = tempfile::TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        r#"{ plugins: { slots: { contextEngine: "faulty" } } }"#,
-    )
-    .unwrap();
-    let mut options = RuntimeOptions::new(PincerHome::new(home.path().into()));
-    options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
-    let runtime = Runtime::open(options).unwrap();
-    let resolved = runtime.resolve().unwrap();
-    assert_eq!(resolved.resolution.resolved, "faulty");
-    let engine = Arc::new(resolved.engine);
+    let (runtime, engine) = open_engine(
+        home.path(),
+        Some(r#"{ plugins: { slots: { contextEngine: "faulty" } } }"#),
+    );
     let harness = Harness::new(
         engine.clone(),
         JsonlStore::new(home.path().join("agents")),
@@ -643,34 +649,18 @@ fn subagent_spawns_are_prepared_rolled_back_on_failure_and_ended() {
 fn background_maintenance_does_not_block_the_turn() {
     let home = tempfile::TempDir::new().unwrap();
     // maintain sleeps 6 s; a turn that waited for it could not return within 3 s.
-    std::fs::write(
-        home.path().join("pincer.json"),
-        r#"{ plugins: { slots: { contextEngine: "faulty" },
+    let (runtime, engine) = open_engine(
+        home.path(),
+        Some(
+            r#"{ plugins: { slots: { contextEngine: "faulty" },
              entries: { faulty: { config: { backgroundMaintenance: true, maintain: "hang", hangMs: 6000 } } },
              callTimeoutsMs: { maintain: 60000 } } }"#,
-    )
-    .unwrap();
-    let mut options = RuntimeOptions::new(PincerHome::new(home.path().into()));
-    options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
-    let runtime = Runtime::open(options).unwrap();
-    let resolved = runtime.resolve().unwrap();
-    assert_eq!(resolved.resolution.resolved, "faulty");
-    let engine = Arc::new(resolved.engine);
-    struct Ok1;
-    impl ModelProvider for Ok1 {
-        fn name(&self) -> &str {
-            "ok"
-        }
-        fn complete(&self, _: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
-            Ok(ModelReply {
-                message: Message::assistant("ok"),
-            })
-        }
-    }
+        ),
+    );
     let harness = Arc::new(Harness::new(
         engine,
         JsonlStore::new(home.path().join("agents")),
-        Arc::new(Ok1),
+        Arc::new(Answering::default()),
         Arc::new(NoTools),
         HarnessOptions::new(128_000),
     ));
@@ -803,8 +793,7 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
 fn oversized_tool_results_are_truncated_in_the_models_view_only() {
     use pincer_plugin_api::abi::latest::ContentBlock;
     let home = tempfile::TempDir::new().unwrap();
-    let runtime = Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap();
-    let engine = Arc::new(runtime.resolve().unwrap().engine);
+    let (runtime, engine) = open_engine(home.path(), None);
     let model = Arc::new(Watching {
         inner: ReplayModelHandle(Arc::new(ReplayModel::new(&[
             Message::user("x"),

@@ -548,16 +548,6 @@ fn main() -> ExitCode {
 
 /// What the commands that run an engine over a conversation share: the `--config` JSON, the
 /// conversation file, and a runtime with the `--engine` and `--config` overrides applied.
-/// The OpenAI-compatible server for `--model openai:NAME`, from pincer.json's `model`.
-fn load_model_config(
-    home: &PincerHome,
-    name: &str,
-) -> Result<pincer_host::model::openai::OpenAiConfig, String> {
-    let config = LoadedConfig::load(&home.config_path()).map_err(|e| e.to_string())?;
-    let model = config.config.model;
-    Ok(run::model_config(model.base_url, model.api_key_env, name))
-}
-
 fn prepare(home: PincerHome, run: EngineRun) -> Result<(Runtime, Transcript), ExitCode> {
     let EngineRun {
         conversation,
@@ -868,6 +858,31 @@ fn session_tree(path: &Path, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The messages of a transcript file: a JSON array of chat messages, or an object holding one
+/// under `messages` or `traj` (a τ-bench task).
+fn read_chat_list(file: &Path) -> Result<Vec<serde_json::Value>, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|err| format!("{} is not JSON: {err}", file.display()))?;
+    match value {
+        serde_json::Value::Array(list) => Ok(list),
+        serde_json::Value::Object(mut map) => {
+            match map.remove("messages").or_else(|| map.remove("traj")) {
+                Some(serde_json::Value::Array(list)) => Ok(list),
+                _ => Err(format!(
+                    "{}: no \"messages\" or \"traj\" array",
+                    file.display()
+                )),
+            }
+        }
+        _ => Err(format!(
+            "{}: expected an array of OpenAI chat messages",
+            file.display()
+        )),
+    }
+}
+
 fn session_import(
     home: &PincerHome,
     file: &Path,
@@ -881,34 +896,9 @@ fn session_import(
             2,
         );
     }
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
-        Err(err) => return fail(format!("cannot read {}: {err}", file.display()), 2),
-    };
-    let value: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(err) => return fail(format!("{} is not JSON: {err}", file.display()), 2),
-    };
-    let transcript = match &value {
-        serde_json::Value::Array(list) => list.clone(),
-        serde_json::Value::Object(map) => match map.get("messages").or_else(|| map.get("traj")) {
-            Some(serde_json::Value::Array(list)) => list.clone(),
-            _ => {
-                return fail(
-                    format!("{}: no \"messages\" or \"traj\" array", file.display()),
-                    2,
-                )
-            }
-        },
-        _ => {
-            return fail(
-                format!(
-                    "{}: expected an array of OpenAI chat messages",
-                    file.display()
-                ),
-                2,
-            )
-        }
+    let transcript = match read_chat_list(file) {
+        Ok(list) => list,
+        Err(message) => return fail(message, 2),
     };
     let durability = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config.config.sessions.durability,

@@ -53,7 +53,7 @@ use crate::session::store::{CounterUpdate, JsonlStore, SessionStore, SessionSumm
 use crate::session::{SessionTree, SessionWriteError, SessionWriter};
 use crate::slot::guarded::{GuardError, GuardedEngine};
 use crate::slot::requirements::{HostDescriptor, HostSupportError};
-use crate::types::Durability;
+use crate::types::{Durability, Method};
 
 use self::precheck::{Precheck, Route};
 
@@ -516,7 +516,8 @@ impl Harness {
             let mut context: Vec<(Message, Option<String>)> = assembly.messages.clone();
             context.extend(produced.iter().cloned());
             assembly.report.repairs = tool_pairs::repair_tool_pairs(&mut context);
-            let mut messages = messages_of(&context);
+            let (mut messages, _): (Vec<Message>, Vec<Option<String>>) =
+                context.into_iter().unzip();
             if matches!(
                 check.route,
                 Route::TruncateToolResultsOnly | Route::CompactThenTruncate
@@ -751,10 +752,7 @@ impl Harness {
             });
             self.engine
                 .prepare_subagent_spawn(request)
-                .map_err(|source| HarnessError::Engine {
-                    method: "prepareSubagentSpawn",
-                    source,
-                })?
+                .map_err(engine_error(Method::PrepareSubagentSpawn))?
                 .and_then(|guarded| guarded.value)
         };
         match spawn() {
@@ -796,10 +794,7 @@ impl Harness {
         let answer = self
             .engine
             .call_tool(request, Arc::new(AbortController::new()))
-            .map_err(|source| HarnessError::Engine {
-                method: "callTool",
-                source,
-            })?;
+            .map_err(engine_error(Method::CallTool))?;
         Ok(match answer {
             Some(guarded) => Message::tool_result(
                 call.id,
@@ -898,10 +893,7 @@ impl Harness {
         let guarded = self
             .engine
             .assemble(request, Arc::new(AbortController::new()))
-            .map_err(|source| HarnessError::Engine {
-                method: "assemble",
-                source,
-            })?;
+            .map_err(engine_error(Method::Assemble))?;
         let result = &guarded.value;
         let mut out: Vec<(Message, Option<String>)> = Vec::new();
         for item in result.items.iter() {
@@ -975,10 +967,7 @@ impl Harness {
         let guarded = self
             .engine
             .compact(request, Arc::new(AbortController::new()))
-            .map_err(|source| HarnessError::Engine {
-                method: "compact",
-                source,
-            })?;
+            .map_err(engine_error(Method::Compact))?;
         let result = guarded.value;
         let details = result.result.into_option();
         if result.compacted {
@@ -1069,6 +1058,14 @@ impl Harness {
             }
         }
         Ok(true)
+    }
+}
+
+/// The turn's error when the guard refuses `method` (strict policy, abort, both engines failing).
+fn engine_error(method: Method) -> impl FnOnce(GuardError) -> HarnessError {
+    move |source| HarnessError::Engine {
+        method: method.as_str(),
+        source,
     }
 }
 

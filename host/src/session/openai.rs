@@ -15,7 +15,7 @@ use pincer_plugin_api::abi::latest::{Message, Role};
 use pincer_plugin_api::interop::openai_chat_to_openclaw;
 use serde_json::{json, Value};
 
-use super::tree::{EntryType, SessionTree};
+use super::tree::{Entry, EntryType, SessionTree};
 use super::writer::{Durability, SessionWriteError, SessionWriter};
 
 /// The `customType` of the entry that keeps an imported system prompt.
@@ -83,25 +83,30 @@ impl ImportError {
     }
 }
 
+/// The content of a kept system prompt, when `entry` is one (`None` for any other entry).
+fn kept_system_prompt(entry: &Entry) -> Option<Value> {
+    if entry.entry_type != EntryType::Custom {
+        return None;
+    }
+    let record = entry.record();
+    if record.get("customType").and_then(Value::as_str) != Some(SYSTEM_PROMPT_TYPE) {
+        return None;
+    }
+    Some(
+        record
+            .get("data")
+            .and_then(|d| d.get("content"))
+            .cloned()
+            .unwrap_or(Value::Null),
+    )
+}
+
 /// The system prompt kept in the session (the last one on the active path), if any.
 pub fn system_prompt_of(tree: &SessionTree) -> Option<String> {
     tree.path(None)
         .iter()
         .rev()
-        .filter(|e| e.entry_type == EntryType::Custom)
-        .filter_map(|e| {
-            let record = e.record();
-            (record.get("customType").and_then(Value::as_str) == Some(SYSTEM_PROMPT_TYPE))
-                .then(|| {
-                    record
-                        .get("data")?
-                        .get("content")?
-                        .as_str()
-                        .map(str::to_owned)
-                })
-                .flatten()
-        })
-        .next()
+        .find_map(|e| kept_system_prompt(e)?.as_str().map(str::to_owned))
 }
 
 /// The active path of `tree` as OpenAI chat messages (the kept system prompt first).
@@ -110,16 +115,9 @@ pub fn export_openai(tree: &SessionTree) -> Vec<Value> {
     for entry in tree.path(None) {
         match entry.entry_type {
             EntryType::Custom => {
-                let record = entry.record();
-                if record.get("customType").and_then(Value::as_str) != Some(SYSTEM_PROMPT_TYPE) {
-                    continue;
+                if let Some(content) = kept_system_prompt(entry) {
+                    out.push(json!({ "role": "system", "content": content }));
                 }
-                let content = record
-                    .get("data")
-                    .and_then(|d| d.get("content"))
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                out.push(json!({ "role": "system", "content": content }));
             }
             EntryType::Message(_) => {
                 if let Some(message) = entry.message() {

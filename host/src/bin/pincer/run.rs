@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use pincer_host::config::PincerHome;
+use pincer_host::config::{LoadedConfig, PincerHome};
 use pincer_host::harness::{Harness, HarnessOptions, HarnessSession, TurnReport};
 use pincer_host::model::openai::{OpenAiConfig, OpenAiModel};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
@@ -116,26 +116,7 @@ impl Plan {
     fn new(home: &PincerHome, args: &RunArgs) -> Result<Plan, String> {
         let model_name = args.model.as_deref();
         if let Some(file) = &args.import {
-            let text = std::fs::read_to_string(file)
-                .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
-            let value: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|err| format!("{} is not JSON: {err}", file.display()))?;
-            let list = match &value {
-                serde_json::Value::Array(list) => list.clone(),
-                serde_json::Value::Object(map) => map
-                    .get("messages")
-                    .or_else(|| map.get("traj"))
-                    .and_then(|v| v.as_array().cloned())
-                    .ok_or_else(|| {
-                        format!("{}: no \"messages\" or \"traj\" array", file.display())
-                    })?,
-                _ => {
-                    return Err(format!(
-                        "{}: expected an array of OpenAI chat messages",
-                        file.display()
-                    ))
-                }
-            };
+            let list = super::read_chat_list(file)?;
             let system_prompt = list
                 .iter()
                 .find(|m| m["role"] == "system")
@@ -181,7 +162,7 @@ impl Plan {
         let model: Arc<dyn ModelProvider> =
             match model_name {
                 Some(name) if name.starts_with("openai:") => {
-                    let config = super::load_model_config(home, &name["openai:".len()..])?;
+                    let config = load_model_config(home, &name["openai:".len()..])?;
                     Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
                 }
                 Some("replay") | None => return Err(
@@ -302,7 +283,7 @@ fn uuid_like() -> String {
 
 /// An [`OpenAiConfig`] for `model`: `model.baseUrl` / `model.apiKeyEnv` from the config, else
 /// `PINCER_MODEL_BASE_URL`, else OpenAI's API with `OPENAI_API_KEY`.
-pub fn model_config(
+fn model_config(
     base_url: Option<String>,
     api_key_env: Option<String>,
     model: &str,
@@ -321,4 +302,11 @@ pub fn model_config(
         api_key_env,
         timeout_seconds: None,
     }
+}
+
+/// The OpenAI-compatible server for `--model openai:NAME`, from pincer.json's `model`.
+fn load_model_config(home: &PincerHome, name: &str) -> Result<OpenAiConfig, String> {
+    let config = LoadedConfig::load(&home.config_path()).map_err(|e| e.to_string())?;
+    let model = config.config.model;
+    Ok(model_config(model.base_url, model.api_key_env, name))
 }
