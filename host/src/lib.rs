@@ -79,6 +79,6 @@ pub use plugins::LoadError;
 pub use report::{doctor, DoctorReport};
 pub use session::{AssembledView, Transcript, TranscriptError};
 pub use slot::{
-    Answer, GuardError, Guarded, GuardedEngine, ResolveError, ResolvedEngine, Runtime,
-    RuntimeOptions,
+    Answer, EngineSource, FixedEngine, GuardError, Guarded, GuardedEngine, ResolveError,
+    ResolvedEngine, Runtime, RuntimeOptions,
 };

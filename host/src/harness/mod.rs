@@ -53,6 +53,7 @@ use crate::session::store::{CounterUpdate, JsonlStore, SessionStore, SessionSumm
 use crate::session::{SessionTree, SessionWriteError, SessionWriter};
 use crate::slot::guarded::{GuardError, GuardedEngine};
 use crate::slot::requirements::{HostDescriptor, HostSupportError};
+use crate::slot::source::{EngineSource, FixedEngine};
 use crate::types::{Durability, Method};
 
 use self::precheck::{Precheck, Route};
@@ -168,6 +169,8 @@ pub struct HarnessSession {
     /// The active context, parsed once and extended as the harness appends (so a turn does
     /// not re-read the session); dropped when a compaction or reset changes it.
     context: Option<CachedContext>,
+    /// The engine of the turn in progress (taken from the harness's source when it starts).
+    engine: Option<Arc<GuardedEngine>>,
 }
 
 /// The messages of a session's active context with their entries.
@@ -181,6 +184,15 @@ impl HarnessSession {
     /// Whether the session file existed before this process opened it.
     pub fn existed(&self) -> bool {
         self.existed
+    }
+
+    /// The engine of the turn in progress.
+    fn engine(&self) -> Arc<GuardedEngine> {
+        Arc::clone(
+            self.engine
+                .as_ref()
+                .expect("the harness takes the turn's engine before any engine call"),
+        )
     }
 
     fn writer(&mut self, durability: Durability) -> Result<&mut SessionWriter, HarnessError> {
@@ -305,7 +317,7 @@ pub struct TurnReport {
 
 /// Runs turns of one engine with one model (see the module docs).
 pub struct Harness {
-    engine: Arc<GuardedEngine>,
+    source: Arc<dyn EngineSource>,
     store: JsonlStore,
     model: Arc<dyn ModelProvider>,
     tools: Arc<dyn ToolExecutor>,
@@ -321,8 +333,21 @@ impl Harness {
         tools: Arc<dyn ToolExecutor>,
         options: HarnessOptions,
     ) -> Self {
+        Self::with_source(Arc::new(FixedEngine(engine)), store, model, tools, options)
+    }
+
+    /// A harness that takes its engine from `source` at the start of every turn, command and
+    /// subagent operation (a reloaded engine serves the next turn; a turn in flight finishes on
+    /// the engine it started with).
+    pub fn with_source(
+        source: Arc<dyn EngineSource>,
+        store: JsonlStore,
+        model: Arc<dyn ModelProvider>,
+        tools: Arc<dyn ToolExecutor>,
+        options: HarnessOptions,
+    ) -> Self {
         Harness {
-            engine,
+            source,
             store,
             model,
             tools,
@@ -353,6 +378,7 @@ impl Harness {
                 last_call_at: None,
                 background: None,
                 context: None,
+                engine: None,
             }),
             _ => {
                 let cwd = std::env::current_dir()
@@ -372,6 +398,7 @@ impl Harness {
                     last_call_at: None,
                     background: None,
                     context: None,
+                    engine: None,
                 })
             }
         }
@@ -448,11 +475,12 @@ impl Harness {
         prompt: Message,
     ) -> Result<TurnReport, HarnessError> {
         self.settle(session);
+        let engine = self.source.current();
+        session.engine = Some(Arc::clone(&engine));
         if let Some(command) = SlashCommand::parse(&prompt.plain_text()) {
             return self.command(session, command);
         }
-        self.engine
-            .check_host(HostOperation::AgentRun, &self.options.host)?;
+        engine.check_host(HostOperation::AgentRun, &self.options.host)?;
         session.turns += 1;
         if session.existed && !session.bootstrapped {
             self.bootstrap(session);
@@ -464,7 +492,7 @@ impl Harness {
 
         // History before the prompt, assembled by the engine.
         let mut assembly = self.assemble(session, &prompt_text, None)?;
-        let owns = self.engine.info().owns_compaction;
+        let owns = engine.info().owns_compaction;
         let mut check = precheck::precheck(
             &messages_of(&assembly.messages),
             &self.system_prompt(assembly.system_addition.as_deref()),
@@ -491,8 +519,7 @@ impl Harness {
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
         // The engine's declared tools (answered by its `callTool`), then the host's.
-        let engine_tools: Vec<ToolSpec> = self
-            .engine
+        let engine_tools: Vec<ToolSpec> = engine
             .info()
             .tools
             .iter()
@@ -608,9 +635,9 @@ impl Harness {
         // Finalize: afterTurn, else ingestBatch, else ingest per message.
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
-            if self.engine.info().turn_maintenance_mode == "background" {
+            if engine.info().turn_maintenance_mode == "background" {
                 // Deferred: the turn returns now; the next engine call on this session waits.
-                let engine = Arc::clone(&self.engine);
+                let engine = Arc::clone(&engine);
                 let request = self.maintain_request(session, "turn");
                 session.background = Some(std::thread::spawn(move || {
                     Self::run_maintain(&engine, request, "turn");
@@ -675,10 +702,10 @@ impl Harness {
         command: SlashCommand,
     ) -> Result<TurnReport, HarnessError> {
         let mut compactions = Vec::new();
+        let engine = session.engine();
         match &command {
             SlashCommand::Compact(instructions) => {
-                self.engine
-                    .check_host(HostOperation::ManualCompact, &self.options.host)?;
+                engine.check_host(HostOperation::ManualCompact, &self.options.host)?;
                 compactions.push(self.compact_with(
                     session,
                     "manual",
@@ -704,7 +731,7 @@ impl Harness {
             assembled: AssembledReport {
                 count: 0,
                 estimated_tokens: None,
-                answered_by: self.engine.id().to_owned(),
+                answered_by: engine.id().to_owned(),
                 entry_ids: empty,
                 repairs: tool_pairs::Repairs::default(),
             },
@@ -737,6 +764,7 @@ impl Harness {
         light: bool,
         spawn: impl FnOnce() -> Result<T, HarnessError>,
     ) -> Result<T, HarnessError> {
+        let engine = self.source.current();
         let rollback = if light && mode == SubagentContextMode::Isolated {
             None
         } else {
@@ -750,7 +778,7 @@ impl Harness {
                 child_session_file: None,
                 ttl_ms: None,
             });
-            self.engine
+            engine
                 .prepare_subagent_spawn(request)
                 .map_err(engine_error(Method::PrepareSubagentSpawn))?
                 .and_then(|guarded| guarded.value)
@@ -759,7 +787,7 @@ impl Harness {
             Ok(value) => Ok(value),
             Err(err) => {
                 if let Some(handle) = rollback {
-                    if let Err(rollback_err) = self.engine.rollback(handle) {
+                    if let Err(rollback_err) = engine.rollback(handle) {
                         tracing::warn!("context engine subagent rollback failed: {rollback_err}");
                     }
                 }
@@ -774,7 +802,7 @@ impl Harness {
             child_session_key: Arc::from(child_key),
             reason,
         });
-        if let Err(err) = self.engine.on_subagent_ended(request) {
+        if let Err(err) = self.source.current().on_subagent_ended(request) {
             tracing::warn!("context engine onSubagentEnded failed: {err}");
         }
     }
@@ -791,8 +819,8 @@ impl Harness {
             arguments_json: Arc::from(call.arguments_json),
             host: self.host_inputs(session, None),
         });
-        let answer = self
-            .engine
+        let answer = session
+            .engine()
             .call_tool(request, Arc::new(AbortController::new()))
             .map_err(engine_error(Method::CallTool))?;
         Ok(match answer {
@@ -828,8 +856,8 @@ impl Harness {
             session_file: Self::session_file(session),
             host: self.host_inputs(session, None),
         });
-        if let Err(err) = self
-            .engine
+        if let Err(err) = session
+            .engine()
             .bootstrap(request, Arc::new(AbortController::new()))
         {
             tracing::warn!("context engine bootstrap failed: {err}");
@@ -838,7 +866,11 @@ impl Harness {
     }
 
     fn maintain(&self, session: &HarnessSession, reason: &str) {
-        Self::run_maintain(&self.engine, self.maintain_request(session, reason), reason);
+        Self::run_maintain(
+            &session.engine(),
+            self.maintain_request(session, reason),
+            reason,
+        );
     }
 
     fn maintain_request(&self, session: &HarnessSession, reason: &str) -> Arc<MaintainRequest> {
@@ -890,8 +922,8 @@ impl Harness {
             token_budget: Some(self.message_budget(prompt)),
             host: self.host_inputs(session, Some(prompt)),
         });
-        let guarded = self
-            .engine
+        let guarded = session
+            .engine()
             .assemble(request, Arc::new(AbortController::new()))
             .map_err(engine_error(Method::Assemble))?;
         let result = &guarded.value;
@@ -964,8 +996,8 @@ impl Harness {
             custom_instructions: custom_instructions.map(Arc::from),
             host: self.host_inputs(session, None),
         });
-        let guarded = self
-            .engine
+        let guarded = session
+            .engine()
             .compact(request, Arc::new(AbortController::new()))
             .map_err(engine_error(Method::Compact))?;
         let result = guarded.value;
@@ -1019,7 +1051,7 @@ impl Harness {
             token_budget: Some(self.options.context_window),
             host: self.host_inputs(session, None),
         });
-        match self.engine.after_turn(after, abort()) {
+        match session.engine().after_turn(after, abort()) {
             Ok(Some(_)) => return Ok(true),
             Ok(None) => {}
             Err(err) => {
@@ -1035,7 +1067,7 @@ impl Harness {
             is_heartbeat: false,
             host: self.host_inputs(session, None),
         });
-        match self.engine.ingest_batch(batch, abort()) {
+        match session.engine().ingest_batch(batch, abort()) {
             Ok(Some(_)) => return Ok(true),
             Ok(None) => {}
             Err(err) => {
@@ -1052,7 +1084,7 @@ impl Harness {
                 is_heartbeat: false,
                 host: self.host_inputs(session, None),
             });
-            if let Err(err) = self.engine.ingest(request, abort()) {
+            if let Err(err) = session.engine().ingest(request, abort()) {
                 tracing::warn!("context engine ingest failed: {err}");
                 return Ok(false);
             }

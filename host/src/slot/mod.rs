@@ -2,7 +2,8 @@
 //! configured engine (reference §3), the runtime that loads plugins into the registry, the
 //! quarantine and its disk mirror (§4), the guard every call goes through (routing, fallback,
 //! deadlines), host-parameter projection (§6.1), host requirements (§5) and the
-//! `runtimeSettings` of an operation (§7), and the operator's commands on plugins and the slot
+//! `runtimeSettings` of an operation (§7), where long-running work takes its engine from
+//! (`EngineSource`), and the operator's commands on plugins and the slot
 //! with OpenClaw's slot rules (§11).
 
 pub mod guarded;
@@ -13,7 +14,9 @@ pub mod registry;
 pub mod requirements;
 pub mod runtime;
 pub mod runtime_settings;
+pub mod source;
 
 pub use guarded::{Answer, GuardError, Guarded, GuardedEngine};
 pub use quarantine::{Quarantine, QuarantineRecord};
 pub use runtime::{ResolveError, ResolvedEngine, Runtime, RuntimeOptions};
+pub use source::{EngineSource, FixedEngine};
