@@ -51,8 +51,10 @@
 //! - [`Runtime`]: config, registry, quarantine and the loaded plugins; resolves engines.
 //!   Open it through [`compaction::with_builtin_compaction`] to give `legacy.compact` (and
 //!   engines that delegate compaction) the built-in compaction, as the `pincer` binary does.
+//!   Set [`RuntimeOptions::model`] to serve engines' `llmComplete`.
 //! - [`harness::Harness`]: runs turns (assemble, model, tools, finalize, compaction) on
-//!   sessions; [`model`] holds the models it calls.
+//!   sessions; [`harness::SessionRunner`] runs one session's work on a worker of its own,
+//!   where engine calls run inline; [`model`] holds the models it calls.
 //! - [`plugins::Loader`]: the verified loading pipeline (manifest → path confinement → size,
 //!   sha256 and segment bounds → private copy → ABI checks → library manifest).
 //! - [`engines::EngineInstance`]: one live engine behind its [`engines::EngineBackend`].

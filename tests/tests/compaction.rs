@@ -103,6 +103,12 @@ fn check_context(path: &Path, done: &SessionCompaction) {
         done.tokens_after,
         estimate_context_tokens(&context.messages).tokens
     );
+    // The entry records it too (`tokensAfter`, optional in OpenClaw's format).
+    let entry = tree
+        .get(&done.entry_id)
+        .expect("the compaction entry")
+        .record();
+    assert_eq!(entry["tokensAfter"], done.tokens_after, "{entry:?}");
 }
 
 /// Every τ-bench transcript, imported as a session and compacted whenever its context is over

@@ -323,6 +323,133 @@ fn pincer_run_prompt_talks_to_an_openai_compatible_server() {
     assert_eq!(index["chat:1"]["inputTokens"], 42);
 }
 
+/// A model configured in pincer.json writes the compaction summaries
+/// (`agents.defaults.compaction.model`), and the run's model answers the engines'
+/// `llmComplete`, both over real HTTP to a chat-completions server on 127.0.0.1.
+#[test]
+fn a_configured_model_writes_compaction_summaries_and_answers_engines_llm_complete() {
+    let server = ChatServer::start();
+    let usage = json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12});
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        format!(
+            r#"{{ model: {{ baseUrl: "{}" }},
+                 agents: {{ defaults: {{ compaction: {{ model: "openai:summarizer" }} }} }},
+                 plugins: {{ entries: {{ faulty: {{ config: {{ askModel: "Say hi." }} }} }} }} }}"#,
+            server.base_url
+        ),
+    )
+    .unwrap();
+    let plugins = pincer_tests::staged_plugins_dir();
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--model", "openai:chat", "--json"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--plugins-dir", plugins.to_str().unwrap()]);
+        let out = pincer_tests::run_pincer(home.path(), &all);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+
+    // `faulty` asks the host's model during `assemble`: the run's model answers it.
+    server.reply_completion(
+        json!({"role": "assistant", "content": "hi from the model"}),
+        "stop",
+        usage.clone(),
+    );
+    server.reply_completion(
+        json!({"role": "assistant", "content": "answer"}),
+        "stop",
+        usage.clone(),
+    );
+    run(&[
+        "--prompt",
+        "hello",
+        "--engine",
+        "faulty",
+        "--session",
+        "llm",
+    ]);
+    let sent = server.recorded();
+    assert_eq!(sent[0].body["model"], "chat");
+    assert_eq!(sent[0].body["messages"][0]["content"], "Say hi.");
+    let system = sent[1].body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("the model says: hi from the model"),
+        "{system}"
+    );
+
+    // Two turns on legacy, then `/compact` at a small window: the summary is the
+    // summarising model's answer, to a request made from the conversation.
+    let long = "I need to change my flight to Boston next Tuesday. ".repeat(160);
+    server.reply_completion(
+        json!({"role": "assistant", "content": "first answer"}),
+        "stop",
+        usage.clone(),
+    );
+    server.reply_completion(
+        json!({"role": "assistant", "content": "second answer"}),
+        "stop",
+        usage.clone(),
+    );
+    server.reply_completion(
+        json!({"role": "assistant", "content": "## Goal\nMove the Boston flight (written by the model)."}),
+        "stop",
+        usage,
+    );
+    run(&["--prompt", &long, "--session", "sum"]);
+    // Larger than the keep-recent budget of a 4096-token window: the cut falls on it, a turn
+    // boundary, and turn one is summarised whole.
+    run(&[
+        "--prompt",
+        &"Is that done? ".repeat(350),
+        "--session",
+        "sum",
+    ]);
+    let report = run(&[
+        "--prompt",
+        "/compact",
+        "--session",
+        "sum",
+        "--context-window",
+        "4096",
+    ]);
+    assert_eq!(report["compactions"][0]["compacted"], true, "{report}");
+    let sent = server.recorded();
+    let summary_request = &sent.last().unwrap().body;
+    assert_eq!(summary_request["model"], "summarizer");
+    assert!(summary_request["max_tokens"].as_u64().unwrap() > 0);
+    assert!(summary_request["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("You summarise a conversation"));
+    assert!(summary_request["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("change my flight to Boston"));
+    let tree = SessionTree::read(std::path::Path::new(
+        report["sessionFile"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let summaries: Vec<String> = tree
+        .entries
+        .iter()
+        .filter(|e| e.record()["type"] == "compaction")
+        .map(|e| e.record()["summary"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(summaries.len(), 1);
+    assert!(
+        summaries[0].contains("Move the Boston flight (written by the model)."),
+        "{}",
+        summaries[0]
+    );
+}
+
 /// A model answering "prompt too long" makes the harness compact and retry, at most three
 /// times; the turn succeeds when the model then answers, and fails with the overflow after a
 /// fourth refusal.

@@ -622,6 +622,17 @@ fn open(
     plugins_dirs: Vec<PathBuf>,
     overrides: Option<Overrides>,
 ) -> Result<Runtime, ExitCode> {
+    open_with_model(home, plugins_dirs, overrides, None)
+}
+
+/// As [`open`], with `llm` as the model engines' `llmComplete` reaches (else the config's
+/// `model.llmComplete`, else none).
+fn open_with_model(
+    home: PincerHome,
+    plugins_dirs: Vec<PathBuf>,
+    overrides: Option<Overrides>,
+    llm: Option<Arc<dyn pincer_host::model::ModelProvider>>,
+) -> Result<Runtime, ExitCode> {
     let mut config = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config,
         Err(err) => return Err(fail(err, 2)),
@@ -641,10 +652,25 @@ fn open(
             entry.config = Some(value);
         }
     }
+    let llm = match (llm, config.config.model.llm_complete.as_deref()) {
+        (Some(model), _) => Some(model),
+        (None, Some(spec)) => {
+            match pincer_host::model::openai::model_for_spec(spec, &config.config.model) {
+                Ok(model) => Some(Arc::new(model) as Arc<dyn pincer_host::model::ModelProvider>),
+                Err(err) => return Err(fail(format!("model.llmComplete {spec:?}: {err}"), 2)),
+            }
+        }
+        (None, None) => None,
+    };
     let mut options = RuntimeOptions::new(home);
     options.extra_plugin_dirs = plugins_dirs;
+    options.model = llm.map(|model| {
+        Arc::new(pincer_host::model::ModelService::new(model))
+            as Arc<dyn pincer_host::engines::services::ModelClient>
+    });
     // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
-    // built-in one, over the session files, with the offline summariser.
+    // built-in one, over the session files, with the summariser the config names (offline by
+    // default).
     let options = with_builtin_compaction(options, &config.config);
     Ok(Runtime::with_config(options, config))
 }

@@ -16,6 +16,7 @@
 use std::fmt;
 use std::path::Path;
 
+use pincer_plugin_api::abi::latest::Message;
 use pincer_plugin_api::tokens::estimate_context_tokens;
 use serde_json::Value;
 
@@ -26,7 +27,7 @@ use super::settings::{should_compact, CompactionSettings};
 use super::summarizer::{Summarizer, SummaryError, SummaryKind, SummaryRequest};
 use super::text::{truncate_utf16, utf16_len};
 use crate::session::context::build_session_context;
-use crate::session::tree::EntryType;
+use crate::session::tree::{EntryType, SessionTree};
 use crate::session::writer::{Durability, SessionWriteError, SessionWriter};
 
 /// The longest summary OpenClaw persists (UTF-16 units).
@@ -467,17 +468,27 @@ pub fn compact_session_until(
         return Err(CompactError::Aborted);
     }
     let details = serde_json::to_value(&result.details).expect("details serialize");
-    let entry_id = writer.append_compaction(
+    // The estimate of what is left (not the last usage, which measured the prompt before),
+    // recorded in the entry as `tokensAfter`.
+    let measured = estimate_after(
+        writer.tree(),
+        &result.summary,
+        result.tokens_before,
+        &result.first_kept_entry_id,
+    );
+    let entry_id = writer.append_compaction_measured(
         &result.summary,
         &result.first_kept_entry_id,
         result.tokens_before,
+        measured,
         Some(details),
     )?;
     writer.commit()?;
-    // The estimate of what is left (not the last usage, which measured the prompt before).
-    let tokens_after = pincer_plugin_api::tokens::estimate_tokens(
-        &build_session_context(writer.tree(), None).messages,
-    );
+    let tokens_after = measured.unwrap_or_else(|| {
+        pincer_plugin_api::tokens::estimate_tokens(
+            &build_session_context(writer.tree(), None).messages,
+        )
+    });
     Ok(CompactOutcome::Compacted(SessionCompaction {
         entry_id,
         summary: result.summary,
@@ -486,6 +497,30 @@ pub fn compact_session_until(
         tokens_after,
         details: result.details,
     }))
+}
+
+/// The estimate of the context a compaction with `summary`, kept from `first_kept`, leaves:
+/// its summary message and the current context's messages from `first_kept` on — what
+/// `buildSessionContext` gives once the entry is appended. `None` when `first_kept` is not in
+/// the current context.
+fn estimate_after(
+    tree: &SessionTree,
+    summary: &str,
+    tokens_before: u64,
+    first_kept: &str,
+) -> Option<u64> {
+    let context = build_session_context(tree, None);
+    let start = context.entry_ids.iter().position(|id| id == first_kept)?;
+    let summary = Message::from_value(serde_json::json!({
+        "role": "compactionSummary",
+        "summary": summary,
+        "tokensBefore": tokens_before,
+    }))
+    .ok()?;
+    let mut after = Vec::with_capacity(context.messages.len() - start + 1);
+    after.push(summary);
+    after.extend_from_slice(&context.messages[start..]);
+    Some(pincer_plugin_api::tokens::estimate_tokens(&after))
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use pincer_plugin_api::abi::{ROption, RString};
 
 use super::compact::{compact_session_until, CompactError, CompactOptions, CompactOutcome};
 use super::settings::CompactionSettings;
-use super::summarizer::{ExtractiveSummarizer, Summarizer};
+use super::summarizer::{summarizer_from_config, Summarizer};
 use crate::config::Config;
 use crate::engines::services::RuntimeCompactor;
 use crate::session::store::{JsonlStore, SessionStore, DEFAULT_AGENT};
@@ -102,12 +102,12 @@ impl SessionCompactor {
             .map_err(|e| format!("{e} ({})", e.code()))
     }
 
-    /// The compactor `config` asks for: `agents.defaults.compaction` settings, the offline
-    /// summariser, `sessions.durability`.
+    /// The compactor `config` asks for: `agents.defaults.compaction` settings and summariser
+    /// (offline unless `compaction.model` names a model), `sessions.durability`.
     pub fn from_config(config: &Config) -> Self {
         SessionCompactor::new(
             CompactionSettings::from_config(&config.agents.defaults.compaction),
-            Arc::new(ExtractiveSummarizer),
+            summarizer_from_config(config),
             config.sessions.durability,
         )
     }

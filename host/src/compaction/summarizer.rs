@@ -10,18 +10,24 @@
 //! (`maxTokens` of the request, in the estimate's tokens), keeping the goal and the most recent
 //! messages and saying how many earlier ones were left out.
 //!
-//! **The model seam.** A model-backed summariser (an OpenAI-compatible chat-completions
-//! client) implements [`Summarizer`] too: it sends [`SummaryRequest::system_prompt`] as the
-//! system message and [`SummaryRequest::user_prompt`] (the conversation serialised as
-//! OpenClaw's `serializeConversation` does, the previous summary, the focus, the format) as the
-//! user message, with `max_tokens` = [`SummaryRequest::max_output_tokens`], and returns the
-//! answer's text. Nothing else in compaction changes.
+//! **With a model.** [`ModelSummarizer`] asks a [`ModelProvider`] (an OpenAI-compatible
+//! chat-completions server: `agents.defaults.compaction.model: "openai:NAME"`, see
+//! [`summarizer_from_config`]): it sends [`SummaryRequest::system_prompt`] as the system message
+//! and [`SummaryRequest::user_prompt`] (the conversation serialised as OpenClaw's
+//! `serializeConversation` does, the previous summary, the focus, the format) as the user
+//! message, with `max_tokens` = [`SummaryRequest::max_output_tokens`], and returns the answer's
+//! text. A failed or empty answer fails the compaction; nothing is appended.
+
+use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{Message, Role};
 use pincer_plugin_api::tokens::estimate_string_chars;
 use serde_json::Value;
 
 use super::text::{truncate_utf16, utf16_len};
+use crate::config::Config;
+use crate::model::openai::model_for_spec;
+use crate::model::{ModelProvider, ModelRequest};
 
 /// Which summary is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +130,74 @@ pub trait Summarizer: Send + Sync {
     /// # Errors
     /// When no summary can be written; the compaction then fails and nothing is appended.
     fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummaryError>;
+}
+
+/// Summaries written by a model (see the module docs).
+pub struct ModelSummarizer {
+    model: Result<Arc<dyn ModelProvider>, String>,
+}
+
+impl std::fmt::Debug for ModelSummarizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.model {
+            Ok(model) => f
+                .debug_tuple("ModelSummarizer")
+                .field(&model.name())
+                .finish(),
+            Err(err) => f.debug_tuple("ModelSummarizer").field(err).finish(),
+        }
+    }
+}
+
+impl ModelSummarizer {
+    /// Summaries from `model`.
+    pub fn new(model: Arc<dyn ModelProvider>) -> Self {
+        ModelSummarizer { model: Ok(model) }
+    }
+}
+
+impl Summarizer for ModelSummarizer {
+    fn summarize(&self, request: &SummaryRequest<'_>) -> Result<String, SummaryError> {
+        let model = self
+            .model
+            .as_ref()
+            .map_err(|e| SummaryError::Failed(e.clone()))?;
+        let prompt = [Message::user(request.user_prompt())];
+        let reply = model
+            .complete(&ModelRequest {
+                system_prompt: request.system_prompt(),
+                messages: &prompt,
+                tools: &[],
+                max_output_tokens: Some(request.max_output_tokens),
+            })
+            .map_err(|err| SummaryError::Failed(format!("{} ({})", err, err.code())))?;
+        let text = reply.message.plain_text();
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(SummaryError::Empty);
+        }
+        Ok(text.to_owned())
+    }
+}
+
+/// The summariser `agents.defaults.compaction.model` names: `"openai:NAME"` (the server of
+/// `model` in pincer.json), else the offline [`ExtractiveSummarizer`] (also for
+/// `"extractive"`). A model that cannot be set up (an unset API key, a name that is not
+/// `openai:NAME`) fails each compaction with the reason, rather than silently summarising
+/// offline.
+pub fn summarizer_from_config(config: &Config) -> Arc<dyn Summarizer> {
+    match config.agents.defaults.compaction.model.as_deref().map(str::trim) {
+        None | Some("" | "extractive") => Arc::new(ExtractiveSummarizer),
+        Some(spec) => Arc::new(ModelSummarizer {
+            model: model_for_spec(spec, &config.model)
+                .map(|model| Arc::new(model) as Arc<dyn ModelProvider>)
+                .map_err(|err| {
+                    format!(
+                        "agents.defaults.compaction.model {spec:?}: {err}; or set it to \"extractive\""
+                    )
+                }),
+        }),
+    }
 }
 
 /// The default summariser: extractive, offline, deterministic (see the module docs).

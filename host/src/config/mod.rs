@@ -229,6 +229,10 @@ pub struct CompactionConfig {
     /// Recent tokens kept verbatim by compaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_recent_tokens: Option<u64>,
+    /// Who writes compaction summaries: `"extractive"` (the default: offline, deterministic)
+    /// or `"openai:NAME"` (model NAME on the OpenAI-compatible server of `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// `agents.defaults`.
@@ -310,6 +314,11 @@ pub struct ModelConfig {
     /// The environment variable holding the API key (none: no key is sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// The model engines' `llmComplete` reaches (`runtime-llm-complete`), as `openai:NAME`;
+    /// unset: engines are told no model is there (`pincer run --model openai:NAME` serves its
+    /// own model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_complete: Option<String>,
 }
 
 /// `sessions`: how session files are written.

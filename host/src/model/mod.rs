@@ -121,6 +121,12 @@ pub enum ModelError {
          asked more turns than the transcript holds)"
     )]
     ReplayExhausted,
+    /// A model named in a way no provider answers to.
+    #[error("unknown model {spec:?}: name an OpenAI-compatible server's model as \"openai:NAME\"")]
+    UnknownModel {
+        /// The name given.
+        spec: String,
+    },
 }
 
 impl ModelError {
@@ -133,6 +139,7 @@ impl ModelError {
             ModelError::Protocol { .. } => "model_protocol",
             ModelError::MissingApiKey { .. } => "model_missing_api_key",
             ModelError::ReplayExhausted => "model_replay_exhausted",
+            ModelError::UnknownModel { .. } => "model_unknown",
         }
     }
 }

@@ -41,6 +41,50 @@ pub struct OpenAiConfig {
 /// The default deadline of one model call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The prefix of a model named for an OpenAI-compatible server: `openai:NAME`.
+pub const OPENAI_PREFIX: &str = "openai:";
+
+impl OpenAiConfig {
+    /// The server for model `name`: `model.baseUrl` / `model.apiKeyEnv` from pincer.json, else
+    /// `PINCER_MODEL_BASE_URL`, else OpenAI's API with `OPENAI_API_KEY`.
+    pub fn for_model(config: &crate::config::ModelConfig, name: &str) -> Self {
+        let base_url = config
+            .base_url
+            .clone()
+            .or_else(|| std::env::var("PINCER_MODEL_BASE_URL").ok())
+            .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+        let api_key_env = config.api_key_env.clone().or_else(|| {
+            base_url
+                .contains("api.openai.com")
+                .then(|| "OPENAI_API_KEY".to_owned())
+        });
+        OpenAiConfig {
+            base_url,
+            model: name.to_owned(),
+            api_key_env,
+            timeout_seconds: None,
+        }
+    }
+}
+
+/// The model `spec` names (`openai:NAME`), on the server `config` describes.
+///
+/// # Errors
+/// A spec that is not `openai:NAME`, or a missing API key.
+pub fn model_for_spec(
+    spec: &str,
+    config: &crate::config::ModelConfig,
+) -> Result<OpenAiModel, ModelError> {
+    match spec.strip_prefix(OPENAI_PREFIX) {
+        Some(name) if !name.trim().is_empty() => {
+            OpenAiModel::new(OpenAiConfig::for_model(config, name.trim()))
+        }
+        _ => Err(ModelError::UnknownModel {
+            spec: spec.to_owned(),
+        }),
+    }
+}
+
 /// The chat-completions model (see the module docs).
 #[derive(Debug)]
 pub struct OpenAiModel {

@@ -311,11 +311,30 @@ impl SessionWriter {
         tokens_before: u64,
         details: Option<Value>,
     ) -> Result<String, SessionWriteError> {
+        self.append_compaction_measured(summary, first_kept_entry_id, tokens_before, None, details)
+    }
+
+    /// Appends a `compaction` entry with its optional `tokensAfter` (the estimate of the
+    /// context it leaves).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn append_compaction_measured(
+        &mut self,
+        summary: &str,
+        first_kept_entry_id: &str,
+        tokens_before: u64,
+        tokens_after: Option<u64>,
+        details: Option<Value>,
+    ) -> Result<String, SessionWriteError> {
         let mut fields = json!({
             "summary": summary,
             "firstKeptEntryId": first_kept_entry_id,
             "tokensBefore": tokens_before,
         });
+        if let Some(tokens_after) = tokens_after {
+            fields["tokensAfter"] = tokens_after.into();
+        }
         if let Some(details) = details {
             fields["details"] = details;
         }

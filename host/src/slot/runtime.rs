@@ -17,7 +17,7 @@ use crate::config::{ConfigError, DisabledBy, FallbackPolicy, LoadedConfig, Pince
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::legacy::create_legacy;
-use crate::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
+use crate::engines::services::{HostServices, ModelClient, NoRuntimeCompaction, RuntimeCompactor};
 use crate::plugins::catalog::plugin_roots;
 use crate::plugins::discovery::discover_plugin_dirs;
 use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
@@ -45,6 +45,8 @@ pub struct RuntimeOptions {
     pub extra_plugin_dirs: Vec<PathBuf>,
     /// The runtime's compaction; `None`: no summarisation model.
     pub compactor: Option<Arc<dyn RuntimeCompactor>>,
+    /// The model engines' `llmComplete` reaches; `None`: engines are told there is none.
+    pub model: Option<Arc<dyn ModelClient>>,
     /// Directories handed to engine factories.
     pub dirs: EngineDirs,
 }
@@ -56,6 +58,7 @@ impl RuntimeOptions {
             home,
             extra_plugin_dirs: Vec::new(),
             compactor: None,
+            model: None,
             dirs: EngineDirs::default(),
         }
     }
@@ -210,6 +213,7 @@ pub struct Runtime {
     quarantine: Arc<Quarantine>,
     plugins: Vec<PluginStatus>,
     compactor: Arc<dyn RuntimeCompactor>,
+    model: Option<Arc<dyn ModelClient>>,
     dirs: EngineDirs,
     legacy: Arc<EngineInstance>,
     /// Live instances by engine id, with the registration generation they were created from.
@@ -245,7 +249,7 @@ impl Runtime {
             create_legacy(HostServices::new(
                 LEGACY_ENGINE_ID,
                 Arc::clone(&compactor),
-                None,
+                options.model.clone(),
             ))
             .expect("the built-in legacy engine always constructs"),
         );
@@ -270,6 +274,7 @@ impl Runtime {
             quarantine,
             plugins: Vec::new(),
             compactor,
+            model: options.model,
             dirs,
             legacy,
             instances: Mutex::new(BTreeMap::new()),
@@ -430,7 +435,7 @@ impl Runtime {
     }
 
     fn services_for(&self, engine_id: &str) -> HostServices {
-        HostServices::new(engine_id, Arc::clone(&self.compactor), None)
+        HostServices::new(engine_id, Arc::clone(&self.compactor), self.model.clone())
     }
 
     /// The `runtimeSettings` of an operation resolved as `resolution` on `host`.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
 use pincer_host::harness::{Harness, HarnessOptions, SessionRunner, TurnReport};
-use pincer_host::model::openai::{OpenAiConfig, OpenAiModel};
+use pincer_host::model::openai::{model_for_spec, OPENAI_PREFIX};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelProvider, NoTools, ToolExecutor};
 use pincer_host::session::JsonlStore;
@@ -60,10 +60,14 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         Ok(plan) => plan,
         Err(message) => return super::fail(message, 2),
     };
-    let runtime = match super::open(
+    // A model the run talks to also serves the engines' `llmComplete`; a replay does not
+    // (its answers belong to the transcript).
+    let llm = plan.replay.is_none().then(|| Arc::clone(&plan.model));
+    let runtime = match super::open_with_model(
         home.clone(),
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
+        llm,
     ) {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -159,23 +163,24 @@ impl Plan {
                 system_prompt,
             });
         }
-        let model: Arc<dyn ModelProvider> =
-            match model_name {
-                Some(name) if name.starts_with("openai:") => {
-                    let config = load_model_config(home, &name["openai:".len()..])?;
-                    Arc::new(OpenAiModel::new(config).map_err(|e| e.to_string())?)
-                }
-                Some("replay") | None => return Err(
+        let model: Arc<dyn ModelProvider> = match model_name {
+            Some(name) if name.starts_with(OPENAI_PREFIX) => {
+                let config = LoadedConfig::load(&home.config_path()).map_err(|e| e.to_string())?;
+                Arc::new(model_for_spec(name, &config.config.model).map_err(|e| e.to_string())?)
+            }
+            Some("replay") | None => {
+                return Err(
                     "--prompt needs a model: --model openai:MODEL (an OpenAI-compatible server); \
                      the replay model only plays an --import transcript"
                         .into(),
-                ),
-                Some(other) => {
-                    return Err(format!(
+                )
+            }
+            Some(other) => {
+                return Err(format!(
                     "unknown --model {other:?}: use \"replay\" (with --import) or \"openai:MODEL\""
                 ))
-                }
-            };
+            }
+        };
         Ok(Plan {
             model,
             tools: Arc::new(NoTools),
@@ -281,34 +286,4 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
 /// A fresh, time-ordered id for a generated session key.
 fn uuid_like() -> String {
     pincer_host::session::writer::new_session_id()
-}
-
-/// An [`OpenAiConfig`] for `model`: `model.baseUrl` / `model.apiKeyEnv` from the config, else
-/// `PINCER_MODEL_BASE_URL`, else OpenAI's API with `OPENAI_API_KEY`.
-fn model_config(
-    base_url: Option<String>,
-    api_key_env: Option<String>,
-    model: &str,
-) -> OpenAiConfig {
-    let base_url = base_url
-        .or_else(|| std::env::var("PINCER_MODEL_BASE_URL").ok())
-        .unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
-    let api_key_env = api_key_env.or_else(|| {
-        base_url
-            .contains("api.openai.com")
-            .then(|| "OPENAI_API_KEY".to_owned())
-    });
-    OpenAiConfig {
-        base_url,
-        model: model.to_owned(),
-        api_key_env,
-        timeout_seconds: None,
-    }
-}
-
-/// The OpenAI-compatible server for `--model openai:NAME`, from pincer.json's `model`.
-fn load_model_config(home: &PincerHome, name: &str) -> Result<OpenAiConfig, String> {
-    let config = LoadedConfig::load(&home.config_path()).map_err(|e| e.to_string())?;
-    let model = config.config.model;
-    Ok(model_config(model.base_url, model.api_key_env, name))
 }

@@ -67,6 +67,10 @@ struct Config {
     /// The message of configured errors (default: "faulty: configured to fail in <method>").
     #[serde(default)]
     error_message: Option<String>,
+    /// `assemble` asks the host's model this (`llmComplete`) and adds its answer to the
+    /// system prompt.
+    #[serde(default)]
+    ask_model: Option<String>,
     #[serde(flatten)]
     methods: BTreeMap<String, Behaviour>,
 }
@@ -79,6 +83,7 @@ pub struct Faulty {
     owns_compaction: bool,
     background_maintenance: bool,
     error_message: Option<String>,
+    ask_model: Option<String>,
     hang: Duration,
     host: Host,
     calls: AtomicU64,
@@ -205,6 +210,7 @@ impl Engine for Faulty {
             owns_compaction: config.owns_compaction,
             background_maintenance: config.background_maintenance,
             error_message: config.error_message,
+            ask_model: config.ask_model,
             hang,
             host,
             calls: AtomicU64::new(0),
@@ -256,11 +262,19 @@ impl Engine for Faulty {
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
         self.on("assemble", Some(&params.host))?;
+        let answer = match &self.ask_model {
+            Some(question) => {
+                let question = [Message::user(question.as_str())];
+                let answer = self.host.llm_complete(&LlmRequest::new(&question))?;
+                format!("; the model says: {}", answer.plain_text())
+            }
+            None => String::new(),
+        };
         // Report which host parameters arrived, so tests can see the host's projection.
         Ok(ContextBuilder::new()
             .keep_range(0..params.messages.len())
             .system_prompt_addition(format!(
-                "faulty engine was here; host params: {}",
+                "faulty engine was here; host params: {}{answer}",
                 received_host_params(&params.host).join(",")
             ))
             .estimated_tokens(self.host.estimate_tokens(params.messages))
