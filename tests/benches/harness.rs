@@ -1,14 +1,15 @@
 //! The turn harness's own cost: one turn through `legacy` on a session of 10,000 entries with a
 //! model that answers at once (so what is measured is the harness — context, assemble, precheck,
 //! appends, finalize — not a model), with appends left to the OS (`durability: none`) and, for
-//! scale, with an fsync per append.
+//! scale, with an fsync per append; and the same turn run on the session's own worker
+//! (`SessionRunner`: engine calls inline, plus one hand-off of the turn to the worker).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use pincer_host::config::PincerHome;
-use pincer_host::harness::{Harness, HarnessOptions};
+use pincer_host::harness::{Harness, HarnessOptions, SessionRunner};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
 use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
@@ -41,9 +42,10 @@ fn one_turn(c: &mut Criterion) {
     group
         .sample_size(20)
         .measurement_time(Duration::from_secs(10));
-    for (name, durability) in [
-        ("10k-none", Durability::None),
-        ("10k-entry", Durability::Entry),
+    for (name, durability, on_runner) in [
+        ("10k-none", Durability::None, false),
+        ("10k-entry", Durability::Entry, false),
+        ("10k-none-runner", Durability::None, true),
     ] {
         let store = JsonlStore::new(home.path().join("agents"));
         let sessions = store.sessions_dir("main");
@@ -53,21 +55,23 @@ fn one_turn(c: &mut Criterion) {
         store.register("main", name, name, &file).unwrap();
         let mut options = HarnessOptions::new(10_000_000);
         options.durability = durability;
-        let harness = Harness::new(
+        let harness = Arc::new(Harness::new(
             engine.clone(),
             store,
             Arc::new(Instant),
             Arc::new(NoTools),
             options,
-        );
-        let mut session = harness.open_session(name).unwrap();
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                harness
-                    .turn(&mut session, Message::user("Is my flight on time?"))
-                    .unwrap()
-            })
-        });
+        ));
+        let prompt = || Message::user("Is my flight on time?");
+        if on_runner {
+            let runner = SessionRunner::open(harness, name).unwrap();
+            group.bench_function(name, |b| b.iter(|| runner.run_turn(prompt()).unwrap()));
+        } else {
+            let mut session = harness.open_session(name).unwrap();
+            group.bench_function(name, |b| {
+                b.iter(|| harness.turn(&mut session, prompt()).unwrap())
+            });
+        }
     }
     group.finish();
     runtime.shutdown();
