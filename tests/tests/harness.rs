@@ -450,6 +450,97 @@ fn a_configured_model_writes_compaction_summaries_and_answers_engines_llm_comple
     );
 }
 
+/// `pincer tool` calls a tool the engine declared on an existing session and prints its JSON
+/// result; an unknown tool, an unknown session and arguments that are not a JSON object are
+/// refused with exit 2 and what to do.
+#[test]
+fn pincer_tool_calls_an_engine_tool_on_a_session() {
+    let server = ChatServer::start();
+    server.reply_completion(
+        json!({"role": "assistant", "content": "hello"}),
+        "stop",
+        json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}),
+    );
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        format!(r#"{{ model: {{ baseUrl: "{}" }} }}"#, server.base_url),
+    )
+    .unwrap();
+    let plugins = pincer_tests::staged_plugins_dir();
+    let pincer = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&[
+            "--engine",
+            "faulty",
+            "--plugins-dir",
+            plugins.to_str().unwrap(),
+        ]);
+        pincer_tests::run_pincer(home.path(), &all)
+    };
+    let out = pincer(&[
+        "run",
+        "--prompt",
+        "hi",
+        "--model",
+        "openai:m",
+        "--session",
+        "t",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = pincer(&[
+        "tool",
+        "faulty_echo",
+        "--session",
+        "t",
+        "--args",
+        r#"{"x": [1, 2]}"#,
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        printed,
+        json!({"engineId": "faulty", "answeredBy": "faulty", "tool": "faulty_echo",
+               "isError": false, "result": {"x": [1, 2]}})
+    );
+
+    let refused = |args: &[&str], expected: &str| {
+        let out = pincer(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+    };
+    refused(
+        &["tool", "lcm_grep", "--session", "t"],
+        "has no tool \"lcm_grep\"; it declares: faulty_calls, faulty_echo",
+    );
+    refused(
+        &["tool", "faulty_echo", "--session", "nope"],
+        "pincer run --session nope",
+    );
+    refused(
+        &["tool", "faulty_echo", "--session", "t", "--args", "[1]"],
+        "must be a JSON object",
+    );
+    refused(
+        &["tool", "faulty_echo", "--session", "t", "--args", "{x"],
+        "is not JSON",
+    );
+}
+
 /// A model answering "prompt too long" makes the harness compact and retry, at most three
 /// times; the turn succeeds when the model then answers, and fails with the overflow after a
 /// fourth refusal.

@@ -1,0 +1,161 @@
+//! `pincer tool`: calls a tool an engine declared (`callTool`) on a session and prints its
+//! result — what a model's tool call would get, without a model.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use pincer_host::config::PincerHome;
+use pincer_host::engines::request::{HostInputs, ToolCallRequest};
+use pincer_host::session::{JsonlStore, SessionStore};
+use pincer_plugin_api::abi::latest::AbortController;
+use serde_json::{json, Value};
+
+/// `pincer tool`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct ToolArgs {
+    /// The tool's name, as the engine declared it.
+    name: String,
+    /// The session: a key, an id or a session file.
+    #[arg(long, value_name = "KEY")]
+    session: String,
+    /// The tool's arguments, a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    args: String,
+    /// Use this engine instead of plugins.slots.contextEngine.
+    #[arg(long, value_name = "ID")]
+    engine: Option<String>,
+    /// The agent whose sessions are searched.
+    #[arg(long, value_name = "ID", default_value = "main")]
+    agent: String,
+    /// Another folder to discover plugins in (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugins_dirs: Vec<PathBuf>,
+    /// Print `{engineId, answeredBy, tool, isError, result}` instead of the result alone.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `pincer tool`: exit 0 with the result, 1 when the tool or the engine failed, 2 for bad
+/// arguments (not JSON, an unknown session or tool).
+pub fn run(home: PincerHome, args: ToolArgs) -> ExitCode {
+    let arguments: Value = match serde_json::from_str(&args.args) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(other) => {
+            return super::fail(
+                format!("--args must be a JSON object, not {other}: e.g. --args '{{\"query\": \"refund\"}}'"),
+                2,
+            )
+        }
+        Err(err) => return super::fail(format!("--args is not JSON: {err}"), 2),
+    };
+    let store = JsonlStore::new(home.root().join("agents"));
+    let session = match store.resolve(&args.agent, &args.session) {
+        Ok(session) => session,
+        Err(err) => {
+            return super::fail(
+                format!("{err}: a tool runs on an existing session (start one with `pincer run --session {}`)", args.session),
+                2,
+            )
+        }
+    };
+    let runtime = match super::open(
+        home,
+        args.plugins_dirs.clone(),
+        Some((args.engine.clone(), None)),
+    ) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let code = call(&runtime, &args, &session, &arguments);
+    runtime.shutdown();
+    code
+}
+
+fn call(
+    runtime: &pincer_host::Runtime,
+    args: &ToolArgs,
+    session: &pincer_host::session::store::SessionSummary,
+    arguments: &Value,
+) -> ExitCode {
+    let resolved = match runtime.resolve() {
+        Ok(resolved) => resolved,
+        Err(err) => return super::fail(err, 1),
+    };
+    let engine = &resolved.engine;
+    let declared: Vec<&str> = engine
+        .info()
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    if !declared.contains(&args.name.as_str()) {
+        let offered = if declared.is_empty() {
+            "it declares no tools".to_owned()
+        } else {
+            format!("it declares: {}", declared.join(", "))
+        };
+        let why = resolved
+            .resolution
+            .reason
+            .as_deref()
+            .map(|r| format!(" (selected {}: {r})", resolved.resolution.selected))
+            .unwrap_or_default();
+        return super::fail(
+            format!(
+                "context engine \"{}\"{why} has no tool \"{}\"; {offered}",
+                engine.id(),
+                args.name
+            ),
+            2,
+        );
+    }
+    let request = Arc::new(ToolCallRequest {
+        session_id: Arc::from(session.session_id.as_str()),
+        tool_name: Arc::from(args.name.as_str()),
+        arguments_json: Arc::from(arguments.to_string()),
+        host: HostInputs {
+            session_key: Some(Arc::from(args.session.as_str())),
+            ..HostInputs::default()
+        },
+    });
+    let answer = match engine.call_tool(request, Arc::new(AbortController::new())) {
+        Ok(Some(answer)) => answer,
+        Ok(None) => {
+            return super::fail(
+                format!(
+                    "context engine \"{}\" declares tool \"{}\" but has no callTool",
+                    engine.id(),
+                    args.name
+                ),
+                1,
+            )
+        }
+        Err(err) => return super::fail(format!("callTool {}: {err}", args.name), 1),
+    };
+    let text = answer.value.content.as_str();
+    // The tool's output is JSON when it is JSON; else it is printed as a JSON string.
+    let result = serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::from(text));
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "engineId": engine.id(),
+                "answeredBy": &*answer.answer.answered_by,
+                "tool": args.name,
+                "isError": answer.value.is_error,
+                "result": result,
+            })
+        );
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).expect("a JSON value prints")
+        );
+    }
+    if answer.value.is_error {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
