@@ -138,7 +138,8 @@ pub fn on_session_worker() -> bool {
     LOCAL.with(|l| !l.worker.get().is_null())
 }
 
-/// Ends an inline call, also on unwind: waits out a watchdog claim, then clears the slot.
+/// Ends an inline call, also on unwind: waits out a watchdog claim, then clears the slot; on
+/// an abandoned worker, parks for good.
 struct EndCall<'a> {
     worker: &'a Worker,
     local: &'a Local,
@@ -159,6 +160,13 @@ impl Drop for EndCall<'_> {
             std::hint::spin_loop();
         }
         self.local.call.set(std::ptr::null());
+        if self.worker.abandoned.load(Ordering::Acquire) {
+            // Declared stuck while the engine ran: the work's submitter has its error, and the
+            // session's state may already be in use by its next work on a fresh worker. This
+            // thread must never go back into the work it was running — not by returning, not
+            // by unwinding.
+            park_for_good();
+        }
     }
 }
 
@@ -206,14 +214,9 @@ pub fn run_inline<T, F: FnOnce() -> T>(
         local.call.set(ptr);
         let end = EndCall { worker, local, seq };
         let value = call();
-        // After this the watchdog cannot reach `record` any more.
+        // After this the watchdog cannot reach `record` any more (and an abandoned worker
+        // parks here for good).
         drop(end);
-        if worker.abandoned.load(Ordering::Acquire) {
-            // Declared stuck while the engine ran: the work's submitter has its error, and the
-            // session's state may already be in use by its next work on a fresh worker. This
-            // thread must never return into the work it was running.
-            park_for_good();
-        }
         match record.timed_out.load(Ordering::Acquire) {
             0 => Ok(Ok(value)),
             ms => Ok(Err(Overrun::TimedOut {
