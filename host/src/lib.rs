@@ -49,9 +49,9 @@
 //! ## Core concepts
 //!
 //! - [`Runtime`]: config, registry, quarantine and the loaded plugins; resolves engines.
-//!   Open it through [`compaction::with_builtin_compaction`] to give `legacy.compact` (and
-//!   engines that delegate compaction) the built-in compaction, as the `pincer` binary does.
-//!   Set [`RuntimeOptions::model`] to serve engines' `llmComplete`.
+//!   Open it with [`compaction::open_runtime`] to give `legacy.compact` (and engines that
+//!   delegate compaction) the built-in compaction and engines' `llmComplete` the configured
+//!   model, as the `pincer` binary does; a bare [`Runtime::open`] has neither.
 //! - [`harness::Harness`]: runs turns (assemble, model, tools, finalize, compaction) on
 //!   sessions; [`harness::SessionRunner`] runs one session's work on a worker of its own,
 //!   where engine calls run inline; [`model`] holds the models it calls.

@@ -541,6 +541,29 @@ fn pincer_tool_calls_an_engine_tool_on_a_session() {
     );
 }
 
+/// An embedder's `open_runtime` refuses a `model.llmComplete` no provider answers to, saying
+/// what to write instead, and serves a configured one to engines.
+#[test]
+fn open_runtime_checks_the_configured_llm_complete_model() {
+    use pincer_host::compaction::{open_runtime, OpenError};
+    let home = tempfile::TempDir::new().unwrap();
+    let open = |config: &str| {
+        std::fs::write(home.path().join("pincer.json"), config).unwrap();
+        open_runtime(RuntimeOptions::new(PincerHome::new(home.path().into())))
+    };
+    let err = open(r#"{ model: { llmComplete: "gpt-4o" } }"#).unwrap_err();
+    assert!(matches!(err, OpenError::LlmComplete { .. }), "{err:?}");
+    assert_eq!(err.code(), "model_unknown");
+    assert!(err.to_string().contains("\"openai:NAME\""), "{err}");
+    let err = open(r#"{ model: { llmComplete: "openai:m", apiKeyEnv: "PINCER_TEST_UNSET_KEY" } }"#)
+        .unwrap_err();
+    assert!(err.to_string().contains("PINCER_TEST_UNSET_KEY"), "{err}");
+    let runtime =
+        open(r#"{ model: { llmComplete: "openai:m", baseUrl: "http://127.0.0.1:9/v1" } }"#)
+            .unwrap();
+    runtime.shutdown();
+}
+
 /// A model answering "prompt too long" makes the harness compact and retry, at most three
 /// times; the turn succeeds when the model then answers, and fails with the overflow after a
 /// fourth refusal.
@@ -910,7 +933,7 @@ fn background_maintenance_does_not_block_the_turn() {
 /// holds every message of the transcript, in order, beside well-formed compaction entries.
 #[test]
 fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() {
-    use pincer_host::compaction::with_builtin_compaction;
+    use pincer_host::compaction::open_runtime;
     let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
         return;
     };
@@ -924,11 +947,8 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
         let store = JsonlStore::new(home.path().join("agents"));
         let mut options = RuntimeOptions::new(PincerHome::new(home.path().into()));
         options.extra_plugin_dirs = vec![pincer_tests::staged_plugins_dir()];
-        let config =
-            pincer_host::config::LoadedConfig::load(&home.path().join("pincer.json")).unwrap();
         // What an embedder does to get the built-in compaction.
-        let options = with_builtin_compaction(options, &config.config);
-        let runtime = Runtime::open(options).unwrap();
+        let runtime = open_runtime(options).unwrap();
         let resolved = runtime.resolve().unwrap();
         assert_eq!(resolved.resolution.resolved, engine_id);
         let engine = Arc::new(resolved.engine);

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use pincer_host::compaction::with_builtin_compaction;
+use pincer_host::compaction::with_configured_services;
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
 use pincer_host::report::doctor::doctor;
@@ -657,26 +657,15 @@ fn open_with_model(
             entry.config = Some(value);
         }
     }
-    let llm = match (llm, config.config.model.llm_complete.as_deref()) {
-        (Some(model), _) => Some(model),
-        (None, Some(spec)) => {
-            match pincer_host::model::openai::model_for_spec(spec, &config.config.model) {
-                Ok(model) => Some(Arc::new(model) as Arc<dyn pincer_host::model::ModelProvider>),
-                Err(err) => return Err(fail(format!("model.llmComplete {spec:?}: {err}"), 2)),
-            }
-        }
-        (None, None) => None,
-    };
     let mut options = RuntimeOptions::new(home);
     options.extra_plugin_dirs = plugins_dirs;
-    options.model = llm.map(|model| {
-        Arc::new(pincer_host::model::ModelService::new(model))
-            as Arc<dyn pincer_host::engines::services::ModelClient>
-    });
     // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
     // built-in one, over the session files, with the summariser the config names (offline by
-    // default).
-    let options = with_builtin_compaction(options, &config.config);
+    // default); and the model behind engines' `llmComplete`.
+    let options = match with_configured_services(options, &config.config, llm) {
+        Ok(options) => options,
+        Err(err) => return Err(fail(err, 2)),
+    };
     Ok(Runtime::with_config(options, config))
 }
 

@@ -29,7 +29,9 @@ pub use prepare::{
     prepare_compaction, CompactionDetails, CompactionPreparation, FileOperations, PrepareError,
     PrepareOptions,
 };
-pub use runtime::{with_builtin_compaction, SessionCompactor};
+pub use runtime::{
+    open_runtime, with_builtin_compaction, with_configured_services, OpenError, SessionCompactor,
+};
 pub use settings::{should_compact, CompactionSettings};
 pub use summarizer::{
     serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryError, SummaryKind,

@@ -22,10 +22,14 @@ use pincer_plugin_api::abi::{ROption, RString};
 use super::compact::{compact_session_until, CompactError, CompactOptions, CompactOutcome};
 use super::settings::CompactionSettings;
 use super::summarizer::{summarizer_from_config, Summarizer};
-use crate::config::Config;
+use crate::config::{Config, ConfigError, LoadedConfig};
+use crate::engines::services::ModelClient;
 use crate::engines::services::RuntimeCompactor;
+use crate::model::openai::model_for_spec;
+use crate::model::{ModelError, ModelProvider, ModelService};
 use crate::session::store::{JsonlStore, SessionStore, DEFAULT_AGENT};
 use crate::session::writer::Durability;
+use crate::slot::runtime::Runtime;
 use crate::slot::runtime::RuntimeOptions;
 
 /// The built-in compaction of session files.
@@ -128,6 +132,70 @@ pub fn with_builtin_compaction(mut options: RuntimeOptions, config: &Config) -> 
         SessionCompactor::from_config(config).with_store(store),
     ));
     options
+}
+
+/// `options` with what `config` configures beyond plugins: the built-in compaction (see
+/// [`with_builtin_compaction`]) and the model engines' `llmComplete` reaches — `llm` when
+/// given, else `model.llmComplete`, else none.
+///
+/// # Errors
+/// A `model.llmComplete` that names no model this host can reach (not `openai:NAME`, or its
+/// API key's variable unset).
+pub fn with_configured_services(
+    mut options: RuntimeOptions,
+    config: &Config,
+    llm: Option<Arc<dyn ModelProvider>>,
+) -> Result<RuntimeOptions, OpenError> {
+    let llm = match (llm, config.model.llm_complete.as_deref()) {
+        (Some(model), _) => Some(model),
+        (None, Some(spec)) => Some(Arc::new(model_for_spec(spec, &config.model).map_err(
+            |source| OpenError::LlmComplete {
+                spec: spec.to_owned(),
+                source,
+            },
+        )?) as Arc<dyn ModelProvider>),
+        (None, None) => None,
+    };
+    options.model = llm.map(|model| Arc::new(ModelService::new(model)) as Arc<dyn ModelClient>);
+    Ok(with_builtin_compaction(options, config))
+}
+
+/// Opens a runtime as the `pincer` binary does: `pincer.json` read, then
+/// [`with_configured_services`] — so `legacy.compact` compacts, and `llmComplete` reaches the
+/// configured model. (A bare [`Runtime::open`] has neither: it sits below both layers.)
+///
+/// # Errors
+/// An unreadable config, or an unusable `model.llmComplete`.
+pub fn open_runtime(options: RuntimeOptions) -> Result<Runtime, OpenError> {
+    let config = LoadedConfig::load(&options.home.config_path())?;
+    let options = with_configured_services(options, &config.config, None)?;
+    Ok(Runtime::with_config(options, config))
+}
+
+/// Why [`open_runtime`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// `pincer.json` could not be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `model.llmComplete` names no usable model.
+    #[error("model.llmComplete {spec:?}: {source}")]
+    LlmComplete {
+        /// The configured name.
+        spec: String,
+        /// Why it cannot be used.
+        source: ModelError,
+    },
+}
+
+impl OpenError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            OpenError::Config(err) => err.code(),
+            OpenError::LlmComplete { source, .. } => source.code(),
+        }
+    }
 }
 
 fn text(s: impl Into<String>) -> ROption<RString> {

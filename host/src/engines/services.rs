@@ -35,8 +35,8 @@ impl RuntimeCompactor for NoRuntimeCompaction {
             compacted: false,
             reason: ROption::RSome(
                 "runtime compaction is unavailable: this runtime was opened without a compactor \
-                 (embedders: open it with `pincer_host::compaction::with_builtin_compaction`, as \
-                 the pincer binary does)"
+                 (embedders: open it with `pincer_host::compaction::open_runtime`, as the pincer \
+                 binary does)"
                     .into(),
             ),
             result: ROption::RNone,
