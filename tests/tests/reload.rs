@@ -37,12 +37,7 @@ struct Setup {
 impl Setup {
     fn new(engine_config: Value) -> Self {
         let home = TempDir::new().unwrap();
-        let plugins = home.path().join("plugins");
-        std::fs::create_dir_all(&plugins).unwrap();
-        let plugin = copy_plugin(&staged_plugin("faulty"), &plugins, "faulty");
-        let mut manifest = read_manifest_json(&plugin);
-        manifest.as_object_mut().unwrap().remove("sha256");
-        write_manifest_json(&plugin, &manifest);
+        let plugin = unpinned_plugin_copy("faulty", &home.path().join("plugins"));
         let library = library_path(&plugin);
         let base = std::fs::read(&library).unwrap();
         let dispose_log = home.path().join("dispose.log");
