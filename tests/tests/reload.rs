@@ -2,7 +2,8 @@
 //! file replaced in place (same inode), by rename and by delete-then-recreate while callers
 //! on many threads keep calling; generations, drain-then-dispose exactly once (counted by the
 //! engine itself through `disposeLog`), broken builds refused with the old generation still
-//! serving, quarantine cleared by a reload, and `pincer.json` changes taking effect.
+//! serving, quarantine cleared by a reload, `pincer.json` changes taking effect, and a
+//! harness turn in flight finishing on the generation it started on.
 //!
 //! A "new build" is the staged library with a different trailer appended: other bytes, so
 //! another content hash, another private copy and another mapping of the code, which is
@@ -17,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use pincer_host::config::PincerHome;
 use pincer_host::engines::request::{HostInputs, IngestRequest};
+use pincer_host::harness::{Harness, HarnessOptions};
+use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::session::JsonlStore;
 use pincer_host::slot::watch::{PluginWatcher, WatchEvent, WatchOptions};
 use pincer_host::slot::{GuardedEngine, ReloadError, Runtime, RuntimeOptions};
 use pincer_host::Transcript;
@@ -656,4 +660,75 @@ fn unknown_and_disabled_plugins_are_refused_with_what_to_do() {
     assert_eq!(err.code(), "unknown_plugin");
     assert!(err.to_string().contains("known: faulty"), "{err}");
     runtime.shutdown();
+}
+
+/// A model that, during the first turn's model call, replaces the engine's library and
+/// reloads it: the turn is then mid-way on generation 1 while generation 2 serves.
+struct ReloadingModel {
+    runtime: Arc<Runtime>,
+    setup: Arc<Setup>,
+    /// Mid-turn: (the reload's new generation, generation 1 still draining, disposes so far).
+    mid_turn: Mutex<Option<(u64, usize, usize)>>,
+}
+
+impl ModelProvider for ReloadingModel {
+    fn name(&self) -> &str {
+        "reloading"
+    }
+
+    fn complete(&self, _: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+        let mut mid_turn = self.mid_turn.lock().unwrap();
+        if mid_turn.is_none() {
+            self.setup.replace(1, Replace::Rename);
+            let outcome = self.runtime.reload_plugin("faulty").unwrap();
+            *mid_turn = Some((
+                outcome.engines["faulty"],
+                faulty_status(&self.runtime).draining,
+                self.setup.disposed().len(),
+            ));
+        }
+        Ok(ModelReply {
+            message: pincer_plugin_api::abi::latest::Message::assistant("ok"),
+        })
+    }
+}
+
+#[test]
+fn a_harness_turn_in_flight_finishes_on_its_generation_and_the_next_turn_takes_the_new_one() {
+    let setup = Arc::new(Setup::new(json!({})));
+    let runtime = setup.runtime();
+    let model = Arc::new(ReloadingModel {
+        runtime: Arc::clone(&runtime),
+        setup: Arc::clone(&setup),
+        mid_turn: Mutex::new(None),
+    });
+    let harness = Harness::with_source(
+        runtime.slot_source(None),
+        JsonlStore::new(setup.home.path().join("agents")),
+        model.clone(),
+        Arc::new(NoTools),
+        HarnessOptions::new(128_000),
+    );
+    let mut session = harness.open_session("reload").unwrap();
+    let user = pincer_plugin_api::abi::latest::Message::user;
+    harness.turn(&mut session, user("first")).unwrap();
+    assert_eq!(
+        *model.mid_turn.lock().unwrap(),
+        Some((2, 1, 0)),
+        "mid-turn: generation 2 serves, generation 1 drains, nothing disposed yet"
+    );
+    // The rest of the first turn (afterTurn, ingest) ran on generation 1, before its dispose:
+    // faulty fails any call after dispose, which would have quarantined it.
+    assert!(runtime.quarantine().list().is_empty());
+    assert!(setup.disposed().is_empty());
+
+    harness.turn(&mut session, user("second")).unwrap();
+    // The second turn took generation 2, releasing generation 1, which is now disposed once.
+    eventually("generation 1 is disposed", || setup.disposed().len() == 1);
+    assert_eq!(faulty_status(&runtime).draining, 0);
+    assert!(runtime.quarantine().list().is_empty());
+    drop(session);
+    drop(harness);
+    runtime.shutdown();
+    assert_eq!(setup.disposed().len(), 2, "{:?}", setup.disposed());
 }
