@@ -139,7 +139,7 @@ pub enum ReloadError {
     /// The new build failed a step of verified loading, or an engine's factory, `info` or
     /// contract validation.
     #[error(
-        "reload of plugin \"{plugin_id}\" refused, generation {serving} keeps serving: {reason}"
+        "reload of plugin \"{plugin_id}\" refused, {} keeps serving: {reason}", serving_text(*serving)
     )]
     Refused {
         /// The plugin.
@@ -164,6 +164,14 @@ pub enum ReloadError {
         /// Its error.
         reason: String,
     },
+}
+
+fn serving_text(generation: u64) -> String {
+    if generation == 0 {
+        "the loaded build".to_owned()
+    } else {
+        format!("generation {generation}")
+    }
 }
 
 impl ReloadError {
@@ -840,12 +848,13 @@ struct RuntimeSource {
 impl EngineSource for RuntimeSource {
     fn current(&self) -> Arc<GuardedEngine> {
         let epoch = self.runtime.reload.epoch.load(Ordering::Acquire);
-        let mut cached = lock(&self.cached);
-        if let Some((at, guard)) = cached.as_ref() {
+        let last = lock(&self.cached).clone();
+        if let Some((at, guard)) = &last {
             if *at == epoch {
                 return Arc::clone(guard);
             }
         }
+        // Resolved without holding the cache: a first use may run a factory.
         let resolved = match &self.engine {
             Some(id) => self.runtime.resolve_id(id),
             None => self.runtime.resolve(),
@@ -856,7 +865,7 @@ impl EngineSource for RuntimeSource {
                 // A fallback to legacy is not kept: the engine may come back without a reload
                 // (its quarantine cleared), and resolving a turn's engine is cheap.
                 if resolved.resolution.fallback.is_none() {
-                    *cached = Some((epoch, Arc::clone(&guard)));
+                    *lock(&self.cached) = Some((epoch, Arc::clone(&guard)));
                 }
                 guard
             }
@@ -864,8 +873,8 @@ impl EngineSource for RuntimeSource {
                 // Strict policy and an unusable engine. The guard last served keeps
                 // answering (it applies the strict rule itself); with none, legacy.
                 tracing::warn!(error = %err, "context engine unavailable for the next operation");
-                match cached.as_ref() {
-                    Some((_, guard)) => Arc::clone(guard),
+                match last {
+                    Some((_, guard)) => guard,
                     None => Arc::new(self.runtime.legacy_guarded()),
                 }
             }
