@@ -72,6 +72,17 @@ pub fn copy_plugin(from: &Path, dest: &Path, name: &str) -> PathBuf {
     to
 }
 
+/// A copy of staged plugin `id` in `dest/<id>` whose manifest pins no sha256, so that its
+/// library can be replaced by a new build (as a reload test or bench does).
+pub fn unpinned_plugin_copy(id: &str, dest: &Path) -> PathBuf {
+    std::fs::create_dir_all(dest).unwrap();
+    let plugin = copy_plugin(&staged_plugin(id), dest, id);
+    let mut manifest = read_manifest_json(&plugin);
+    manifest.as_object_mut().unwrap().remove("sha256");
+    write_manifest_json(&plugin, &manifest);
+    plugin
+}
+
 /// Reads a plugin folder's manifest as JSON.
 pub fn read_manifest_json(plugin_dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(plugin_dir.join("pincer.plugin.json")).unwrap())

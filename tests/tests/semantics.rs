@@ -242,7 +242,8 @@ fn disabled_denied_or_globally_off_plugins_give_legacy_silently_with_the_slot_ke
             runtime.quarantine().list().is_empty(),
             "{extra}: no quarantine"
         );
-        let plugin = runtime.plugins().iter().find(|p| p.id == "faulty").unwrap();
+        let plugins = runtime.plugins();
+        let plugin = plugins.iter().find(|p| p.id == "faulty").unwrap();
         assert_eq!(
             plugin.status,
             PluginState::Disabled,
@@ -577,7 +578,8 @@ fn host_requirements_fail_closed_with_the_contract_message() {
         json!({ "hosts": { "cliBackends": { "claude-cli": {} }, "harnesses": { "codex": { "capabilities": ["bootstrap", "assemble-before-prompt"] } } } }),
     );
     let resolved = runtime.resolve().unwrap();
-    let config = &runtime.config().config;
+    let loaded = runtime.config();
+    let config = &loaded.config;
     let cli = HostDescriptor::find(config, "claude-cli").unwrap();
     let err = resolved
         .engine
@@ -1237,7 +1239,7 @@ fn a_hung_factory_is_bounded_and_quarantined_as_factory() {
 }
 
 #[test]
-fn a_same_owner_re_registration_replaces_the_cached_instance() {
+fn a_same_owner_re_registration_replaces_the_cached_instance_once_its_operations_end() {
     let home = TempDir::new().unwrap();
     let runtime = faulty(&home, json!({}), json!({}));
     let first = runtime.resolve().unwrap();
@@ -1251,10 +1253,26 @@ fn a_same_owner_re_registration_replaces_the_cached_instance() {
         !Arc::ptr_eq(first.engine.primary(), second.engine.primary()),
         "a fresh instance"
     );
-    assert!(
-        first.engine.primary().is_disposed(),
-        "the old one was disposed"
+    assert_eq!(
+        (first.engine.generation(), second.engine.generation()),
+        (1, 2)
     );
+    // The old instance is retired, not disposed under the operation that still holds it …
+    assert!(
+        !first.engine.primary().is_disposed(),
+        "not disposed while an operation holds it"
+    );
+    let old = Arc::downgrade(first.engine.primary());
+    drop(first);
+    // … and disposed (then dropped) once that operation is over.
+    let start = std::time::Instant::now();
+    while old.upgrade().is_some_and(|i| !i.is_disposed()) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the old instance was never disposed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 #[test]
