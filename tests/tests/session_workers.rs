@@ -3,8 +3,8 @@
 //! (quarantined, except a compaction), while the stuck worker is abandoned and the session's
 //! next work gets a fresh one; a call that honours its abort times out as with the hand-off;
 //! other sessions keep being served; panics are still caught and quarantined; and the work can
-//! be awaited from async code without holding a runtime thread; a harness turn run as a
-//! session's work makes its engine calls inline.
+//! be awaited from async code without holding a runtime thread; a `SessionRunner`'s turns make
+//! their engine calls inline, and its session survives a stuck call.
 //!
 //! The waits here are bounded so that a broken build cannot hang the suite; nothing asserts
 //! how fast anything is.
@@ -17,7 +17,7 @@ use pincer_host::config::PincerHome;
 use pincer_host::engines::instance::{CallErrorKind, EngineCallError};
 use pincer_host::engines::request::{no_entry_ids, AssembleRequest, CompactRequest, HostInputs};
 use pincer_host::engines::session_worker::{SessionWorker, WorkError};
-use pincer_host::harness::{Harness, HarnessOptions};
+use pincer_host::harness::{Harness, HarnessError, HarnessOptions, SessionRunner};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
 use pincer_host::session::Transcript;
@@ -291,7 +291,7 @@ impl ModelProvider for Ok {
 }
 
 #[test]
-fn a_harness_turn_run_as_session_work_makes_its_engine_calls_inline() {
+fn a_session_runner_makes_engine_calls_inline_and_recovers_its_session_after_a_stuck_call() {
     let home = TempDir::new().unwrap();
     let (runtime, _) = faulty(
         &home,
@@ -306,19 +306,38 @@ fn a_harness_turn_run_as_session_work_makes_its_engine_calls_inline() {
         Arc::new(NoTools),
         HarnessOptions::new(128_000),
     ));
-    let mut session = harness.open_session("s").unwrap();
-    let worker = SessionWorker::new("s");
     // On the caller's thread the hung assemble is handed off: legacy answers after the timeout.
+    let mut session = harness.open_session("direct").unwrap();
     let report = harness.turn(&mut session, Message::user("hi")).unwrap();
     assert_eq!(report.assembled.answered_by, "legacy");
     runtime.quarantine().clear(None);
-    // As the session's work, the turn's assemble runs inline: the engine ignores its abort, so
-    // the work's submitter gets the timeout and the stuck worker keeps the session.
-    let turn_harness = Arc::clone(&harness);
-    let turn = worker.run(move || {
-        let report = turn_harness.turn(&mut session, Message::user("again"));
-        (session, report.map(|r| r.assembled.answered_by))
-    });
-    let error = stuck_in(turn, Method::Assemble);
+
+    // On the session's runner the assemble runs inline: the engine ignores its abort, so the
+    // turn's caller gets the timeout (a hand-off would have let legacy answer) and the engine
+    // is quarantined.
+    let runner = SessionRunner::open(Arc::clone(&harness), "s").unwrap();
+    let work = match runner.run_turn(Message::user("lost")) {
+        Err(HarnessError::Work(work)) => Err::<(), _>(work),
+        other => panic!("expected the turn to be stuck in assemble: {other:?}"),
+    };
+    let error = stuck_in(work, Method::Assemble);
     assert_timed_out_and_quarantined(runtime.quarantine(), "faulty", &error, "assemble");
+
+    // The same runner goes on with the same session (its writer, and the lock on its file,
+    // are not lost with the stuck thread): legacy answers now, and the turn count is read
+    // again from the file, where the stuck turn left nothing (it was stuck before its prompt).
+    let second = runner.run_turn(Message::user("second")).unwrap();
+    assert_eq!(second.assembled.answered_by, "legacy");
+    assert_eq!(second.turn, 1);
+    let third = runner.run_turn(Message::user("third")).unwrap();
+    assert_eq!((third.turn, third.assembled.count), (2, 2));
+    let file = third.session_file.clone();
+    drop(runner);
+    let texts: Vec<String> = Transcript::read(&file)
+        .unwrap()
+        .messages()
+        .iter()
+        .map(|m| m.plain_text())
+        .collect();
+    assert_eq!(texts, ["second", "ok", "third", "ok"]);
 }

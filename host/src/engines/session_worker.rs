@@ -20,8 +20,10 @@
 //!   [`GRACE`] later, the worker is **stuck**: the watchdog asks the call's [`OnStuck`] for the
 //!   error (the guard applies its quarantine rules there), fails the job with
 //!   [`WorkError::Stuck`] so the submitter gets its answer now, and abandons the thread — it
-//!   owns everything the call borrows, so nothing is freed under it; it exits if the engine
-//!   ever returns. The session's next job gets a fresh worker.
+//!   owns everything the call borrows, so nothing is freed under it. If the engine ever
+//!   returns, the thread parks for good instead of returning into its job: the job is over
+//!   for its submitter, and whatever state the job was using (a session, see
+//!   `harness::runner`) may already belong to the session's next job, on a fresh worker.
 //!
 //! A call that is not on a session worker (or is nested inside another inline call) keeps the
 //! hand-off. The watchdog parks while no session worker exists; while some do, it wakes every
@@ -109,7 +111,8 @@ struct Worker {
     slot: CallSlot,
     /// The current job's failure hook (set per job, not per call).
     job: Mutex<Option<Arc<dyn Fail>>>,
-    /// Declared stuck: the session no longer uses it; it exits if its job ever returns.
+    /// Declared stuck: the session no longer uses it; if its engine call ever returns, it parks
+    /// for good (it never returns into its job).
     abandoned: AtomicBool,
     session: Arc<Session>,
 }
@@ -205,6 +208,12 @@ pub fn run_inline<T, F: FnOnce() -> T>(
         let value = call();
         // After this the watchdog cannot reach `record` any more.
         drop(end);
+        if worker.abandoned.load(Ordering::Acquire) {
+            // Declared stuck while the engine ran: the work's submitter has its error, and the
+            // session's state may already be in use by its next work on a fresh worker. This
+            // thread must never return into the work it was running.
+            park_for_good();
+        }
         match record.timed_out.load(Ordering::Acquire) {
             0 => Ok(Ok(value)),
             ms => Ok(Err(Overrun::TimedOut {
@@ -212,6 +221,13 @@ pub fn run_inline<T, F: FnOnce() -> T>(
             })),
         }
     })
+}
+
+/// Parks the calling thread for the rest of the process's life.
+fn park_for_good() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
 
 /// Re-arms the window of the inline call running on this thread, if any (never past

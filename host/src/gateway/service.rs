@@ -1,8 +1,8 @@
 //! The gateway's state and its methods, apart from any transport: the runtime, the harness and
 //! the sessions it holds.
 //!
-//! Each session key seen gets a [`SessionWorker`] and the [`HarnessSession`] it holds: every
-//! call for that session runs as work of that worker, in the order the calls arrived, so the
+//! Each session key seen gets a [`SessionRunner`] (the [`HarnessSession`] bound to its own
+//! worker): every call for that session runs as work of that worker, in the order the calls arrived, so the
 //! engine calls take the guard's inline path; calls for different sessions run on different
 //! workers, in parallel. A call is awaited (never blocking a tokio thread). `assemble` on a
 //! held session sends the engine the session's context, shared with the harness (no copy
@@ -25,7 +25,8 @@ use crate::engines::request::{
     no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
-use crate::engines::session_worker::{SessionWorker, WorkError};
+use crate::engines::session_worker::WorkError;
+use crate::harness::runner::SessionRunner;
 use crate::harness::{Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;
 use crate::slot::guarded::{GuardError, GuardedEngine};
@@ -63,19 +64,14 @@ pub fn generation_of(_engine: &GuardedEngine) -> u64 {
     1
 }
 
-/// One held session: its worker and what the worker works on.
-struct Held {
-    worker: SessionWorker,
-    state: Arc<Mutex<HeldState>>,
-}
-
-/// A session's state, touched only by work of its worker.
+/// One held session: its runner (opened by the first call) and the subagent rollbacks
+/// prepared on it.
 #[derive(Default)]
-struct HeldState {
-    /// Opened (or created) by the first call.
-    session: Option<HarnessSession>,
-    /// Rollbacks of `prepareSubagentSpawn`, by child key, until the child ends.
-    rollbacks: HashMap<String, SpawnRollbackBox>,
+struct Held {
+    runner: tokio::sync::OnceCell<SessionRunner>,
+    /// Rollbacks of `prepareSubagentSpawn`, by child key, until the child ends. Locked only
+    /// briefly, never across an engine call (a stuck call's thread never returns).
+    rollbacks: Mutex<HashMap<String, SpawnRollbackBox>>,
 }
 
 /// What the gateway serves with.
@@ -124,12 +120,7 @@ impl Gateway {
 
     fn held(&self, key: &str) -> Arc<Held> {
         let mut sessions = self.lock_sessions();
-        Arc::clone(sessions.entry(key.to_owned()).or_insert_with(|| {
-            Arc::new(Held {
-                worker: SessionWorker::new(&format!("gateway:{key}")),
-                state: Arc::default(),
-            })
-        }))
+        Arc::clone(sessions.entry(key.to_owned()).or_default())
     }
 
     /// Serves one call.
@@ -159,10 +150,37 @@ impl Gateway {
                 _ => {
                     let key = call.session.clone().expect("checked by parse_call");
                     let held = self.held(&key);
-                    let state = Arc::clone(&held.state);
-                    let handle = held.worker.submit(move || {
-                        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-                        serve_session(&parts, method, &key, &mut state, call.params.as_ref())
+                    let runner = held
+                        .runner
+                        .get_or_try_init(|| {
+                            let harness = Arc::clone(&parts.harness);
+                            let key = key.clone();
+                            async move {
+                                tokio::task::spawn_blocking(move || {
+                                    SessionRunner::open(harness, &key)
+                                })
+                                .await
+                                .map_err(|err| {
+                                    GatewayError::failed(
+                                        "internal",
+                                        format!("opening the session failed: {err}"),
+                                    )
+                                })?
+                                .map_err(harness_error)
+                            }
+                        })
+                        .await?;
+                    let held = Arc::clone(&held);
+                    let handle = runner.submit(move |harness, session| {
+                        serve_session(
+                            &parts,
+                            harness,
+                            method,
+                            &key,
+                            session,
+                            &held.rollbacks,
+                            call.params.as_ref(),
+                        )
                     });
                     handle.await.map_err(work_error)?
                 }
@@ -187,15 +205,13 @@ impl Gateway {
     pub async fn flush_sessions(&self) {
         let held: Vec<(String, Arc<Held>)> = self.lock_sessions().drain().collect();
         for (key, held) in held {
-            let parts = Arc::clone(&self.parts);
-            let state = Arc::clone(&held.state);
-            let done = held.worker.submit(move || {
-                let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-                state.rollbacks.clear();
-                if let Some(mut session) = state.session.take() {
-                    if let Err(err) = parts.harness.commit(&mut session) {
-                        tracing::warn!(session = %key, %err, "session not flushed at shutdown");
-                    }
+            held.rollbacks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            let Some(runner) = held.runner.get() else {
+                continue;
+            };
+            let done = runner.submit(move |harness, session| {
+                if let Err(err) = harness.commit(session) {
+                    tracing::warn!(session = %key, %err, "session not flushed at shutdown");
                 }
             });
             if let Err(err) = done.await {
@@ -294,17 +310,15 @@ fn health(engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
 /// The methods on a session, run on its worker.
 fn serve_session(
     parts: &GatewayParts,
+    harness: &Harness,
     method: GatewayMethod,
     key: &str,
-    state: &mut HeldState,
+    session: &mut HarnessSession,
+    rollbacks: &Mutex<HashMap<String, SpawnRollbackBox>>,
     params: Option<&Value>,
 ) -> Result<Served, GatewayError> {
     let params = Params::new(method, params)?;
-    let harness = &parts.harness;
-    if state.session.is_none() {
-        state.session = Some(harness.open_session(key).map_err(harness_error)?);
-    }
-    let session = state.session.as_mut().expect("just opened");
+    let rollbacks = || rollbacks.lock().unwrap_or_else(|e| e.into_inner());
     let abort = || Arc::new(AbortController::new());
     let host = |prompt: Option<&str>| HostInputs {
         session_key: Some(Arc::from(key)),
@@ -668,7 +682,7 @@ fn serve_session(
             let rollback = answer.and_then(|g| g.value);
             let has_rollback = rollback.is_some();
             if let Some(handle) = rollback {
-                state.rollbacks.insert(child.to_owned(), handle);
+                rollbacks().insert(child.to_owned(), handle);
             }
             Served::of(
                 &engine,
@@ -699,14 +713,15 @@ fn serve_session(
             };
             // A child that failed to spawn rolls its preparation back instead.
             if params.flag("spawnFailed")? {
-                if let Some(handle) = state.rollbacks.remove(child) {
+                let handle = rollbacks().remove(child);
+                if let Some(handle) = handle {
                     engine.rollback(handle).map_err(|err| {
                         GatewayError::failed("engine_failed", format!("rollback failed: {err}"))
                     })?;
                 }
                 return Served::of(&engine, &serde_json::json!({ "rolledBack": true }));
             }
-            state.rollbacks.remove(child);
+            rollbacks().remove(child);
             let answer = engine
                 .on_subagent_ended(Arc::new(SubagentEndedRequest {
                     child_session_key: Arc::from(child),

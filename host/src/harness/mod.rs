@@ -26,13 +26,18 @@
 //! The session's writer is released while the engine compacts: the runtime compaction (behind
 //! `delegateCompactionToRuntime` and `legacy.compact`) opens the file itself.
 //!
-//! A turn runs on its caller's thread, so its engine calls take the guard's hand-off. Run it as
-//! work of a [`SessionWorker`](crate::engines::session_worker::SessionWorker) (the harness in an
-//! `Arc`, the session moved into the work and back out) and they run inline instead; the
-//! harness does not own such a worker itself yet.
+//! [`Harness::turn`] runs on its caller's thread, so its engine calls take the guard's hand-off
+//! to a pooled worker. A [`SessionRunner`] binds a session to a
+//! [`SessionWorker`](crate::engines::session_worker::SessionWorker) of its own: its turns run
+//! there, their engine calls inline (tens of nanoseconds of guard instead of a thread hand-off),
+//! and a session whose engine call got stuck is recovered for its next work (see [`runner`]).
+//! `pincer run` runs its turns that way.
 
 pub mod precheck;
+pub mod runner;
 pub mod tool_pairs;
+
+pub use runner::SessionRunner;
 
 use std::sync::Arc;
 
@@ -47,6 +52,7 @@ use crate::engines::request::{
     IngestBatchRequest, IngestRequest, MaintainRequest, PromptCacheInput, SubagentEndedRequest,
     SubagentSpawnRequest, ToolCallRequest,
 };
+use crate::engines::session_worker::WorkError;
 use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSpec};
 use crate::session::context::build_session_context;
 use crate::session::store::{CounterUpdate, JsonlStore, SessionStore, SessionSummary};
@@ -133,6 +139,10 @@ pub enum HarnessError {
     /// The model kept calling tools past the limit.
     #[error("the model made {MAX_MODEL_CALLS_PER_TURN} calls in one turn without answering; the turn was stopped")]
     TooManyModelCalls,
+    /// The session's work did not finish on its worker: an engine call overran and ignored its
+    /// abort (the engine is quarantined as the guard's rules say), or no worker could start.
+    #[error(transparent)]
+    Work(#[from] WorkError),
 }
 
 impl HarnessError {
@@ -145,6 +155,8 @@ impl HarnessError {
             HarnessError::Engine { .. } => "engine_failed",
             HarnessError::Model(e) => e.code(),
             HarnessError::TooManyModelCalls => "too_many_model_calls",
+            HarnessError::Work(WorkError::Stuck { .. }) => "engine_call_stuck",
+            HarnessError::Work(WorkError::Unavailable(_)) => "session_worker_unavailable",
         }
     }
 }
@@ -159,7 +171,9 @@ pub struct HarnessSession {
     writer: Option<SessionWriter>,
     existed: bool,
     bootstrapped: bool,
-    turns: u64,
+    /// The turns the session holds (its user messages), once counted; `None`: count them from
+    /// the file when next needed.
+    turns: Option<u64>,
     last_usage: Option<pincer_plugin_api::abi::latest::Usage>,
     /// When the last model call answered, ms since the Unix epoch.
     last_call_at: Option<i64>,
@@ -202,6 +216,35 @@ impl HarnessSession {
     /// The engine the last turn, command or compaction of this session ran on.
     pub fn turn_engine(&self) -> Option<&Arc<GuardedEngine>> {
         self.engine.as_ref()
+    }
+
+    /// After work on this session that never finished (an engine call stuck past its abort, or a
+    /// panic): what the harness cached is dropped, to be read again from the file; the writer
+    /// (and its lock) carries on. See [`runner`].
+    fn recover_after_unfinished_work(&mut self) {
+        tracing::warn!(
+            session_key = %self.key,
+            "the session's previous work did not finish; its context is read again from the file"
+        );
+        self.context = None;
+        self.engine = None;
+        self.turns = None;
+    }
+
+    /// The turns the session holds: its user messages on the active path (counted from the
+    /// file once, then kept).
+    fn turns_so_far(&mut self, durability: Durability) -> Result<u64, HarnessError> {
+        if let Some(turns) = self.turns {
+            return Ok(turns);
+        }
+        let tree: &SessionTree = self.writer(durability)?.tree();
+        let turns = tree
+            .path(None)
+            .iter()
+            .filter(|entry| entry.role() == Some(Role::User))
+            .count() as u64;
+        self.turns = Some(turns);
+        Ok(turns)
     }
 
     /// The engine of the turn in progress.
@@ -393,7 +436,7 @@ impl Harness {
                 writer: None,
                 existed: true,
                 bootstrapped: false,
-                turns: 0,
+                turns: None,
                 last_usage: None,
                 last_call_at: None,
                 background: None,
@@ -413,7 +456,7 @@ impl Harness {
                     writer: Some(writer),
                     existed: false,
                     bootstrapped: false,
-                    turns: 0,
+                    turns: Some(0),
                     last_usage: None,
                     last_call_at: None,
                     background: None,
@@ -554,7 +597,8 @@ impl Harness {
             return self.command(session, command);
         }
         engine.check_host(HostOperation::AgentRun, &self.options.host)?;
-        session.turns += 1;
+        let turn = session.turns_so_far(self.options.durability)? + 1;
+        session.turns = Some(turn);
         if session.existed && !session.bootstrapped {
             self.bootstrap(session);
         }
@@ -741,7 +785,7 @@ impl Harness {
             writer.commit()?;
         }
         Ok(TurnReport {
-            turn: session.turns,
+            turn,
             session_key: session.key.clone(),
             session_file: session.summary.session_file.clone(),
             assembled: assembly.report,
@@ -798,7 +842,7 @@ impl Harness {
         }
         let empty = Vec::new();
         Ok(TurnReport {
-            turn: session.turns,
+            turn: session.turns_so_far(self.options.durability)?,
             session_key: session.key.clone(),
             session_file: session.summary.session_file.clone(),
             assembled: AssembledReport {

@@ -273,6 +273,14 @@ impl Entry {
         Some(message)
     }
 
+    /// The role of a `message` entry, read from the line's head without parsing the message.
+    pub fn role(&self) -> Option<Role> {
+        match self.entry_type {
+            EntryType::Message(role) => Some(role),
+            _ => None,
+        }
+    }
+
     /// What the entry is, with its fields parsed.
     pub fn kind(&self) -> EntryKind {
         if let EntryType::Message(_) = self.entry_type {

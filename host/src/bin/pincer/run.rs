@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
-use pincer_host::harness::{Harness, HarnessOptions, HarnessSession, TurnReport};
+use pincer_host::harness::{Harness, HarnessOptions, SessionRunner, TurnReport};
 use pincer_host::model::openai::{OpenAiConfig, OpenAiModel};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelProvider, NoTools, ToolExecutor};
@@ -78,27 +78,27 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
     let mut options = HarnessOptions::new(args.context_window);
     options.system_prompt = plan.system_prompt.clone();
     options.durability = runtime.config().config.sessions.durability;
-    let harness = Harness::new(
+    let harness = Arc::new(Harness::new(
         Arc::new(resolved.engine),
         JsonlStore::new(home.root().join("agents")),
         Arc::clone(&plan.model),
         Arc::clone(&plan.tools),
         options,
-    );
+    ));
     let key = args
         .session
         .clone()
         .unwrap_or_else(|| format!("run:{}", uuid_like()));
-    let code = match harness.open_session(&key) {
-        Ok(mut session) => {
+    // The session's work runs on a worker of its own, where engine calls run inline.
+    let code = match SessionRunner::open(harness, &key) {
+        Ok(runner) => {
             if args.session.is_none() {
                 eprintln!("session key: {key}");
             }
-            drive(&harness, &mut session, &plan, args.json)
+            drive(&runner, &plan, args.json)
         }
         Err(err) => super::fail(err, 1),
     };
-    drop(harness);
     runtime.shutdown();
     code
 }
@@ -186,7 +186,7 @@ impl Plan {
     }
 }
 
-fn drive(harness: &Harness, session: &mut HarnessSession, plan: &Plan, json: bool) -> ExitCode {
+fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
     let report = |report: &TurnReport| {
         if json {
             println!(
@@ -229,13 +229,15 @@ fn drive(harness: &Harness, session: &mut HarnessSession, plan: &Plan, json: boo
             );
         }
     };
+    let append = |message: Message| runner.run(move |h, s| h.append(s, &message));
     if !plan.system_prompt.is_empty() {
-        if let Err(err) = harness.keep_system_prompt(session, &plan.system_prompt) {
+        let system_prompt = plan.system_prompt.clone();
+        if let Err(err) = runner.run(move |h, s| h.keep_system_prompt(s, &system_prompt)) {
             return super::fail(err, 1);
         }
     }
     if let Some(prompt) = &plan.prompt {
-        return match harness.turn(session, Message::user(prompt.clone())) {
+        return match runner.run_turn(Message::user(prompt.clone())) {
             Ok(r) => {
                 report(&r);
                 ExitCode::SUCCESS
@@ -250,21 +252,21 @@ fn drive(harness: &Harness, session: &mut HarnessSession, plan: &Plan, json: boo
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     for message in replay.script(|s| s.preamble.clone()) {
-        if let Err(err) = harness.append(session, &message) {
+        if let Err(err) = append(message) {
             return super::fail(err, 1);
         }
     }
     while let Some(prompt) = replay.script(|s| s.next_turn()) {
         if !replay.script(|s| s.turn_has_answer()) {
             // The transcript ends on a user message nothing answered: kept, no model call.
-            if let Err(err) = harness.append(session, &prompt) {
+            if let Err(err) = append(prompt) {
                 return super::fail(err, 1);
             }
             progress.inc(1);
             continue;
         }
         progress.inc(1);
-        match harness.turn(session, prompt) {
+        match runner.run_turn(prompt) {
             Ok(r) => progress.suspend(|| report(&r)),
             Err(err) => {
                 progress.abandon();
