@@ -307,7 +307,7 @@ fn model_config(
 }
 
 /// The OpenAI-compatible server for `--model openai:NAME`, from pincer.json's `model`.
-fn load_model_config(home: &PincerHome, name: &str) -> Result<OpenAiConfig, String> {
+pub(super) fn load_model_config(home: &PincerHome, name: &str) -> Result<OpenAiConfig, String> {
     let config = LoadedConfig::load(&home.config_path()).map_err(|e| e.to_string())?;
     let model = config.config.model;
     Ok(model_config(model.base_url, model.api_key_env, name))
