@@ -144,6 +144,13 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         has_model: model.is_some(),
         call_timeout: Duration::from_secs(args.call_timeout.max(1)),
     }));
+    // A client that disconnects must cost the gateway only that connection: writes to a closed
+    // socket fail with EPIPE instead of killing the process (main restores SIGPIPE's default
+    // for the other commands' `| head`).
+    // SAFETY: setting the disposition of SIGPIPE before the gateway's threads start.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     let tokio = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("pincer-gateway")
