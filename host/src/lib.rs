@@ -81,6 +81,7 @@ pub use plugins::LoadError;
 pub use report::{doctor, DoctorReport};
 pub use session::{AssembledView, Transcript, TranscriptError};
 pub use slot::{
-    Answer, EngineSource, FixedEngine, GuardError, Guarded, GuardedEngine, ResolveError,
-    ResolvedEngine, Runtime, RuntimeOptions,
+    Answer, ConfigReloadOutcome, EngineSource, FixedEngine, GenerationStatus, GuardError, Guarded,
+    GuardedEngine, ReloadError, ReloadOutcome, ResolveError, ResolvedEngine, Runtime,
+    RuntimeOptions,
 };

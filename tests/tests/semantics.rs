@@ -242,7 +242,8 @@ fn disabled_denied_or_globally_off_plugins_give_legacy_silently_with_the_slot_ke
             runtime.quarantine().list().is_empty(),
             "{extra}: no quarantine"
         );
-        let plugin = runtime.plugins().iter().find(|p| p.id == "faulty").unwrap();
+        let plugins = runtime.plugins();
+        let plugin = plugins.iter().find(|p| p.id == "faulty").unwrap();
         assert_eq!(
             plugin.status,
             PluginState::Disabled,
@@ -577,7 +578,8 @@ fn host_requirements_fail_closed_with_the_contract_message() {
         json!({ "hosts": { "cliBackends": { "claude-cli": {} }, "harnesses": { "codex": { "capabilities": ["bootstrap", "assemble-before-prompt"] } } } }),
     );
     let resolved = runtime.resolve().unwrap();
-    let config = &runtime.config().config;
+    let loaded = runtime.config();
+    let config = &loaded.config;
     let cli = HostDescriptor::find(config, "claude-cli").unwrap();
     let err = resolved
         .engine

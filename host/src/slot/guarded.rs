@@ -184,7 +184,14 @@ pub struct Answer {
     pub failure: Option<EngineCallError>,
     /// Whether the engine was already quarantined before this call.
     pub was_quarantined: bool,
+    /// The generation of the engine that answered: the configured engine's (see
+    /// [`GuardedEngine::generation`]) or, when `legacy` answered, legacy's (always 1: the
+    /// built-in engine is never reloaded).
+    pub generation: u64,
 }
+
+/// The generation of an engine's first instance, and of `legacy`'s only one.
+pub const FIRST_GENERATION: u64 = 1;
 
 /// A guarded call's result and who produced it.
 #[derive(Debug)]
@@ -385,6 +392,8 @@ pub struct GuardedEngine {
     windows: [Duration; Method::ALL.len()],
     /// The primary's `acceptedHostParams`.
     mask: HostParamMask,
+    /// The primary's generation (see [`GuardedEngine::generation`]).
+    generation: u64,
 }
 
 impl std::fmt::Debug for GuardedEngine {
@@ -449,7 +458,22 @@ impl GuardedEngine {
             quarantine,
             policy,
             windows: Timeouts::default().table(),
+            generation: FIRST_GENERATION,
         }
+    }
+
+    /// Sets the generation of the primary instance (the runtime's count of instances of this
+    /// engine id: 1 for the first, one more for each reload that replaced it).
+    pub fn with_generation(mut self, generation: u64) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The generation of the configured engine's instance this guard calls. A guard holds
+    /// one instance for its whole life: a reload makes a new guard (through
+    /// [`EngineSource`](crate::slot::EngineSource)), never changes this one.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Sets the call deadlines.
@@ -627,6 +651,11 @@ impl GuardedEngine {
             error,
         };
         let answer = |answered_by: &EngineName, failure, was_quarantined| Answer {
+            generation: if *answered_by == self.id {
+                self.generation
+            } else {
+                FIRST_GENERATION
+            },
             answered_by: answered_by.clone(),
             failure,
             was_quarantined,

@@ -3,7 +3,8 @@
 //! quarantine and its disk mirror (§4), the guard every call goes through (routing, fallback,
 //! deadlines), host-parameter projection (§6.1), host requirements (§5) and the
 //! `runtimeSettings` of an operation (§7), where long-running work takes its engine from
-//! (`EngineSource`), and the operator's commands on plugins and the slot
+//! (`EngineSource`), hot reload of plugins and of the config with generations drained
+//! before they are disposed (`reload`) and the file watcher that triggers them (`watch`), and the operator's commands on plugins and the slot
 //! with OpenClaw's slot rules (§11).
 
 pub mod guarded;
@@ -11,12 +12,15 @@ pub mod manage;
 pub mod projection;
 pub mod quarantine;
 pub mod registry;
+pub mod reload;
 pub mod requirements;
 pub mod runtime;
 pub mod runtime_settings;
 pub mod source;
+pub mod watch;
 
 pub use guarded::{Answer, GuardError, Guarded, GuardedEngine};
 pub use quarantine::{Quarantine, QuarantineRecord};
+pub use reload::{ConfigReloadOutcome, GenerationStatus, ReloadError, ReloadOutcome};
 pub use runtime::{ResolveError, ResolvedEngine, Runtime, RuntimeOptions};
 pub use source::{EngineSource, FixedEngine};

@@ -248,6 +248,18 @@ impl Registry {
         }
     }
 
+    /// Removes `id` (an engine a reloaded plugin no longer exports) and clears its quarantine.
+    pub fn remove(&self, id: &str) {
+        let removed = self
+            .entries
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        if removed.is_some() {
+            self.quarantine.clear(Some(id));
+        }
+    }
+
     /// The registration of `id`.
     pub fn get(&self, id: &str) -> Option<Registration> {
         self.entries

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 
@@ -27,6 +27,7 @@ use crate::slot::registry::{
     validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions, Registration,
     Registry,
 };
+use crate::slot::reload::ReloadState;
 use crate::slot::requirements::HostDescriptor;
 use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
 use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
@@ -204,17 +205,30 @@ pub struct ResolvedEngine {
 
 /// The host library's runtime.
 pub struct Runtime {
-    home: PincerHome,
-    config: LoadedConfig,
-    registry: Registry,
+    pub(super) home: PincerHome,
+    /// The config in force; [`Runtime::reload_config`] swaps it.
+    pub(super) config: RwLock<Arc<LoadedConfig>>,
+    pub(super) registry: Registry,
     quarantine: Arc<Quarantine>,
-    plugins: Vec<PluginStatus>,
+    pub(super) plugins: RwLock<Vec<PluginStatus>>,
     compactor: Arc<dyn RuntimeCompactor>,
-    dirs: EngineDirs,
+    pub(super) dirs: EngineDirs,
     legacy: Arc<EngineInstance>,
-    /// Live instances by engine id, with the registration generation they were created from.
-    instances: Mutex<BTreeMap<String, (u64, Arc<EngineInstance>)>>,
+    /// The current instance of each engine id (see [`Cached`]).
+    pub(super) instances: Mutex<BTreeMap<String, Cached>>,
     missing_plugin_dirs: Vec<PathBuf>,
+    /// Generations, retired instances and kept libraries (`slot::reload`).
+    pub(super) reload: ReloadState,
+}
+
+/// The current instance of one engine id.
+pub(super) struct Cached {
+    /// The registration it was created from ([`Registration::generation`]).
+    pub(super) registration: u64,
+    /// Its generation: 1 for the first instance of the id, one more for each that replaced it.
+    pub(super) generation: u64,
+    /// The instance.
+    pub(super) instance: Arc<EngineInstance>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -263,17 +277,23 @@ impl Runtime {
         if dirs.engine_state_root.is_none() {
             dirs.engine_state_root = Some(options.home.state_dir().join("engines"));
         }
+        let cleanup = config
+            .config
+            .plugins
+            .call_timeouts_ms
+            .for_method(Method::Dispose);
         let mut runtime = Runtime {
             home: options.home,
-            config,
+            config: RwLock::new(Arc::new(config)),
             registry,
             quarantine,
-            plugins: Vec::new(),
+            plugins: RwLock::new(Vec::new()),
             compactor,
             dirs,
             legacy,
             instances: Mutex::new(BTreeMap::new()),
             missing_plugin_dirs: Vec::new(),
+            reload: ReloadState::new(options.extra_plugin_dirs.clone(), cleanup),
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
         runtime
@@ -281,14 +301,14 @@ impl Runtime {
 
     /// Every folder searched for plugins, in order.
     pub fn plugin_roots(&self, extra: &[PathBuf]) -> Vec<PathBuf> {
-        plugin_roots(&self.home, &self.config.config, extra)
+        plugin_roots(&self.home, &self.config().config, extra)
             .into_iter()
             .map(|root| root.path)
             .collect()
     }
 
     fn plugin_allowed(&self, plugin_id: &str) -> Result<(), DisabledBy> {
-        match self.config.config.plugin_disabled_by(plugin_id) {
+        match self.config().config.plugin_disabled_by(plugin_id) {
             Some(why) => Err(why),
             None => Ok(()),
         }
@@ -306,11 +326,12 @@ impl Runtime {
             .collect();
         for dir in discover_plugin_dirs(&roots) {
             let status = self.load_one(&loader, &dir);
-            self.plugins.push(status);
+            self.reload.loaded(&status);
+            self.plugins_mut().push(status);
         }
     }
 
-    fn load_one(&self, loader: &Loader, dir: &Path) -> PluginStatus {
+    pub(super) fn load_one(&self, loader: &Loader, dir: &Path) -> PluginStatus {
         let folder_name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -347,7 +368,7 @@ impl Runtime {
             }
         }
         if let Some(other) = self
-            .plugins
+            .plugins_read()
             .iter()
             .find(|p| p.id == status.id && p.status == PluginState::Loaded)
         {
@@ -399,14 +420,23 @@ impl Runtime {
         &self.home
     }
 
-    /// The loaded configuration.
-    pub fn config(&self) -> &LoadedConfig {
-        &self.config
+    /// The configuration in force (a snapshot: [`Runtime::reload_config`] may replace it).
+    pub fn config(&self) -> Arc<LoadedConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// What became of each discovered plugin, in discovery order.
-    pub fn plugins(&self) -> &[PluginStatus] {
-        &self.plugins
+    /// What became of each discovered plugin, in discovery order (a snapshot: a reload may
+    /// change it).
+    pub fn plugins(&self) -> Vec<PluginStatus> {
+        self.plugins_read().clone()
+    }
+
+    pub(super) fn plugins_read(&self) -> std::sync::RwLockReadGuard<'_, Vec<PluginStatus>> {
+        self.plugins.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn plugins_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<PluginStatus>> {
+        self.plugins.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Plugin folders named in `plugins.load.paths` or `--plugins-dir` that do not exist.
@@ -442,7 +472,7 @@ impl Runtime {
     ) -> Arc<RuntimeSettings> {
         // §7.4: an explicit "legacy" is the default engine, not a configured choice.
         let configured =
-            self.config.config.engine_is_configured() && resolution.selected != LEGACY_ENGINE_ID;
+            self.config().config.engine_is_configured() && resolution.selected != LEGACY_ENGINE_ID;
         Arc::new(build_runtime_settings(&RuntimeSettingsInput {
             selected_engine: Some(&resolution.selected),
             selection_source: Some(if configured {
@@ -463,14 +493,15 @@ impl Runtime {
 
     /// The call deadlines from the config.
     pub fn timeouts(&self) -> Timeouts {
-        let config = &self.config.config;
+        let config = self.config();
+        let config = &config.config;
         Timeouts {
             calls: config.plugins.call_timeouts_ms.clone(),
             compact: config.agents.defaults.compaction.timeout(),
         }
     }
 
-    fn legacy_guarded(&self) -> GuardedEngine {
+    pub(super) fn legacy_guarded(&self) -> GuardedEngine {
         GuardedEngine::new(
             LEGACY_ENGINE_ID,
             Some(Owner::Core),
@@ -487,7 +518,7 @@ impl Runtime {
     /// # Errors
     /// Strict policy with an unusable engine.
     pub fn resolve(&self) -> Result<ResolvedEngine, ResolveError> {
-        let selected = self.config.config.selected_engine().to_owned();
+        let selected = self.config().config.selected_engine().to_owned();
         self.resolve_id(&selected)
     }
 
@@ -496,7 +527,7 @@ impl Runtime {
     /// # Errors
     /// Strict policy with an unusable engine.
     pub fn resolve_id(&self, selected: &str) -> Result<ResolvedEngine, ResolveError> {
-        let policy = self.config.config.plugins.context_engine_fallback;
+        let policy = self.config().config.plugins.context_engine_fallback;
         let to_legacy = |fallback: Option<Fallback>, reason: Option<String>| ResolvedEngine {
             engine: self.legacy_guarded(),
             resolution: Resolution {
@@ -513,8 +544,8 @@ impl Runtime {
         // The owning plugin: the registration's, else a discovered plugin that declares the
         // engine (or has its id) — known from manifests, so a plugin that was not loaded
         // (disabled, or rejected) still owns its engines.
-        let declaring = self
-            .plugins
+        let plugins = self.plugins_read();
+        let declaring = plugins
             .iter()
             .find(|p| p.declared_engines.iter().any(|e| e == selected) || p.id == selected);
         let owner_plugin = registration
@@ -529,7 +560,7 @@ impl Runtime {
                     Some(format!("plugin \"{plugin_id}\" {why}")),
                 ));
             }
-        } else if self.config.config.plugins.enabled == Some(false) {
+        } else if self.config().config.plugins.enabled == Some(false) {
             return Ok(to_legacy(
                 Some(Fallback::Disabled),
                 Some(DisabledBy::PluginsOff.to_string()),
@@ -612,8 +643,8 @@ impl Runtime {
                 Some("registered for read-only discovery only".into()),
             ));
         }
-        let instance = match self.instance(selected, &registration) {
-            Ok(instance) => instance,
+        let (generation, instance) = match self.instance(selected, &registration) {
+            Ok(found) => found,
             Err((operation, reason)) => {
                 return fail(
                     Fallback::Failed,
@@ -633,7 +664,8 @@ impl Runtime {
                 Arc::clone(&self.quarantine),
                 policy,
             )
-            .with_timeouts(self.timeouts()),
+            .with_timeouts(self.timeouts())
+            .with_generation(generation),
             resolution: Resolution {
                 selected: selected.to_owned(),
                 resolved: selected.to_owned(),
@@ -643,36 +675,64 @@ impl Runtime {
         })
     }
 
-    /// The cached instance of `id`, creating it on first use. Errors carry the quarantine
-    /// operation (`factory` or `contract-validation`) and reason.
+    /// The current instance of `id` and its generation, creating it on first use. Errors
+    /// carry the quarantine operation (`factory` or `contract-validation`) and reason.
     fn instance(
         &self,
         id: &str,
         registration: &Registration,
-    ) -> Result<Arc<EngineInstance>, (&'static str, String)> {
-        let stale = {
+    ) -> Result<(u64, Arc<EngineInstance>), (&'static str, String)> {
+        {
             let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
             match instances.get(id) {
-                Some((generation, instance)) if *generation == registration.generation => {
-                    return Ok(Arc::clone(instance));
+                // Registration numbers only grow: an instance from this registration or a
+                // newer one (a reload swapped it in after this operation read the registry)
+                // is the one to use.
+                Some(cached) if cached.registration >= registration.generation => {
+                    return Ok((cached.generation, Arc::clone(&cached.instance)));
                 }
-                Some((_, instance)) => Some(Arc::clone(instance)),
-                None => None,
+                _ => {}
             }
-        };
-        if let Some(old) = stale {
-            // Re-registered since: the old instance is done with.
-            self.dispose_bounded(&old);
         }
+        let config = self.config();
+        let instance = Arc::new(self.create_instance(id, &registration.factory, &config.config)?);
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        match instances.get(id) {
+            // Another operation created it meanwhile: keep one instance per registration.
+            Some(cached) if cached.registration >= registration.generation => {
+                let existing = (cached.generation, Arc::clone(&cached.instance));
+                drop(instances);
+                self.dispose_bounded(&instance);
+                Ok(existing)
+            }
+            _ => {
+                // A stale instance (re-registered since) is retired: disposed once no call
+                // holds it any more, never under a call in flight.
+                let generation =
+                    self.install(&mut instances, id, registration.generation, &instance);
+                Ok((generation, instance))
+            }
+        }
+    }
+
+    /// Creates an instance of `id` from `factory` with `config`'s entry for it: the factory
+    /// and the `info` it answers run bounded, then contract validation and the manifest's
+    /// host requirements. Errors carry the quarantine operation and reason.
+    pub(super) fn create_instance(
+        &self,
+        id: &str,
+        factory: &EngineFactory,
+        config: &crate::config::Config,
+    ) -> Result<EngineInstance, (&'static str, String)> {
         // The factory (and the `info` it answers) is plugin code: bounded like any call, and
         // run without holding the instance lock so other operations are not held up.
         let services = self.services_for(id);
         let dirs = self.dirs.clone();
         let created: Box<dyn FnOnce() -> Result<EngineInstance, EngineCallError> + Send> =
-            match &registration.factory {
+            match factory {
                 EngineFactory::Native(make) => {
                     let make = Arc::clone(make);
-                    let config = self.config.config.entry_config(id);
+                    let config = crate::slot::reload::engine_entry_config(config, id, factory);
                     Box::new(move || {
                         make(&FactoryInput {
                             config: &config,
@@ -682,15 +742,7 @@ impl Runtime {
                     })
                 }
                 EngineFactory::Plugin { library, engine_id } => {
-                    let plugin_id = library.manifest().id.clone();
-                    let entries = &self.config.config.plugins.entries;
-                    // Keyed by plugin id; an engine's own id is accepted for engines of
-                    // multi-engine libraries.
-                    let config = if entries.contains_key(&plugin_id) || !entries.contains_key(id) {
-                        self.config.config.entry_config(&plugin_id)
-                    } else {
-                        self.config.config.entry_config(id)
-                    };
+                    let config = crate::slot::reload::engine_entry_config(config, id, factory);
                     if let Err(err) = library.manifest().validate_config(&config) {
                         return Err(("factory", err.to_string()));
                     }
@@ -728,7 +780,7 @@ impl Runtime {
             }
         };
         validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
-        if let EngineFactory::Plugin { library, .. } = &registration.factory {
+        if let EngineFactory::Plugin { library, .. } = factory {
             let manifest = library.manifest();
             let reported = instance.descriptor().host_requirements.clone();
             if manifest.host_requirements_declared && reported != manifest.host_requirements {
@@ -749,61 +801,33 @@ impl Runtime {
                 ));
             }
         }
-        let instance = Arc::new(instance);
-        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-        match instances.get(id) {
-            // Another operation created it meanwhile: keep one instance per registration.
-            Some((generation, existing)) if *generation == registration.generation => {
-                let existing = Arc::clone(existing);
-                drop(instances);
-                self.dispose_bounded(&instance);
-                Ok(existing)
-            }
-            _ => {
-                instances.insert(
-                    id.to_owned(),
-                    (registration.generation, Arc::clone(&instance)),
-                );
-                Ok(instance)
-            }
-        }
+        Ok(instance)
     }
 
     /// `dispose` of one instance under the cleanup deadline; a stall or failure is logged.
-    fn dispose_bounded(&self, instance: &Arc<EngineInstance>) {
-        let window = self.timeouts().calls.for_method(Method::Dispose);
-        let engine = Arc::clone(instance);
-        let id = instance.descriptor().id.clone();
-        match bounded::run(
-            Deadline::new(window),
-            Arc::new(AbortController::new()),
-            move || engine.dispose(),
-        ) {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")
-            }
-            Err(overrun) => tracing::warn!(
-                engine_id = %id,
-                outcome = ?overrun,
-                "context engine dispose stalled; continuing without it"
-            ),
-        }
+    pub(super) fn dispose_bounded(&self, instance: &Arc<EngineInstance>) {
+        crate::slot::reload::dispose_within(
+            instance,
+            self.timeouts().calls.for_method(Method::Dispose),
+        );
     }
 
-    /// Disposes every engine instance once (legacy included) and forgets them. Each
-    /// `dispose` runs under the cleanup deadline (10 s by default); a stall is logged and left
-    /// behind, never waited for, so a hung plugin cannot block shutdown.
+    /// Disposes every engine instance once (legacy included) and forgets them: the current
+    /// generation of each engine and every retired one not disposed yet. Each `dispose` runs
+    /// under the cleanup deadline (10 s by default); a stall is logged and left behind, never
+    /// waited for, so a hung plugin cannot block shutdown. Callers finish their calls first
+    /// (the gateway does): shutdown is the end of every generation.
     pub fn shutdown(&self) {
         let instances: Vec<Arc<EngineInstance>> = {
             let mut map = self.instances.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::take(&mut *map)
                 .into_values()
-                .map(|(_, i)| i)
+                .map(|cached| cached.instance)
                 .collect()
         };
         for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
             self.dispose_bounded(instance);
         }
+        self.reload.shutdown();
     }
 }

@@ -7,6 +7,8 @@
 //! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`) with a
 //! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
 //! `backgroundMaintenance: true` declares `turnMaintenanceMode: "background"`.
+//! `disposeLog: PATH` appends one line per `dispose` to PATH (the instance's own tag, unique in
+//! the process), so a test can count how often each instance was disposed.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,9 +69,16 @@ struct Config {
     /// The message of configured errors (default: "faulty: configured to fail in <method>").
     #[serde(default)]
     error_message: Option<String>,
+    /// A file `dispose` appends the instance's tag to.
+    #[serde(default)]
+    dispose_log: Option<String>,
     #[serde(flatten)]
     methods: BTreeMap<String, Behaviour>,
 }
+
+/// The tag of the next instance (one counter per loaded copy of the library: the address of
+/// the counter is part of the tag, so copies loaded side by side never share one).
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
 
 /// The faulty engine.
 pub struct Faulty {
@@ -79,6 +88,9 @@ pub struct Faulty {
     owns_compaction: bool,
     background_maintenance: bool,
     error_message: Option<String>,
+    dispose_log: Option<String>,
+    /// Unique in the process: which instance this is.
+    tag: u64,
     hang: Duration,
     host: Host,
     calls: AtomicU64,
@@ -205,6 +217,8 @@ impl Engine for Faulty {
             owns_compaction: config.owns_compaction,
             background_maintenance: config.background_maintenance,
             error_message: config.error_message,
+            dispose_log: config.dispose_log,
+            tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
             hang,
             host,
             calls: AtomicU64::new(0),
@@ -361,6 +375,16 @@ impl CommitTurn for Faulty {
 impl Dispose for Faulty {
     fn dispose(&self) -> Result<(), EngineError> {
         self.on("dispose", None)?;
+        if let Some(path) = &self.dispose_log {
+            use std::io::Write;
+            let line = format!("{:p}-{}\n", &NEXT_TAG, self.tag);
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut file| file.write_all(line.as_bytes()))
+                .map_err(|err| EngineError::failed(format!("faulty: disposeLog {path}: {err}")))?;
+        }
         tracing::info!(
             calls = self.calls.load(Ordering::Relaxed),
             "faulty: disposed"
