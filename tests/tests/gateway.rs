@@ -301,7 +301,7 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     let (status, health) = gw.call("health", None, Value::Null);
     assert_eq!(status, 200, "{health}");
     assert_eq!(health["result"]["slot"], "sliding-window");
-    assert_eq!(health["result"]["engines"][0]["generation"], 1);
+    assert_eq!(engine_health(&gw, "sliding-window")["generation"], 1);
     assert_eq!(health["result"]["sessions"], 2);
     // The CLI's client and `health --socket` print the same answers.
     let out = Command::new(pincer_bin())
@@ -311,7 +311,8 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
         .unwrap();
     assert!(out.status.success());
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(printed["result"]["engines"][0]["engineId"], "sliding-window");
+    assert_eq!(printed["result"]["slot"], "sliding-window");
+    assert!(printed["result"]["engines"].as_array().unwrap().len() >= 2);
     let out = Command::new(pincer_bin())
         .args(["client", "--socket"])
         .arg(&gw.socket)
@@ -763,4 +764,272 @@ fn a_python_standard_library_client_runs_a_whole_conversation() {
     assert_eq!(summary["health"]["slot"], "sliding-window");
     let (status, _) = gw.stop();
     assert!(status.success());
+}
+
+/// How a new build replaces the old library file.
+#[derive(Debug, Clone, Copy)]
+enum Replace {
+    /// Written over the same inode.
+    InPlace,
+    /// Written beside and renamed over.
+    Rename,
+    /// Deleted, then created again.
+    DeleteRecreate,
+}
+
+/// Puts a "new build" of the plugin in `dir`: the original library with `trailer` appended (a
+/// different content hash, the same code), its manifest's sha256 updated; `library` may be cut
+/// short (a broken build).
+fn install_build(dir: &Path, original: &[u8], trailer: &str, how: Replace, truncate: bool) {
+    let mut bytes = original.to_vec();
+    bytes.extend_from_slice(trailer.as_bytes());
+    if truncate {
+        bytes.truncate(bytes.len() / 2);
+    }
+    let library = pincer_tests::library_path(dir);
+    match how {
+        Replace::InPlace => {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&library)
+                .unwrap();
+            file.write_all(&bytes).unwrap();
+        }
+        Replace::Rename => {
+            let tmp = dir.join(".new-build");
+            std::fs::write(&tmp, &bytes).unwrap();
+            std::fs::rename(&tmp, &library).unwrap();
+        }
+        Replace::DeleteRecreate => {
+            std::fs::remove_file(&library).unwrap();
+            std::fs::write(&library, &bytes).unwrap();
+        }
+    }
+    let mut manifest = pincer_tests::read_manifest_json(dir);
+    manifest["sha256"] = json!(pincer_host::plugins::verify::sha256_hex(&bytes));
+    pincer_tests::write_manifest_json(dir, &manifest);
+}
+
+fn engine_health(gw: &Served, engine: &str) -> Value {
+    let (status, health) = gw.call("health", None, Value::Null);
+    assert_eq!(status, 200, "{health}");
+    health["result"]["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["engineId"] == engine)
+        .cloned()
+        .unwrap_or_else(|| panic!("{engine} in {health}"))
+}
+
+/// Waits until `engine` serves generation `generation`.
+fn wait_for_generation(gw: &Served, engine: &str, generation: u64) {
+    let start = Instant::now();
+    while engine_health(gw, engine)["generation"] != generation {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{engine} never reached generation {generation}: {}",
+            gw.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
+    let server = ChatServer::start();
+    queue_replies(&server, 5000);
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let dispose_log = plugins.path().join("disposed.log");
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({
+            "model": {"baseUrl": server.base_url},
+            "plugins": {
+                "slots": {"contextEngine": "faulty"},
+                "entries": {"faulty": {"config": {"disposeLog": dispose_log}}},
+            },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // Only the copy: the staged folder is not watched.
+    let socket = home.path().join("gw.sock");
+    let stderr = home.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--log", "info", "serve", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .args(["--model", "openai:test-model"])
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    gw.ok("assemble", "warm", json!({}));
+    assert_eq!(engine_health(&gw, "faulty")["generation"], 1);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|c| {
+            let socket = gw.socket.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let session = format!("load-{c}");
+                let mut generations = Vec::new();
+                let mut failures = Vec::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let (method, params) = match n % 3 {
+                        0 => ("ingest", json!({"message": {"role": "user", "content": format!("m{n}")}})),
+                        1 => ("assemble", json!({})),
+                        _ if c == 0 => ("turn", json!({"prompt": format!("q{n}")})),
+                        _ => ("assemble", json!({"full": true})),
+                    };
+                    let (status, answer) = call(&socket, method, Some(&session), params);
+                    if status == 200 && answer["ok"] == true {
+                        generations.push(answer["generation"].as_u64().unwrap());
+                    } else {
+                        failures.push(answer);
+                    }
+                }
+                (generations, failures)
+            })
+        })
+        .collect();
+    let modes = [Replace::InPlace, Replace::Rename, Replace::DeleteRecreate];
+    for (k, how) in modes.into_iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(150));
+        install_build(&dir, &original, &format!("build {k}"), how, false);
+        wait_for_generation(&gw, "faulty", k as u64 + 2);
+    }
+    // A broken build is refused and the generation in force keeps serving.
+    install_build(&dir, &original, "broken", Replace::Rename, true);
+    let start = Instant::now();
+    while !gw.log().contains("reload refused") {
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // `pincer plugins reload` refuses it too, with its reason.
+    let out = Command::new(pincer_bin())
+        .args(["plugins", "reload", "faulty", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["error"]["code"], "reload_refused", "{refused}");
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut seen = std::collections::BTreeSet::new();
+    for client in clients {
+        let (generations, failures) = client.join().unwrap();
+        assert!(failures.is_empty(), "failed calls: {failures:?}");
+        assert!(
+            generations.windows(2).all(|w| w[0] <= w[1]),
+            "a client never goes back to an older generation"
+        );
+        seen.extend(generations);
+    }
+    assert_eq!(engine_health(&gw, "faulty")["generation"], 4);
+    assert!(
+        seen.is_subset(&(1..=4).collect()),
+        "generations answered: {seen:?}"
+    );
+    assert!(seen.contains(&4), "the newest generation served: {seen:?}");
+    let kept = engine_health(&gw, "faulty");
+    assert_eq!(kept["keptGenerations"], 3, "{kept}");
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    // Each replaced generation disposed once, and the last one once at shutdown.
+    let lines: Vec<String> = std::fs::read_to_string(&dispose_log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = lines.iter().collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(distinct.len(), 4, "no instance disposed twice: {lines:?}");
+}
+
+#[test]
+fn a_successful_reload_clears_the_quarantine() {
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {
+            "slots": {"contextEngine": "faulty"},
+            "entries": {"faulty": {"config": {"assemble": "error"}}},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let socket = home.path().join("gw.sock");
+    let stderr = home.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--no-watch", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let failed = gw.ok("assemble", "q", json!({}));
+    assert_eq!(failed["result"]["answeredBy"], "legacy", "{failed}");
+    assert_eq!(engine_health(&gw, "faulty")["quarantined"], true);
+    // Unchanged files: nothing reloaded, still quarantined.
+    let same = gw.call("reload", None, json!({"pluginId": "faulty"})).1;
+    assert_eq!(same["result"]["reloaded"][0]["unchanged"], true, "{same}");
+    assert_eq!(engine_health(&gw, "faulty")["quarantined"], true);
+    install_build(&dir, &original, "fixed", Replace::Rename, false);
+    let out = Command::new(pincer_bin())
+        .args(["plugins", "reload", "faulty", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reloaded: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reloaded["result"]["reloaded"][0]["engines"]["faulty"], 2);
+    let health = engine_health(&gw, "faulty");
+    assert_eq!(health["quarantined"], false, "{health}");
+    assert_eq!(health["generation"], 2);
 }

@@ -6,7 +6,7 @@
 //! is a JSON error with a stable `code`, and a client that goes away mid-request only drops its
 //! own connection. Shutdown (SIGTERM, SIGINT, or the `shutdown` future) stops accepting,
 //! lets calls in flight finish, flushes the sessions, disposes every engine once and removes
-//! the socket.
+//! the socket. SIGHUP reloads the config and every plugin.
 
 use std::future::IntoFuture as _;
 use std::net::SocketAddr;
@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::protocol::{parse_call, GatewayError, CALL_PATH};
-use super::service::Gateway;
+use super::service::{reload_everything, Gateway};
 
 /// The largest request body read by default (16 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 16 << 20;
@@ -272,8 +272,9 @@ fn router(state: AppState) -> Router {
 }
 
 /// Serves `gateway` until `shutdown` completes (or SIGTERM/SIGINT), then shuts down
-/// gracefully: no new connections, calls in flight answered, sessions flushed, every engine
-/// disposed once, the socket removed.
+/// gracefully: no new connections, calls in flight answered, `on_stop` run (e.g. a file
+/// watcher dropped), sessions flushed, every engine disposed once, the socket removed. SIGHUP
+/// reloads the config and every plugin meanwhile.
 ///
 /// # Errors
 /// [`ServeError`] when a listener cannot be bound.
@@ -282,6 +283,7 @@ pub async fn serve(
     options: ServeOptions,
     unix: tokio::net::UnixListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_stop: Box<dyn FnOnce() + Send>,
 ) -> Result<(), ServeError> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -319,6 +321,27 @@ pub async fn serve(
         }
         None => None,
     };
+    let runtime = Arc::clone(gateway.runtime());
+    let hangups = tokio::spawn(async move {
+        let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP: reload with `pincer plugins reload`");
+            return;
+        };
+        while hangup.recv().await.is_some() {
+            let runtime = Arc::clone(&runtime);
+            let outcome =
+                tokio::task::spawn_blocking(move || reload_everything(&runtime)).await;
+            match outcome {
+                Ok(Ok(reloaded)) => tracing::info!(
+                    plugins = reloaded.len(),
+                    "SIGHUP: config and plugins reloaded"
+                ),
+                Ok(Err(err)) => tracing::warn!(error = %err, "SIGHUP: reload refused"),
+                Err(err) => tracing::warn!(error = %err, "SIGHUP: reload failed"),
+            }
+        }
+    });
     tokio::select! {
         () = shutdown => {}
         () = signal(tokio::signal::unix::SignalKind::terminate()) => {}
@@ -336,6 +359,8 @@ pub async fn serve(
             tracing::warn!(%err, "the HTTP server ended abnormally");
         }
     }
+    hangups.abort();
+    on_stop();
     gateway.flush_sessions().await;
     let runtime = Arc::clone(gateway.runtime());
     let _ = tokio::task::spawn_blocking(move || runtime.shutdown()).await;

@@ -30,6 +30,7 @@ use crate::harness::runner::SessionRunner;
 use crate::harness::{Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;
 use crate::slot::guarded::{GuardError, GuardedEngine};
+use crate::slot::reload::{ReloadError, ReloadOutcome};
 use crate::slot::runtime::Runtime;
 use crate::slot::source::EngineSource;
 
@@ -58,10 +59,9 @@ impl Served {
     }
 }
 
-/// The generation of `engine` that serves a call. Until hot reload lands, every engine is its
-/// first generation.
-pub fn generation_of(_engine: &GuardedEngine) -> u64 {
-    1
+/// The generation of `engine` that serves a call.
+pub fn generation_of(engine: &GuardedEngine) -> u64 {
+    engine.generation()
 }
 
 /// One held session: its runner (opened by the first call) and the subagent rollbacks
@@ -249,19 +249,51 @@ fn serve_global(
 ) -> Result<Served, GatewayError> {
     let engine = parts.source.current();
     match method {
-        GatewayMethod::Health => Served::of(&engine, &health(&engine, sessions)),
+        GatewayMethod::Health => Served::of(&engine, &health(&parts.runtime, &engine, sessions)),
         GatewayMethod::Doctor => Served::of(&engine, &doctor(&parts.runtime)),
         GatewayMethod::Reload => {
             let params = Params::new(method, call.params.as_ref())?;
-            let _plugin = params.str("pluginId")?;
-            Err(GatewayError::new(
-                501,
-                "reload_unavailable",
-                "this build of the gateway cannot reload plugins yet: restart `pincer serve` to \
-                 pick up a new build",
-            ))
+            let reloaded = match params.str("pluginId")? {
+                Some(id) => vec![parts.runtime.reload_plugin(id).map_err(reload_error)?],
+                None => reload_everything(&parts.runtime).map_err(reload_error)?,
+            };
+            // The engine that serves from now on.
+            let engine = parts.source.current();
+            Served::of(&engine, &serde_json::json!({ "reloaded": reloaded }))
         }
         _ => unreachable!("session methods are served by their worker"),
+    }
+}
+
+fn reload_error(err: ReloadError) -> GatewayError {
+    let status = match err {
+        ReloadError::UnknownPlugin { .. } => 404,
+        _ => 409,
+    };
+    GatewayError::new(status, err.code(), format!("{err}; the engine in force keeps serving"))
+}
+
+/// The config, then every plugin, reloaded (what `reload` without `pluginId` and SIGHUP do);
+/// the plugins reloaded. The first refusal is the error (the others still ran).
+///
+/// # Errors
+/// The config or a plugin reload was refused.
+pub fn reload_everything(runtime: &Runtime) -> Result<Vec<ReloadOutcome>, ReloadError> {
+    runtime.reload_config()?;
+    let mut outcomes = Vec::new();
+    let mut refused = None;
+    for result in runtime.reload_all() {
+        match result {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(err) => {
+                tracing::warn!(error = %err, "plugin reload refused");
+                refused.get_or_insert(err);
+            }
+        }
+    }
+    match refused {
+        Some(err) => Err(err),
+        None => Ok(outcomes),
     }
 }
 
@@ -285,24 +317,31 @@ pub struct EngineHealth {
     pub engine_id: String,
     /// Its current generation.
     pub generation: u64,
-    /// Old generations still kept (libraries stay mapped).
-    pub kept_generations: u64,
+    /// Replaced instances that calls still hold (disposed when the last call ends).
+    pub draining: usize,
+    /// Old generations whose libraries are kept mapped.
+    pub kept_generations: usize,
     /// Their size in bytes.
     pub kept_bytes: u64,
     /// Whether it is quarantined now.
     pub quarantined: bool,
 }
 
-fn health(engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
+fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
     GatewayHealth {
         slot: engine.id().to_owned(),
-        engines: vec![EngineHealth {
-            engine_id: engine.id().to_owned(),
-            generation: generation_of(engine),
-            kept_generations: 0,
-            kept_bytes: 0,
-            quarantined: engine.is_quarantined(),
-        }],
+        engines: runtime
+            .generations()
+            .into_iter()
+            .map(|g| EngineHealth {
+                quarantined: runtime.quarantine().is_quarantined(&g.engine_id),
+                engine_id: g.engine_id,
+                generation: g.generation,
+                draining: g.draining,
+                kept_generations: g.kept_generations,
+                kept_bytes: g.kept_bytes,
+            })
+            .collect(),
         sessions,
     }
 }

@@ -15,7 +15,7 @@ use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::openai::OpenAiModel;
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
-use pincer_host::FixedEngine;
+use pincer_host::slot::watch::{OnReload, PluginWatcher, WatchEvent, WatchOptions};
 
 /// `pincer serve`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// How long a call may take before its client gets a `timeout` error, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     call_timeout: u64,
+    /// Do not watch plugin files and pincer.json (reload with `pincer plugins reload` or
+    /// SIGHUP only).
+    #[arg(long)]
+    no_watch: bool,
     /// Another folder to discover plugins in (repeatable).
     #[arg(long = "plugins-dir", value_name = "DIR")]
     plugins_dirs: Vec<PathBuf>,
@@ -119,19 +123,17 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         Ok(runtime) => Arc::new(runtime),
         Err(code) => return code,
     };
-    let resolved = match runtime.resolve() {
-        Ok(resolved) => resolved,
-        Err(err) => {
-            runtime.shutdown();
-            return super::fail(err, 1);
-        }
-    };
+    if let Err(err) = runtime.resolve() {
+        runtime.shutdown();
+        return super::fail(err, 1);
+    }
     let mut options = HarnessOptions::new(args.context_window);
     options.system_prompt = args.system.clone().unwrap_or_default();
     options.durability = runtime.config().config.sessions.durability;
-    let source = Arc::new(FixedEngine(Arc::new(resolved.engine)));
+    // Each call and turn takes the slot's newest generation (an --engine stays pinned).
+    let source = runtime.slot_source(args.engine.as_deref());
     let harness = Arc::new(Harness::with_source(
-        source.clone(),
+        Arc::clone(&source),
         JsonlStore::new(home.root().join("agents")),
         model.clone().unwrap_or_else(|| Arc::new(NoModel)),
         Arc::new(NoTools),
@@ -168,6 +170,40 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         token,
         body_limit: args.max_body,
     };
+    let watcher = if args.no_watch {
+        None
+    } else {
+        let on_reload: OnReload = Arc::new(|event: &WatchEvent| match event {
+            WatchEvent::Plugin(Ok(outcome)) if !outcome.unchanged => eprintln!(
+                "pincer serve: reloaded plugin {} ({})",
+                outcome.plugin_id,
+                outcome
+                    .engines
+                    .iter()
+                    .map(|(id, generation)| format!("{id} generation {generation}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            WatchEvent::Plugin(Err(err)) => eprintln!("pincer serve: reload refused: {err}"),
+            WatchEvent::Config(Err(err)) => {
+                eprintln!("pincer serve: pincer.json not reloaded: {err}")
+            }
+            _ => {}
+        });
+        match PluginWatcher::start(
+            Arc::clone(&runtime),
+            WatchOptions {
+                on_reload: Some(on_reload),
+                ..WatchOptions::default()
+            },
+        ) {
+            Ok(watcher) => Some(watcher),
+            Err(err) => {
+                runtime.shutdown();
+                return super::fail(err, 1);
+            }
+        }
+    };
     let outcome = tokio.block_on(async {
         let unix = bind_socket(&options.socket)?;
         eprintln!(
@@ -182,7 +218,15 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
                 home.state_dir().join("gateway.token").display()
             )),
         );
-        serve(Arc::clone(&gateway), options, unix, std::future::pending()).await
+        let on_stop = Box::new(move || drop(watcher));
+        serve(
+            Arc::clone(&gateway),
+            options,
+            unix,
+            std::future::pending(),
+            on_stop,
+        )
+        .await
     });
     match outcome {
         Ok(()) => {
