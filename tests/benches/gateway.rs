@@ -144,7 +144,10 @@ fn gateway_assemble(c: &mut Criterion) {
     let (_, answer) = call("assemble", json!({"tokenBudget": 1_000_000}));
     assert_eq!(answer["result"]["count"], MESSAGES, "every message kept");
 
-    let body = serde_json::to_vec(&json!({"method": "assemble", "session": SESSION, "params": {"tokenBudget": 1_000_000}})).unwrap();
+    let body = serde_json::to_vec(
+        &json!({"method": "assemble", "session": SESSION, "params": {"tokenBudget": 1_000_000}}),
+    )
+    .unwrap();
     let mut group = c.benchmark_group("gateway-assemble-1k");
     group.sample_size(200);
     let mut stream = BufReader::new(UnixStream::connect(&socket).unwrap());
@@ -160,7 +163,9 @@ fn gateway_assemble(c: &mut Criterion) {
         .into_iter()
         .map(|v| Message::from_value(v).unwrap())
         .collect();
-    let entry_ids: Arc<[EntryId]> = (0..MESSAGES).map(|i| EntryId::new(format!("e{i}"))).collect();
+    let entry_ids: Arc<[EntryId]> = (0..MESSAGES)
+        .map(|i| EntryId::new(format!("e{i}")))
+        .collect();
     let engine = source.current();
     group.bench_function("in process (guarded call)", |b| {
         b.iter(|| {
@@ -202,8 +207,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// (criterion, the file watcher's 100 ms debounce included), and, printed, call latency p50/p99
 /// in steady state and during reloads, and resident memory per kept generation.
 fn gateway_reload(c: &mut Criterion) {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use pincer_host::slot::watch::{PluginWatcher, WatchOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
     let staged = pincer_tests::staged_plugin("faulty");
     let plugins = tempfile::tempdir().unwrap();
     let dir = pincer_tests::copy_plugin(&staged, plugins.path(), "faulty");
@@ -250,9 +255,17 @@ fn gateway_reload(c: &mut Criterion) {
                 token: None,
                 body_limit: DEFAULT_BODY_LIMIT,
             };
-            serve(gateway, options, unix, async move { let _ = stopped.await; }, Box::new(|| {}))
-                .await
-                .unwrap();
+            serve(
+                gateway,
+                options,
+                unix,
+                async move {
+                    let _ = stopped.await;
+                },
+                Box::new(|| {}),
+            )
+            .await
+            .unwrap();
         })
     };
     while UnixStream::connect(&socket).is_err() {
@@ -276,7 +289,7 @@ fn gateway_reload(c: &mut Criterion) {
         bytes.extend_from_slice(format!("bench build {build}").as_bytes());
         let before = generation();
         let started = std::time::Instant::now();
-        if how % 2 == 0 {
+        if how.is_multiple_of(2) {
             std::fs::write(&library, &bytes).unwrap();
         } else {
             let tmp = dir.join(".next");

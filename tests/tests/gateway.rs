@@ -4,7 +4,7 @@
 //! loopback HTTP and its bearer token, graceful shutdown with calls in flight, the socket's
 //! mode, the documented schema checked against live answers, and a Python client.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -187,12 +187,7 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     let home = home_with(Some(&server.base_url), json!({}));
     let gw = Served::start(
         home.path(),
-        &[
-            "--engine",
-            "sliding-window",
-            "--model",
-            "openai:test-model",
-        ],
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
     let session = "agent:main:conv";
     let mut answers = Vec::new();
@@ -316,7 +311,13 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     let out = Command::new(pincer_bin())
         .args(["client", "--socket"])
         .arg(&gw.socket)
-        .args(["assemble", "--session", session, "--params", "{\"full\":true}"])
+        .args([
+            "assemble",
+            "--session",
+            session,
+            "--params",
+            "{\"full\":true}",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -370,7 +371,8 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
             let socket = gw.socket.clone();
             std::thread::spawn(move || {
                 for i in 0..20 {
-                    let message = json!({"message": {"role": "user", "content": format!("{t}:{i}")}});
+                    let message =
+                        json!({"message": {"role": "user", "content": format!("{t}:{i}")}});
                     for session in [format!("own-{t}"), "shared".to_owned()] {
                         let (status, answer) =
                             call(&socket, "ingest", Some(&session), message.clone());
@@ -446,16 +448,40 @@ fn malformed_requests_get_clear_errors_and_everyone_else_is_still_served() {
     let cases: [(&str, u16, &str); 8] = [
         ("{not json", 400, "bad_json"),
         ("[1, 2]", 400, "bad_request"),
-        (r#"{"method": "assemble", "session": "s", "extra": 1}"#, 400, "bad_request"),
-        (r#"{"method": "summon", "session": "s"}"#, 404, "unknown_method"),
+        (
+            r#"{"method": "assemble", "session": "s", "extra": 1}"#,
+            400,
+            "bad_request",
+        ),
+        (
+            r#"{"method": "summon", "session": "s"}"#,
+            404,
+            "unknown_method",
+        ),
         (r#"{"method": "assemble"}"#, 400, "missing_session"),
-        (r#"{"method": "assemble", "session": "s", "params": [1]}"#, 400, "invalid_params"),
-        (r#"{"method": "assemble", "session": "s", "params": {"tokenBudget": "lots"}}"#, 400, "invalid_params"),
-        (r#"{"method": "ingest", "session": "s", "params": {"message": {"role": 7}}}"#, 400, "invalid_message"),
+        (
+            r#"{"method": "assemble", "session": "s", "params": [1]}"#,
+            400,
+            "invalid_params",
+        ),
+        (
+            r#"{"method": "assemble", "session": "s", "params": {"tokenBudget": "lots"}}"#,
+            400,
+            "invalid_params",
+        ),
+        (
+            r#"{"method": "ingest", "session": "s", "params": {"message": {"role": 7}}}"#,
+            400,
+            "invalid_message",
+        ),
     ];
     for (body, status, code) in cases {
         let (got, answer) = raw_exchange(&gw.socket, &post(body));
-        assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{body}: {answer}");
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {answer}"
+        );
         assert_eq!(answer["ok"], false);
         assert!(
             answer["error"]["message"].as_str().unwrap().len() > 20,
@@ -488,7 +514,10 @@ fn malformed_requests_get_clear_errors_and_everyone_else_is_still_served() {
         &gw.socket,
         b"GET /elsewhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!((status, answer["error"]["code"].as_str()), (404, Some("not_found")));
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
     // The gateway still serves, and the cut request touched nothing.
     let full = gw.ok("assemble", "kept", json!({"full": true}));
     let texts: Vec<String> = full["result"]["items"]
@@ -530,7 +559,10 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
     let token_file = home.path().join("state/gateway.token");
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
-    let token = std::fs::read_to_string(&token_file).unwrap().trim().to_owned();
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
     let body = r#"{"method": "ingest", "session": "guarded", "params": {"message": {"role": "user", "content": "hi"}}}"#;
     let wrong = format!("{}x", &token[..token.len() - 1]);
     for given in [None, Some("nonsense"), Some(wrong.as_str())] {
@@ -539,7 +571,10 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
         assert_eq!(answer["error"]["code"], "unauthorized");
     }
     assert!(
-        !home.path().join("agents/main/sessions/sessions.json").exists(),
+        !home
+            .path()
+            .join("agents/main/sessions/sessions.json")
+            .exists(),
         "a refused request created no session"
     );
     let (status, answer) = http_exchange(port, Some(&token), body);
@@ -654,18 +689,21 @@ fn live_answers_match_the_documented_schema() {
     let home = home_with(Some(&server.base_url), json!({}));
     let gw = Served::start(
         home.path(),
-        &[
-            "--engine",
-            "sliding-window",
-            "--model",
-            "openai:test-model",
-        ],
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
     let s = Some("schema");
     let requests: Vec<(&str, Option<&str>, Value)> = vec![
         ("turn", s, json!({"prompt": "hello"})),
-        ("ingest", s, json!({"message": {"role": "user", "content": "x"}})),
-        ("ingestBatch", s, json!({"messages": [{"role": "user", "content": "y"}]})),
+        (
+            "ingest",
+            s,
+            json!({"message": {"role": "user", "content": "x"}}),
+        ),
+        (
+            "ingestBatch",
+            s,
+            json!({"messages": [{"role": "user", "content": "y"}]}),
+        ),
         ("assemble", s, json!({})),
         ("assemble", s, json!({"full": true, "tokenBudget": 1000})),
         ("afterTurn", s, json!({})),
@@ -706,13 +744,18 @@ fn live_answers_match_the_documented_schema() {
                 .collect();
             assert!(errors.is_empty(), "request {request}: {errors:?}");
             // The result matches the method's own result schema.
-            let result_schema = json!({"$ref": format!("#/$defs/{method}Result"), "$defs": schema["$defs"]});
+            let result_schema =
+                json!({"$ref": format!("#/$defs/{method}Result"), "$defs": schema["$defs"]});
             let result_validator = jsonschema::validator_for(&result_schema).unwrap();
             let errors: Vec<String> = result_validator
                 .iter_errors(&answer["result"])
                 .map(|e| format!("{} at {}", e, e.instance_path))
                 .collect();
-            assert!(errors.is_empty(), "{method} result {}: {errors:?}", answer["result"]);
+            assert!(
+                errors.is_empty(),
+                "{method} result {}: {errors:?}",
+                answer["result"]
+            );
         }
     }
     assert!(methods_seen.len() >= 12, "{methods_seen:?}");
@@ -734,12 +777,7 @@ fn a_python_standard_library_client_runs_a_whole_conversation() {
     let home = home_with(Some(&server.base_url), json!({}));
     let gw = Served::start(
         home.path(),
-        &[
-            "--engine",
-            "sliding-window",
-            "--model",
-            "openai:test-model",
-        ],
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
     let out = Command::new("python3")
         .arg(workspace_root().join("tests/python/gateway_client.py"))
@@ -755,10 +793,17 @@ fn a_python_standard_library_client_runs_a_whole_conversation() {
         String::from_utf8_lossy(&out.stderr)
     );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(summary["replies"], json!(["answer 1", "answer 2", "answer 3"]));
+    assert_eq!(
+        summary["replies"],
+        json!(["answer 1", "answer 2", "answer 3"])
+    );
     assert_eq!(summary["servedBy"], json!([["sliding-window", 1]]));
     let ids = session_message_ids(home.path(), "agent:main:python");
-    assert_eq!(ids.len(), 7, "three turns and the note, in the session file");
+    assert_eq!(
+        ids.len(),
+        7,
+        "three turns and the note, in the session file"
+    );
     assert_eq!(summary["referenceEntryIds"], json!(ids));
     assert_eq!(summary["ingestedEntry"], json!(ids[6]));
     assert_eq!(summary["health"]["slot"], "sliding-window");
@@ -901,7 +946,10 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     n += 1;
                     let (method, params) = match n % 3 {
-                        0 => ("ingest", json!({"message": {"role": "user", "content": format!("m{n}")}})),
+                        0 => (
+                            "ingest",
+                            json!({"message": {"role": "user", "content": format!("m{n}")}}),
+                        ),
                         1 => ("assemble", json!({})),
                         _ if c == 0 => ("turn", json!({"prompt": format!("q{n}")})),
                         _ => ("assemble", json!({"full": true})),
@@ -1026,7 +1074,11 @@ fn a_successful_reload_clears_the_quarantine() {
         .arg(&gw.socket)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let reloaded: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reloaded["result"]["reloaded"][0]["engines"]["faulty"], 2);
     let health = engine_health(&gw, "faulty");

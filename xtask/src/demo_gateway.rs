@@ -136,10 +136,16 @@ pub(crate) fn run(pincer: &Path, staged_plugins: &Path, target: &Path) -> Result
         })
         .collect();
     let mut outcome = Ok(());
-    println!("3 clients call assemble/ingest without pause; generation {}", generation(&socket)?);
+    println!(
+        "3 clients call assemble/ingest without pause; generation {}",
+        generation(&socket)?
+    );
     for k in 1..=2u64 {
         std::thread::sleep(Duration::from_millis(300));
-        println!("-- a new build of faulty is dropped into {} --", plugin.display());
+        println!(
+            "-- a new build of faulty is dropped into {} --",
+            plugin.display()
+        );
         new_build(&plugin, &original, &format!("demo build {k}"), false)?;
         let start = Instant::now();
         while generation(&socket)? != k + 1 {
@@ -165,7 +171,9 @@ pub(crate) fn run(pincer: &Path, staged_plugins: &Path, target: &Path) -> Result
         let (o, f, generations) = client.join().expect("a client thread");
         ok += o;
         failed += f;
-        println!("client {c}: {o} calls answered, {f} failed, generations in order: {generations:?}");
+        println!(
+            "client {c}: {o} calls answered, {f} failed, generations in order: {generations:?}"
+        );
     }
     let health = call(&socket, &json!({"method": "health"}))?;
     println!("health: {}", health["result"]["engines"]);

@@ -454,9 +454,7 @@ fn main() -> ExitCode {
             socket,
         } => match (clear, socket) {
             (_, Some(socket)) => serve::call_and_print(&socket, "health", None, None, json),
-            (Some(id), None) => {
-                health_clear(&home, Some(id.as_str()).filter(|id| !id.is_empty()))
-            }
+            (Some(id), None) => health_clear(&home, Some(id.as_str()).filter(|id| !id.is_empty())),
             (None, None) => health(&home, json),
         },
         Command::Serve(args) => serve::run_serve(home, args),

@@ -369,13 +369,17 @@ pub fn parse_call(bytes: &[u8]) -> Result<(GatewayMethod, CallRequest), GatewayE
             None => {
                 return Err(GatewayError::bad_request(
                     "missing_session",
-                    format!("{method} works on a session: give \"session\" (a key; created on first use)"),
+                    format!(
+                    "{method} works on a session: give \"session\" (a key; created on first use)"
+                ),
                 ))
             }
             Some(key) if !valid_session_key(key) => {
                 return Err(GatewayError::bad_request(
                     "invalid_session",
-                    format!("session key {key:?} is not usable: 1–256 characters, no control characters"),
+                    format!(
+                    "session key {key:?} is not usable: 1–256 characters, no control characters"
+                ),
                 ))
             }
             Some(_) => {}

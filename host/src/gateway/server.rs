@@ -51,7 +51,9 @@ pub enum ServeError {
     #[error("{0} exists and is not a socket; refusing to replace it (choose another --socket)")]
     NotASocket(PathBuf),
     /// HTTP must stay on loopback.
-    #[error("--http {0} is not a loopback address: the gateway serves HTTP on 127.0.0.1 or ::1 only")]
+    #[error(
+        "--http {0} is not a loopback address: the gateway serves HTTP on 127.0.0.1 or ::1 only"
+    )]
     NotLoopback(SocketAddr),
     /// HTTP without a token.
     #[error("--http needs a bearer token")]
@@ -330,8 +332,7 @@ pub async fn serve(
         };
         while hangup.recv().await.is_some() {
             let runtime = Arc::clone(&runtime);
-            let outcome =
-                tokio::task::spawn_blocking(move || reload_everything(&runtime)).await;
+            let outcome = tokio::task::spawn_blocking(move || reload_everything(&runtime)).await;
             match outcome {
                 Ok(Ok(reloaded)) => tracing::info!(
                     plugins = reloaded.len(),

@@ -22,8 +22,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::engines::request::{
-    no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest,
-    IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+    no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
+    MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::WorkError;
 use crate::harness::runner::SessionRunner;
@@ -142,10 +142,10 @@ impl Gateway {
                     tokio::task::spawn_blocking(move || {
                         serve_global(&parts, method, call, sessions)
                     })
-                        .await
-                        .map_err(|err| {
-                            GatewayError::failed("internal", format!("{method} failed: {err}"))
-                        })?
+                    .await
+                    .map_err(|err| {
+                        GatewayError::failed("internal", format!("{method} failed: {err}"))
+                    })?
                 }
                 _ => {
                     let key = call.session.clone().expect("checked by parse_call");
@@ -205,7 +205,10 @@ impl Gateway {
     pub async fn flush_sessions(&self) {
         let held: Vec<(String, Arc<Held>)> = self.lock_sessions().drain().collect();
         for (key, held) in held {
-            held.rollbacks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            held.rollbacks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
             let Some(runner) = held.runner.get() else {
                 continue;
             };
@@ -270,7 +273,11 @@ fn reload_error(err: ReloadError) -> GatewayError {
         ReloadError::UnknownPlugin { .. } => 404,
         _ => 409,
     };
-    GatewayError::new(status, err.code(), format!("{err}; the engine in force keeps serving"))
+    GatewayError::new(
+        status,
+        err.code(),
+        format!("{err}; the engine in force keeps serving"),
+    )
 }
 
 /// The config, then every plugin, reloaded (what `reload` without `pluginId` and SIGHUP do);
@@ -700,7 +707,9 @@ fn serve_session(
                 Some(other) => {
                     return Err(GatewayError::bad_request(
                         "invalid_params",
-                        format!("params.contextMode must be \"isolated\" or \"fork\", not {other:?}"),
+                        format!(
+                            "params.contextMode must be \"isolated\" or \"fork\", not {other:?}"
+                        ),
                     ))
                 }
             };

@@ -208,10 +208,10 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         let unix = bind_socket(&options.socket)?;
         eprintln!(
             "pincer serve: engine {} on {}{}",
-            gateway.runtime().resolve().map_or_else(
-                |_| "?".to_owned(),
-                |r| r.resolution.resolved.clone()
-            ),
+            gateway
+                .runtime()
+                .resolve()
+                .map_or_else(|_| "?".to_owned(), |r| r.resolution.resolved.clone()),
             options.socket.display(),
             options.http.map_or(String::new(), |addr| format!(
                 ", http://{addr} (bearer token in {})",
@@ -280,7 +280,9 @@ pub fn call_and_print(
             } else {
                 eprintln!(
                     "pincer: {} ({})",
-                    answer["error"]["message"].as_str().unwrap_or("the call failed"),
+                    answer["error"]["message"]
+                        .as_str()
+                        .unwrap_or("the call failed"),
                     answer["error"]["code"].as_str().unwrap_or("error")
                 );
                 ExitCode::from(1)
