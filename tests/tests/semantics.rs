@@ -1239,7 +1239,7 @@ fn a_hung_factory_is_bounded_and_quarantined_as_factory() {
 }
 
 #[test]
-fn a_same_owner_re_registration_replaces_the_cached_instance() {
+fn a_same_owner_re_registration_replaces_the_cached_instance_once_its_operations_end() {
     let home = TempDir::new().unwrap();
     let runtime = faulty(&home, json!({}), json!({}));
     let first = runtime.resolve().unwrap();
@@ -1253,10 +1253,26 @@ fn a_same_owner_re_registration_replaces_the_cached_instance() {
         !Arc::ptr_eq(first.engine.primary(), second.engine.primary()),
         "a fresh instance"
     );
-    assert!(
-        first.engine.primary().is_disposed(),
-        "the old one was disposed"
+    assert_eq!(
+        (first.engine.generation(), second.engine.generation()),
+        (1, 2)
     );
+    // The old instance is retired, not disposed under the operation that still holds it …
+    assert!(
+        !first.engine.primary().is_disposed(),
+        "not disposed while an operation holds it"
+    );
+    let old = Arc::downgrade(first.engine.primary());
+    drop(first);
+    // … and disposed (then dropped) once that operation is over.
+    let start = std::time::Instant::now();
+    while old.upgrade().is_some_and(|i| !i.is_disposed()) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the old instance was never disposed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 #[test]

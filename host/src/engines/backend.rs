@@ -4,8 +4,9 @@
 //!
 //! Today there is one implementation, [`InProcess`]: an engine object living in this process
 //! (a verified plugin library's, or one linked into the host like `legacy`). A child-process
-//! backend (an isolation tier) and hot reload (swapping the backend of a slot) plug in here
-//! without touching callers.
+//! backend (an isolation tier) plugs in here without touching callers. Hot reload does not
+//! swap a backend: it makes a new instance (a new generation) beside the old one and retires
+//! the old one whole (`slot::reload`).
 //!
 //! The seam costs one dynamic call per engine call (the instance holds a
 //! `Box<dyn EngineBackend>`), the same as the `#[sabi_trait]` call behind it.

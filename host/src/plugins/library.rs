@@ -429,12 +429,22 @@ impl Loader {
     /// # Errors
     /// The first step that fails, as a [`LoadError`].
     pub fn load(&self, plugin_dir: &Path) -> Result<Arc<LoadedLibrary>, LoadError> {
+        self.load_verified(self.verify(plugin_dir)?)
+    }
+
+    /// Steps 5 and on of verified loading for a plugin [`Loader::verify`] passed: the private
+    /// copy of exactly the bytes that were verified, `dlopen`, the ABI checks and the
+    /// library's own manifest. (A hot reload verifies first to compare content hashes.)
+    ///
+    /// # Errors
+    /// The first step that fails, as a [`LoadError`].
+    pub fn load_verified(&self, plugin: VerifiedPlugin) -> Result<Arc<LoadedLibrary>, LoadError> {
         let VerifiedPlugin {
             manifest,
             library: source,
             verified,
             embedded,
-        } = self.verify(plugin_dir)?;
+        } = plugin;
         let file_name = Path::new(&manifest.library)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

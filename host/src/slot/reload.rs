@@ -508,7 +508,8 @@ impl Runtime {
             serving: serving(&status.engines),
         };
         let loader = Loader::new(self.home.cache_dir());
-        // Steps 1–4 first (no code runs): an unchanged build stops here.
+        // Steps 1–4 first (no code runs): an unchanged build stops here; a changed one is
+        // loaded from exactly the bytes that were verified and hashed.
         let verified = loader
             .verify(&status.dir)
             .map_err(|err| refused(err.code(), err.to_string()))?;
@@ -527,9 +528,8 @@ impl Runtime {
                 sha256: status.sha256.clone().unwrap_or_default(),
             });
         }
-        drop(verified);
         let library = loader
-            .load(&status.dir)
+            .load_verified(verified)
             .map_err(|err| refused(err.code(), err.to_string()))?;
         if library.manifest().id != plugin_id {
             return Err(refused(
@@ -655,11 +655,8 @@ impl Runtime {
         let _serial = lock(&self.reload.serial);
         let new = LoadedConfig::load(&self.home.config_path()).map_err(ReloadError::Config)?;
         let old = self.config();
-        let same = |a: &Config, b: &Config| {
-            serde_json::to_value(a).ok().is_some()
-                && serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
-        };
-        if same(&old.config, &new.config) {
+        let as_value = |config: &Config| serde_json::to_value(config).ok();
+        if as_value(&old.config).is_some() && as_value(&old.config) == as_value(&new.config) {
             return Ok(ConfigReloadOutcome {
                 changed: false,
                 selected: old.config.selected_engine().to_owned(),
@@ -804,7 +801,7 @@ impl Runtime {
                     .iter()
                     .filter(|k| {
                         Some(&k.plugin_id) == plugin_id.as_ref()
-                            && k.engine_ids.iter().any(|e| *e == engine_id)
+                            && k.engine_ids.contains(&engine_id)
                     })
                     .collect();
                 GenerationStatus {

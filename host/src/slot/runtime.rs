@@ -544,14 +544,15 @@ impl Runtime {
         // The owning plugin: the registration's, else a discovered plugin that declares the
         // engine (or has its id) — known from manifests, so a plugin that was not loaded
         // (disabled, or rejected) still owns its engines.
-        let plugins = self.plugins_read();
-        let declaring = plugins
+        let declaring = self
+            .plugins_read()
             .iter()
-            .find(|p| p.declared_engines.iter().any(|e| e == selected) || p.id == selected);
+            .find(|p| p.declared_engines.iter().any(|e| e == selected) || p.id == selected)
+            .cloned();
         let owner_plugin = registration
             .as_ref()
             .and_then(|r| r.owner.plugin_id().map(str::to_owned))
-            .or_else(|| declaring.map(|p| p.id.clone()));
+            .or_else(|| declaring.as_ref().map(|p| p.id.clone()));
         if let Some(plugin_id) = &owner_plugin {
             if let Err(why) = self.plugin_allowed(plugin_id) {
                 // Disabled or denied: legacy, silently; the slot is kept; no factory call.

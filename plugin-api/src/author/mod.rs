@@ -191,6 +191,12 @@ pub trait CommitTurn: Engine {
 }
 
 /// Optional `dispose`: called once per instance, on shutdown or reload (never per session).
+///
+/// On a hot reload the old instance is disposed once the last call on it has returned, while
+/// the new build already serves; both builds are loaded side by side meanwhile. `dispose` must
+/// release everything the instance holds and **join every thread it started**: the host
+/// cannot see a library's threads, and a thread left running keeps executing the old build's
+/// code after its instance is gone.
 pub trait Dispose: Engine {
     /// See the trait.
     ///

@@ -7,11 +7,14 @@
 //! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`) with a
 //! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
 //! `backgroundMaintenance: true` declares `turnMaintenanceMode: "background"`.
+//! A `factory-behaviour` file in the plugin folder (a behaviour name) overrides `factory`: a
+//! "build" whose factory fails, for reload tests.
 //! `disposeLog: PATH` appends one line per `dispose` to PATH (the instance's own tag, unique in
-//! the process), so a test can count how often each instance was disposed.
+//! the process), so a test can count how often each instance was disposed; with it set, any
+//! call after `dispose` fails ("called after dispose").
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -76,6 +79,9 @@ struct Config {
     methods: BTreeMap<String, Behaviour>,
 }
 
+/// The file in the plugin folder whose content (a [`Behaviour`] name) overrides `factory`.
+pub const FACTORY_KNOB: &str = "factory-behaviour";
+
 /// The tag of the next instance (one counter per loaded copy of the library: the address of
 /// the counter is part of the tag, so copies loaded side by side never share one).
 static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
@@ -91,6 +97,8 @@ pub struct Faulty {
     dispose_log: Option<String>,
     /// Unique in the process: which instance this is.
     tag: u64,
+    /// Set by `dispose`.
+    disposed: AtomicBool,
     hang: Duration,
     host: Host,
     calls: AtomicU64,
@@ -156,6 +164,12 @@ impl Faulty {
         if let Ok(mut counts) = self.per_method.lock() {
             *counts.entry(method).or_default() += 1;
         }
+        if self.dispose_log.is_some() && self.disposed.load(Ordering::Acquire) {
+            // With `disposeLog` the engine also checks the host never uses it after dispose.
+            return Err(EngineError::failed(format!(
+                "faulty: {method} called after dispose"
+            )));
+        }
         let behaviour = self.methods.get(method).copied().unwrap_or_default();
         tracing::info!(method, behaviour = ?behaviour, "faulty: called");
         act(
@@ -201,7 +215,16 @@ impl Engine for Faulty {
     fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
         let config: Config = ctx.config()?;
         let hang = Duration::from_millis(config.hang_ms.unwrap_or(3_600_000));
-        let factory = config.methods.get("factory").copied().unwrap_or_default();
+        let mut factory = config.methods.get("factory").copied().unwrap_or_default();
+        // A build knob for reload tests: a `factory-behaviour` file beside the library
+        // overrides the config's `factory` (a new build whose factory fails or panics).
+        if let Some(knob) = ctx
+            .plugin_dir()
+            .and_then(|dir| std::fs::read_to_string(dir.join(FACTORY_KNOB)).ok())
+        {
+            factory = serde_json::from_value(serde_json::Value::String(knob.trim().to_owned()))
+                .map_err(|err| EngineError::failed(format!("faulty: {FACTORY_KNOB}: {err}")))?;
+        }
         tracing::info!(method = "factory", behaviour = ?factory, "faulty: called");
         act(
             factory,
@@ -219,6 +242,7 @@ impl Engine for Faulty {
             error_message: config.error_message,
             dispose_log: config.dispose_log,
             tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
+            disposed: AtomicBool::new(false),
             hang,
             host,
             calls: AtomicU64::new(0),
@@ -375,6 +399,7 @@ impl CommitTurn for Faulty {
 impl Dispose for Faulty {
     fn dispose(&self) -> Result<(), EngineError> {
         self.on("dispose", None)?;
+        self.disposed.store(true, Ordering::Release);
         if let Some(path) = &self.dispose_log {
             use std::io::Write;
             let line = format!("{:p}-{}\n", &NEXT_TAG, self.tag);
