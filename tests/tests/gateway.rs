@@ -599,6 +599,10 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a loopback address"));
+    assert!(
+        !home.path().join("other.sock").exists(),
+        "a gateway that did not start leaves no socket"
+    );
 }
 
 #[test]
@@ -906,9 +910,12 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
         .to_string(),
     )
     .unwrap();
-    // Only the copy: the staged folder is not watched.
+    // Only the copy: the staged folder is not watched. The log goes outside the watched
+    // home: a file written on every call there would keep the watcher's debounce from ever
+    // settling.
+    let logs = tempfile::tempdir().unwrap();
     let socket = home.path().join("gw.sock");
-    let stderr = home.path().join("serve.log");
+    let stderr = logs.path().join("serve.log");
     let child = Command::new(pincer_bin())
         .arg("--home")
         .arg(home.path())
@@ -1084,4 +1091,71 @@ fn a_successful_reload_clears_the_quarantine() {
     let health = engine_health(&gw, "faulty");
     assert_eq!(health["quarantined"], false, "{health}");
     assert_eq!(health["generation"], 2);
+}
+
+#[test]
+fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("pincer.json"), json!({}).to_string()).unwrap();
+    let socket = home.path().join("gw.sock");
+    let stderr = home.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--log", "info", "serve", "--no-watch", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "legacy");
+    // The operator selects faulty in pincer.json and sends SIGHUP: new calls go to faulty.
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {"slots": {"contextEngine": "faulty"}}}).to_string(),
+    )
+    .unwrap();
+    signal(&gw.child, "HUP");
+    let start = Instant::now();
+    while gw.ok("assemble", "s", json!({}))["engineId"] != "faulty" {
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A config that no longer parses is refused; faulty keeps serving.
+    std::fs::write(home.path().join("pincer.json"), "{ plugins: ").unwrap();
+    signal(&gw.child, "HUP");
+    let start = Instant::now();
+    while !gw.log().contains("SIGHUP: reload refused") {
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "faulty");
+    // A new build and SIGHUP: the next generation serves.
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {"slots": {"contextEngine": "faulty"}}}).to_string(),
+    )
+    .unwrap();
+    install_build(&dir, &original, "sighup build", Replace::Rename, false);
+    signal(&gw.child, "HUP");
+    wait_for_generation(&gw, "faulty", 2);
+    assert_eq!(gw.ok("assemble", "s", json!({}))["generation"], 2);
 }

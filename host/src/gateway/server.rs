@@ -287,6 +287,10 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_stop: Box<dyn FnOnce() + Send>,
 ) -> Result<(), ServeError> {
+    if let Some(addr) = options.http.filter(|addr| !addr.ip().is_loopback()) {
+        let _ = std::fs::remove_file(&options.socket);
+        return Err(ServeError::NotLoopback(addr));
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
@@ -303,13 +307,23 @@ pub async fn serve(
     );
     let http_server = match options.http {
         Some(addr) => {
-            if !addr.ip().is_loopback() {
-                return Err(ServeError::NotLoopback(addr));
-            }
-            let token = options.token.clone().ok_or(ServeError::NoToken)?;
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(io(format!("binding {addr}")))?;
+            let bound = match options.token.clone() {
+                None => Err(ServeError::NoToken),
+                Some(token) => tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map(|listener| (token, listener))
+                    .map_err(io(format!("binding {addr}"))),
+            };
+            let (token, listener) = match bound {
+                Ok(bound) => bound,
+                Err(err) => {
+                    // Nothing was served: the socket goes away with the process.
+                    let _ = stop_tx.send(true);
+                    let _ = unix_server.await;
+                    let _ = std::fs::remove_file(&options.socket);
+                    return Err(err);
+                }
+            };
             let app = router(AppState {
                 gateway: Arc::clone(&gateway),
                 token: Some(Arc::from(token)),
