@@ -43,6 +43,7 @@
 //!    the runtime's compactor behind `legacy.compact`.
 //! 9. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
 //! 10. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 11. [`gateway`] — `pincer serve`: sessions and engines served over a socket and HTTP.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -66,6 +67,7 @@
 pub mod compaction;
 pub mod config;
 pub mod engines;
+pub mod gateway;
 pub mod harness;
 pub mod model;
 pub mod plugins;

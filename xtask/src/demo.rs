@@ -178,6 +178,17 @@ pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
         outcomes.push((number, step.title, outcome));
     }
 
+    let number = outcomes.len() + 1;
+    let title = "the gateway: pincer serve under traffic while faulty is rebuilt and hot-reloaded twice, then a broken build refused";
+    println!("\n== {number}. {title} ==");
+    let outcome = crate::demo_gateway::run(&pincer, &staged.plugins_dir, &ws.target_dir)
+        .err()
+        .map(|err| {
+            println!("step {number} failed: {err:#}");
+            format!("failed: {err:#}")
+        });
+    outcomes.push((number, title, outcome));
+
     println!("\n== summary ==");
     for (number, title, outcome) in &outcomes {
         println!("{number}. {title}: {}", outcome.as_deref().unwrap_or("ok"));

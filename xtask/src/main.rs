@@ -14,6 +14,7 @@ mod bench;
 mod bench_peer;
 mod build_plugins;
 mod demo;
+mod demo_gateway;
 mod flags;
 mod new_plugin;
 mod ordered_json;

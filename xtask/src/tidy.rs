@@ -52,6 +52,7 @@ const HOST_LAYERS: &[&str] = &[
     "compaction",
     "harness",
     "report",
+    "gateway",
 ];
 
 /// The only manifest allowed to depend on `abi_stable`.

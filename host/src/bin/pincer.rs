@@ -9,6 +9,8 @@
 mod run;
 #[path = "pincer/tool.rs"]
 mod tool;
+#[path = "pincer/serve.rs"]
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,6 +56,12 @@ enum Command {
     Run(run::RunArgs),
     /// Calls a tool an engine declared (`callTool`) on a session and prints its JSON result.
     Tool(tool::ToolArgs),
+    /// The gateway: holds the engines and sessions and serves every lifecycle operation per
+    /// session over a Unix socket (and optionally loopback HTTP with a bearer token), until
+    /// SIGTERM or SIGINT. Protocol: docs/GATEWAY.md.
+    Serve(serve::ServeArgs),
+    /// Calls a running gateway once and prints its JSON answer.
+    Client(serve::ClientArgs),
     /// Lists plugins (loaded or rejected, and why), engines, and what the slot resolves to.
     Doctor {
         /// Print JSON.
@@ -91,6 +99,10 @@ enum Command {
         /// Remove the records of exited processes (of engine ID, or of every engine).
         #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
         clear: Option<String>,
+        /// Ask the gateway on this socket instead: per engine its generation and the old
+        /// generations it keeps.
+        #[arg(long, value_name = "PATH", conflicts_with = "clear")]
+        socket: Option<PathBuf>,
     },
     /// Calls every method of an engine once over a conversation and reports each outcome.
     CheckEngine {
@@ -160,6 +172,15 @@ struct PluginsDirs {
 
 #[derive(Subcommand, Debug)]
 enum PluginsCommand {
+    /// Reloads plugin ID in the gateway on --socket: its new build is loaded beside the old
+    /// one and serves new calls; calls in flight finish on the old one.
+    Reload {
+        /// The plugin id.
+        id: String,
+        /// The gateway's socket.
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+    },
     /// Verifies a plugin folder or a .tar.gz of one (nothing is copied unless every check
     /// passes), copies it into $PINCER_HOME/plugins/<id>/, and selects its engine.
     Install {
@@ -431,10 +452,17 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Command::Health { json, clear } => match clear {
-            Some(id) => health_clear(&home, Some(id.as_str()).filter(|id| !id.is_empty())),
-            None => health(&home, json),
+        Command::Health {
+            json,
+            clear,
+            socket,
+        } => match (clear, socket) {
+            (_, Some(socket)) => serve::call_and_print(&socket, "health", None, None, json),
+            (Some(id), None) => health_clear(&home, Some(id.as_str()).filter(|id| !id.is_empty())),
+            (None, None) => health(&home, json),
         },
+        Command::Serve(args) => serve::run_serve(home, args),
+        Command::Client(args) => serve::run_client(args),
         Command::Run(args) => run::run(home, args),
         Command::Tool(args) => tool::run(home, args),
         Command::Assemble {
@@ -1026,6 +1054,15 @@ fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
         Ok((config, catalog))
     };
     let outcome = match command {
+        PluginsCommand::Reload { id, socket } => {
+            return serve::call_and_print(
+                &socket,
+                "reload",
+                None,
+                Some(serde_json::json!({ "pluginId": id })),
+                true,
+            )
+        }
         PluginsCommand::List { dirs, json } => {
             let (config, catalog) = match read(&dirs.plugins_dirs) {
                 Ok(it) => it,

@@ -192,12 +192,30 @@ pub struct HarnessSession {
 struct CachedContext {
     messages: Vec<Message>,
     entry_ids: Vec<String>,
+    /// The same context shared for engine requests, made on first demand and dropped when
+    /// the context grows (so repeated `assemble`s of a held session copy nothing).
+    shared: Option<ContextSnapshot>,
+}
+
+/// A session's active context as engine requests take it: its messages and, beside them, the
+/// session entries they are.
+#[derive(Debug, Clone)]
+pub struct ContextSnapshot {
+    /// The messages, oldest first.
+    pub messages: Arc<[Message]>,
+    /// The entry id of each message.
+    pub entry_ids: Arc<[EntryId]>,
 }
 
 impl HarnessSession {
     /// Whether the session file existed before this process opened it.
     pub fn existed(&self) -> bool {
         self.existed
+    }
+
+    /// The engine the last turn, command or compaction of this session ran on.
+    pub fn turn_engine(&self) -> Option<&Arc<GuardedEngine>> {
+        self.engine.as_ref()
     }
 
     /// After work on this session that never finished (an engine call stuck past its abort, or a
@@ -253,6 +271,7 @@ impl HarnessSession {
             self.context = Some(CachedContext {
                 messages: context.messages,
                 entry_ids: context.entry_ids,
+                shared: None,
             });
         }
         Ok(self.context.as_ref().expect("just built"))
@@ -275,6 +294,7 @@ impl HarnessSession {
                 }
                 context.messages.push(message);
                 context.entry_ids.push(id.clone());
+                context.shared = None;
             }
         }
         Ok(id)
@@ -478,6 +498,59 @@ impl Harness {
         message: &Message,
     ) -> Result<String, HarnessError> {
         session.append_message(self.options.durability, message)
+    }
+
+    /// The session's active context as engine requests take it (shared until the context
+    /// changes: asking again copies nothing).
+    ///
+    /// # Errors
+    /// The session file could not be read.
+    pub fn context_snapshot(
+        &self,
+        session: &mut HarnessSession,
+    ) -> Result<ContextSnapshot, HarnessError> {
+        self.settle(session);
+        session.context(self.options.durability)?;
+        let context = session.context.as_mut().expect("just built");
+        Ok(context
+            .shared
+            .get_or_insert_with(|| ContextSnapshot {
+                messages: context.messages.as_slice().into(),
+                entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
+            })
+            .clone())
+    }
+
+    /// Compacts the session now through the source's current engine (`force`,
+    /// `compactionTarget: "budget"`, `manual-compact` requirements checked), as `/compact`
+    /// does, outside a turn.
+    ///
+    /// # Errors
+    /// The engine cannot compact here, the guard refused, or the session could not be written.
+    pub fn compact_now(
+        &self,
+        session: &mut HarnessSession,
+        instructions: Option<&str>,
+    ) -> Result<CompactionReport, HarnessError> {
+        self.settle(session);
+        let engine = self.source.current();
+        session.engine = Some(Arc::clone(&engine));
+        engine.check_host(HostOperation::ManualCompact, &self.options.host)?;
+        let report = self.compact_with(session, "manual", None, instructions)?;
+        self.commit(session)?;
+        Ok(report)
+    }
+
+    /// Makes everything appended to the session durable (the writer's pending lines and the
+    /// index), as the end of a turn does.
+    ///
+    /// # Errors
+    /// Write errors.
+    pub fn commit(&self, session: &mut HarnessSession) -> Result<(), HarnessError> {
+        if let Some(writer) = session.writer.as_mut() {
+            writer.commit()?;
+        }
+        Ok(())
     }
 
     /// The host parameters of a call: the session key, the prompt, and `promptCache` with the

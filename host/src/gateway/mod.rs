@@ -1,0 +1,24 @@
+//! The gateway, `pincer serve`: a long-running process that holds the engines and the sessions
+//! and serves every lifecycle operation per session to agents written in any language, over a
+//! Unix domain socket and optionally loopback HTTP with a bearer token.
+//!
+//! - [`protocol`] — the wire format: methods, the call, the answer envelope (`engineId`,
+//!   `generation`), errors with stable codes, parameter reading.
+//! - [`service`] — [`Gateway`]: sessions held per key, each behind its own
+//!   [`SessionWorker`](crate::engines::session_worker::SessionWorker) (calls of one session in
+//!   order, sessions in parallel), and the methods.
+//! - [`server`] — the transports (one axum router over the socket and HTTP), the token, the
+//!   body limit, graceful shutdown.
+//! - [`client`] — a blocking client over the socket (the CLI's `client`, `health --socket`).
+//!
+//! The protocol is documented in `docs/GATEWAY.md`, with its JSON Schema
+//! `docs/gateway.schema.json`.
+
+pub mod client;
+pub mod protocol;
+pub mod server;
+pub mod service;
+
+pub use protocol::{CallAnswer, CallRequest, GatewayError, GatewayMethod};
+pub use server::{serve, ServeOptions};
+pub use service::{Gateway, GatewayParts};

@@ -1,0 +1,395 @@
+//! The gateway's transports: one axum router served over a Unix domain socket (mode `0600`)
+//! and, optionally, over loopback HTTP that requires `Authorization: Bearer <token>`.
+//!
+//! The router reads each body itself, up to the body limit (a larger one is answered 413
+//! before it is read), so every refusal — too large, not JSON, unknown method, wrong types —
+//! is a JSON error with a stable `code`, and a client that goes away mid-request only drops its
+//! own connection. Shutdown (SIGTERM, SIGINT, or the `shutdown` future) stops accepting,
+//! lets calls in flight finish, flushes the sessions, disposes every engine once and removes
+//! the socket. SIGHUP reloads the config and every plugin.
+
+use std::future::IntoFuture as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::protocol::{parse_call, GatewayError, CALL_PATH};
+use super::service::{reload_everything, Gateway};
+
+/// The largest request body read by default (16 MiB).
+pub const DEFAULT_BODY_LIMIT: usize = 16 << 20;
+
+/// Where and how the gateway listens.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The Unix socket path.
+    pub socket: PathBuf,
+    /// A loopback address for HTTP, when wanted.
+    pub http: Option<SocketAddr>,
+    /// The bearer token HTTP requires.
+    pub token: Option<String>,
+    /// The largest request body.
+    pub body_limit: usize,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Another gateway answers on the socket.
+    #[error("a gateway is already serving on {0}: stop it first, or choose another --socket")]
+    SocketInUse(PathBuf),
+    /// The path exists and is not a socket.
+    #[error("{0} exists and is not a socket; refusing to replace it (choose another --socket)")]
+    NotASocket(PathBuf),
+    /// HTTP must stay on loopback.
+    #[error(
+        "--http {0} is not a loopback address: the gateway serves HTTP on 127.0.0.1 or ::1 only"
+    )]
+    NotLoopback(SocketAddr),
+    /// HTTP without a token.
+    #[error("--http needs a bearer token")]
+    NoToken,
+    /// Binding or serving failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl ServeError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServeError::SocketInUse(_) => "socket_in_use",
+            ServeError::NotASocket(_) => "not_a_socket",
+            ServeError::NotLoopback(_) => "not_loopback",
+            ServeError::NoToken => "no_token",
+            ServeError::Io { .. } => "io",
+        }
+    }
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServeError {
+    let what = what.into();
+    move |source| ServeError::Io { what, source }
+}
+
+/// Binds the Unix socket at `path` with mode `0600`; a stale socket (nothing answers) is
+/// replaced, a live one or any other file refused.
+///
+/// # Errors
+/// [`ServeError`].
+pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(ServeError::NotASocket(path.to_owned()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(ServeError::SocketInUse(path.to_owned()));
+        }
+        std::fs::remove_file(path).map_err(io(format!("removing stale {}", path.display())))?;
+    }
+    // Created under a umask that leaves only the owner's bits, then made 0600 for certain,
+    // before anything is accepted.
+    // SAFETY: umask only swaps the process's file-creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let listener = bound.map_err(io(format!("binding {}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io(format!("chmod 0600 {}", path.display())))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io("setting the socket non-blocking"))?;
+    tokio::net::UnixListener::from_std(listener).map_err(io("registering the socket"))
+}
+
+/// The bearer token in `state_dir/gateway.token`, generated (mode `0600`) on first use.
+///
+/// # Errors
+/// The file cannot be read or written.
+pub fn gateway_token(state_dir: &Path) -> Result<String, ServeError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = state_dir.join("gateway.token");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let token = text.trim().to_owned();
+        if token.len() >= 32 {
+            return Ok(token);
+        }
+    }
+    std::fs::create_dir_all(state_dir).map_err(io(format!("creating {}", state_dir.display())))?;
+    let token = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let tmp = state_dir.join(format!(".gateway.token.{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(format!("writing {}", tmp.display())))?;
+    file.write_all(format!("{token}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(io(format!("writing {}", tmp.display())))?;
+    std::fs::rename(&tmp, &path).map_err(io(format!("writing {}", path.display())))?;
+    Ok(token)
+}
+
+#[derive(Clone)]
+struct AppState {
+    gateway: Arc<Gateway>,
+    /// `Some` on the HTTP listener: the token every request must carry.
+    token: Option<Arc<str>>,
+    body_limit: usize,
+}
+
+/// The envelope of a successful answer, written without re-parsing the result.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    ok: bool,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<&'a str>,
+    engine_id: &'a str,
+    generation: u64,
+    result: &'a RawValue,
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn error_response(err: &GatewayError) -> Response {
+    let body = serde_json::to_vec(&err.body()).expect("an error serializes");
+    let status = StatusCode::from_u16(err.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(status, body)
+}
+
+/// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).
+fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn call_handler(State(state): State<AppState>, request: Request) -> Response {
+    if let Some(token) = &state.token {
+        if !authorized(request.headers(), token) {
+            return error_response(&GatewayError::new(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token: send `Authorization: Bearer <token>` with the \
+                 token in $PINCER_HOME/state/gateway.token",
+            ));
+        }
+    }
+    let body = match read_body(request.into_body(), state.body_limit).await {
+        Ok(body) => body,
+        Err(err) => return error_response(&err),
+    };
+    let (method, call) = match parse_call(&body) {
+        Ok(parsed) => parsed,
+        Err(err) => return error_response(&err),
+    };
+    let session = call.session.clone();
+    match state.gateway.call(method, call).await {
+        Ok(served) => {
+            let body = serde_json::to_vec(&Envelope {
+                ok: true,
+                method: method.as_str(),
+                session: session.as_deref(),
+                engine_id: &served.engine_id,
+                generation: served.generation,
+                result: &served.result,
+            })
+            .expect("an answer serializes");
+            json_response(StatusCode::OK, body)
+        }
+        Err(err) => error_response(&err),
+    }
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, GatewayError> {
+    axum::body::to_bytes(body, limit).await.map_err(|err| {
+        let too_large = std::error::Error::source(&err)
+            .is_some_and(|s| s.to_string().contains("length limit"))
+            || err.to_string().contains("length limit");
+        if too_large {
+            GatewayError::new(
+                413,
+                "body_too_large",
+                format!(
+                    "the request body is larger than the gateway's limit of {limit} bytes; send \
+                     less (a held session's messages stay in the gateway: assemble needs none)"
+                ),
+            )
+        } else {
+            GatewayError::bad_request(
+                "bad_body",
+                format!("the request body could not be read: {err}"),
+            )
+        }
+    })
+}
+
+async fn not_found() -> Response {
+    error_response(&GatewayError::new(
+        404,
+        "not_found",
+        format!("the gateway answers POST {CALL_PATH} only"),
+    ))
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route(CALL_PATH, post(call_handler))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// Serves `gateway` until `shutdown` completes (or SIGTERM/SIGINT), then shuts down
+/// gracefully: no new connections, calls in flight answered, `on_stop` run (e.g. a file
+/// watcher dropped), sessions flushed, every engine disposed once, the socket removed. SIGHUP
+/// reloads the config and every plugin meanwhile.
+///
+/// # Errors
+/// [`ServeError`] when a listener cannot be bound.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    options: ServeOptions,
+    unix: tokio::net::UnixListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_stop: Box<dyn FnOnce() + Send>,
+) -> Result<(), ServeError> {
+    if let Some(addr) = options.http.filter(|addr| !addr.ip().is_loopback()) {
+        let _ = std::fs::remove_file(&options.socket);
+        return Err(ServeError::NotLoopback(addr));
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let unix_app = router(AppState {
+        gateway: Arc::clone(&gateway),
+        token: None,
+        body_limit: options.body_limit,
+    });
+    let unix_server = tokio::spawn(
+        axum::serve(unix, unix_app)
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
+    );
+    let http_server = match options.http {
+        Some(addr) => {
+            let bound = match options.token.clone() {
+                None => Err(ServeError::NoToken),
+                Some(token) => tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map(|listener| (token, listener))
+                    .map_err(io(format!("binding {addr}"))),
+            };
+            let (token, listener) = match bound {
+                Ok(bound) => bound,
+                Err(err) => {
+                    // Nothing was served: the socket goes away with the process.
+                    let _ = stop_tx.send(true);
+                    let _ = unix_server.await;
+                    let _ = std::fs::remove_file(&options.socket);
+                    return Err(err);
+                }
+            };
+            let app = router(AppState {
+                gateway: Arc::clone(&gateway),
+                token: Some(Arc::from(token)),
+                body_limit: options.body_limit,
+            });
+            Some(tokio::spawn(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped(stop_rx.clone()))
+                    .into_future(),
+            ))
+        }
+        None => None,
+    };
+    let runtime = Arc::clone(gateway.runtime());
+    let hangups = tokio::spawn(async move {
+        let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP: reload with `pincer plugins reload`");
+            return;
+        };
+        while hangup.recv().await.is_some() {
+            let runtime = Arc::clone(&runtime);
+            let outcome = tokio::task::spawn_blocking(move || reload_everything(&runtime)).await;
+            match outcome {
+                Ok(Ok(reloaded)) => tracing::info!(
+                    plugins = reloaded.len(),
+                    "SIGHUP: config and plugins reloaded"
+                ),
+                Ok(Err(err)) => tracing::warn!(error = %err, "SIGHUP: reload refused"),
+                Err(err) => tracing::warn!(error = %err, "SIGHUP: reload failed"),
+            }
+        }
+    });
+    tokio::select! {
+        () = shutdown => {}
+        () = signal(tokio::signal::unix::SignalKind::terminate()) => {}
+        () = signal(tokio::signal::unix::SignalKind::interrupt()) => {}
+    }
+    tracing::info!("gateway stopping: finishing calls in flight");
+    let _ = stop_tx.send(true);
+    // The socket goes first: no new client can connect while the calls in flight finish.
+    let _ = std::fs::remove_file(&options.socket);
+    if let Err(err) = unix_server.await {
+        tracing::warn!(%err, "the socket server ended abnormally");
+    }
+    if let Some(server) = http_server {
+        if let Err(err) = server.await {
+            tracing::warn!(%err, "the HTTP server ended abnormally");
+        }
+    }
+    hangups.abort();
+    on_stop();
+    gateway.flush_sessions().await;
+    let runtime = Arc::clone(gateway.runtime());
+    let _ = tokio::task::spawn_blocking(move || runtime.shutdown()).await;
+    Ok(())
+}
+
+async fn signal(kind: tokio::signal::unix::SignalKind) {
+    match tokio::signal::unix::signal(kind) {
+        Ok(mut stream) => {
+            stream.recv().await;
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot listen for a signal");
+            std::future::pending::<()>().await;
+        }
+    }
+}

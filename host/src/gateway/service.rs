@@ -1,0 +1,809 @@
+//! The gateway's state and its methods, apart from any transport: the runtime, the harness and
+//! the sessions it holds.
+//!
+//! Each session key seen gets a [`SessionRunner`] (the [`HarnessSession`] bound to its own
+//! worker): every call for that session runs as work of that worker, in the order the calls arrived, so the
+//! engine calls take the guard's inline path; calls for different sessions run on different
+//! workers, in parallel. A call is awaited (never blocking a tokio thread). `assemble` on a
+//! held session sends the engine the session's context, shared with the harness (no copy
+//! while it does not change), and answers with entry-id references unless the client asks for
+//! the messages.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pincer_plugin_api::abi::latest::{
+    AbortController, AssembledItem, EntryId, Message, SpawnRollbackBox, SubagentContextMode,
+    SubagentEndReason,
+};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::engines::request::{
+    no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
+    MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+};
+use crate::engines::session_worker::WorkError;
+use crate::harness::runner::SessionRunner;
+use crate::harness::{Harness, HarnessError, HarnessSession};
+use crate::report::doctor::doctor;
+use crate::slot::guarded::{GuardError, GuardedEngine};
+use crate::slot::reload::{ReloadError, ReloadOutcome};
+use crate::slot::runtime::Runtime;
+use crate::slot::source::EngineSource;
+
+use super::protocol::{kind_of, CallRequest, GatewayError, GatewayMethod, Params};
+
+/// A method's answer before the envelope: who served it and the result, as JSON text.
+#[derive(Debug)]
+pub struct Served {
+    /// The engine that served it.
+    pub engine_id: String,
+    /// Its generation.
+    pub generation: u64,
+    /// The result.
+    pub result: Box<RawValue>,
+}
+
+impl Served {
+    fn of(engine: &GuardedEngine, result: &impl Serialize) -> Result<Served, GatewayError> {
+        Ok(Served {
+            engine_id: engine.id().to_owned(),
+            generation: generation_of(engine),
+            result: serde_json::value::to_raw_value(result).map_err(|err| {
+                GatewayError::failed("internal", format!("the result did not serialize: {err}"))
+            })?,
+        })
+    }
+}
+
+/// The generation of `engine` that serves a call.
+pub fn generation_of(engine: &GuardedEngine) -> u64 {
+    engine.generation()
+}
+
+/// One held session: its runner (opened by the first call) and the subagent rollbacks
+/// prepared on it.
+#[derive(Default)]
+struct Held {
+    runner: tokio::sync::OnceCell<SessionRunner>,
+    /// Rollbacks of `prepareSubagentSpawn`, by child key, until the child ends. Locked only
+    /// briefly, never across an engine call (a stuck call's thread never returns).
+    rollbacks: Mutex<HashMap<String, SpawnRollbackBox>>,
+}
+
+/// What the gateway serves with.
+pub struct GatewayParts {
+    /// The runtime (config, plugins, quarantine).
+    pub runtime: Arc<Runtime>,
+    /// Where each call takes its engine.
+    pub source: Arc<dyn EngineSource>,
+    /// The harness behind `turn` (and the session store).
+    pub harness: Arc<Harness>,
+    /// Whether `turn` has a model (else it is refused with `no_model`).
+    pub has_model: bool,
+    /// How long one call may take before the client gets `timeout` (the work itself goes on,
+    /// bounded by the engine deadlines).
+    pub call_timeout: Duration,
+}
+
+/// The gateway: sessions held behind workers, methods dispatched to them.
+pub struct Gateway {
+    parts: Arc<GatewayParts>,
+    sessions: Mutex<HashMap<String, Arc<Held>>>,
+}
+
+impl Gateway {
+    /// A gateway over `parts`.
+    pub fn new(parts: GatewayParts) -> Self {
+        Gateway {
+            parts: Arc::new(parts),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.parts.runtime
+    }
+
+    /// How many sessions are held.
+    pub fn session_count(&self) -> usize {
+        self.lock_sessions().len()
+    }
+
+    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Held>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self, key: &str) -> Arc<Held> {
+        let mut sessions = self.lock_sessions();
+        Arc::clone(sessions.entry(key.to_owned()).or_default())
+    }
+
+    /// Serves one call.
+    ///
+    /// # Errors
+    /// [`GatewayError`] with its status and code.
+    pub async fn call(
+        &self,
+        method: GatewayMethod,
+        call: CallRequest,
+    ) -> Result<Served, GatewayError> {
+        let parts = Arc::clone(&self.parts);
+        let timeout = parts.call_timeout;
+        let work = async move {
+            match method {
+                GatewayMethod::Health | GatewayMethod::Doctor | GatewayMethod::Reload => {
+                    let parts = Arc::clone(&parts);
+                    let sessions = self.session_count();
+                    tokio::task::spawn_blocking(move || {
+                        serve_global(&parts, method, call, sessions)
+                    })
+                    .await
+                    .map_err(|err| {
+                        GatewayError::failed("internal", format!("{method} failed: {err}"))
+                    })?
+                }
+                _ => {
+                    let key = call.session.clone().expect("checked by parse_call");
+                    let held = self.held(&key);
+                    let runner = held
+                        .runner
+                        .get_or_try_init(|| {
+                            let harness = Arc::clone(&parts.harness);
+                            let key = key.clone();
+                            async move {
+                                tokio::task::spawn_blocking(move || {
+                                    SessionRunner::open(harness, &key)
+                                })
+                                .await
+                                .map_err(|err| {
+                                    GatewayError::failed(
+                                        "internal",
+                                        format!("opening the session failed: {err}"),
+                                    )
+                                })?
+                                .map_err(harness_error)
+                            }
+                        })
+                        .await?;
+                    let held = Arc::clone(&held);
+                    let handle = runner.submit(move |harness, session| {
+                        serve_session(
+                            &parts,
+                            harness,
+                            method,
+                            &key,
+                            session,
+                            &held.rollbacks,
+                            call.params.as_ref(),
+                        )
+                    });
+                    handle.await.map_err(work_error)?
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(GatewayError::new(
+                504,
+                "timeout",
+                format!(
+                    "{method} did not finish within {} s; it goes on in the gateway (later calls \
+                     of this session wait for it); retry later or raise --call-timeout",
+                    timeout.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
+    /// Waits for every held session's queued work, makes each session durable and lets it
+    /// go (the gateway's shutdown, before the runtime disposes its engines).
+    pub async fn flush_sessions(&self) {
+        let held: Vec<(String, Arc<Held>)> = self.lock_sessions().drain().collect();
+        for (key, held) in held {
+            held.rollbacks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
+            let Some(runner) = held.runner.get() else {
+                continue;
+            };
+            let done = runner.submit(move |harness, session| {
+                if let Err(err) = harness.commit(session) {
+                    tracing::warn!(session = %key, %err, "session not flushed at shutdown");
+                }
+            });
+            if let Err(err) = done.await {
+                tracing::warn!(%err, "a session's work did not finish at shutdown");
+            }
+        }
+    }
+}
+
+fn work_error(err: WorkError) -> GatewayError {
+    match err {
+        WorkError::Stuck { .. } => GatewayError::new(504, "engine_stuck", err.to_string()),
+        WorkError::Unavailable(_) => GatewayError::new(503, "unavailable", err.to_string()),
+    }
+}
+
+fn harness_error(err: HarnessError) -> GatewayError {
+    let status = match &err {
+        HarnessError::Model(_) => 502,
+        _ => 500,
+    };
+    GatewayError::new(status, err.code(), err.to_string())
+}
+
+fn guard_error(method: GatewayMethod) -> impl FnOnce(GuardError) -> GatewayError {
+    move |err| GatewayError::failed(err.code(), format!("context engine {method} failed: {err}"))
+}
+
+/// `health`, `doctor`, `reload`: about the whole gateway.
+fn serve_global(
+    parts: &GatewayParts,
+    method: GatewayMethod,
+    call: CallRequest,
+    sessions: usize,
+) -> Result<Served, GatewayError> {
+    let engine = parts.source.current();
+    match method {
+        GatewayMethod::Health => Served::of(&engine, &health(&parts.runtime, &engine, sessions)),
+        GatewayMethod::Doctor => Served::of(&engine, &doctor(&parts.runtime)),
+        GatewayMethod::Reload => {
+            let params = Params::new(method, call.params.as_ref())?;
+            let reloaded = match params.str("pluginId")? {
+                Some(id) => vec![parts.runtime.reload_plugin(id).map_err(reload_error)?],
+                None => reload_everything(&parts.runtime).map_err(reload_error)?,
+            };
+            // The engine that serves from now on.
+            let engine = parts.source.current();
+            Served::of(&engine, &serde_json::json!({ "reloaded": reloaded }))
+        }
+        _ => unreachable!("session methods are served by their worker"),
+    }
+}
+
+fn reload_error(err: ReloadError) -> GatewayError {
+    let status = match err {
+        ReloadError::UnknownPlugin { .. } => 404,
+        _ => 409,
+    };
+    GatewayError::new(
+        status,
+        err.code(),
+        format!("{err}; the engine in force keeps serving"),
+    )
+}
+
+/// The config, then every plugin, reloaded (what `reload` without `pluginId` and SIGHUP do);
+/// the plugins reloaded. The first refusal is the error (the others still ran).
+///
+/// # Errors
+/// The config or a plugin reload was refused.
+pub fn reload_everything(runtime: &Runtime) -> Result<Vec<ReloadOutcome>, ReloadError> {
+    runtime.reload_config()?;
+    let mut outcomes = Vec::new();
+    let mut refused = None;
+    for result in runtime.reload_all() {
+        match result {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(err) => {
+                tracing::warn!(error = %err, "plugin reload refused");
+                refused.get_or_insert(err);
+            }
+        }
+    }
+    match refused {
+        Some(err) => Err(err),
+        None => Ok(outcomes),
+    }
+}
+
+/// `health`'s result.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayHealth {
+    /// The engine the slot resolves to.
+    pub slot: String,
+    /// Per engine: its generation and the old generations kept.
+    pub engines: Vec<EngineHealth>,
+    /// Sessions held.
+    pub sessions: usize,
+}
+
+/// One engine in `health`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineHealth {
+    /// The engine id.
+    pub engine_id: String,
+    /// Its current generation.
+    pub generation: u64,
+    /// Replaced instances that calls still hold (disposed when the last call ends).
+    pub draining: usize,
+    /// Old generations whose libraries are kept mapped.
+    pub kept_generations: usize,
+    /// Their size in bytes.
+    pub kept_bytes: u64,
+    /// Whether it is quarantined now.
+    pub quarantined: bool,
+}
+
+fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
+    GatewayHealth {
+        slot: engine.id().to_owned(),
+        engines: runtime
+            .generations()
+            .into_iter()
+            .map(|g| EngineHealth {
+                quarantined: runtime.quarantine().is_quarantined(&g.engine_id),
+                engine_id: g.engine_id,
+                generation: g.generation,
+                draining: g.draining,
+                kept_generations: g.kept_generations,
+                kept_bytes: g.kept_bytes,
+            })
+            .collect(),
+        sessions,
+    }
+}
+
+/// The methods on a session, run on its worker.
+fn serve_session(
+    parts: &GatewayParts,
+    harness: &Harness,
+    method: GatewayMethod,
+    key: &str,
+    session: &mut HarnessSession,
+    rollbacks: &Mutex<HashMap<String, SpawnRollbackBox>>,
+    params: Option<&Value>,
+) -> Result<Served, GatewayError> {
+    let params = Params::new(method, params)?;
+    let rollbacks = || rollbacks.lock().unwrap_or_else(|e| e.into_inner());
+    let abort = || Arc::new(AbortController::new());
+    let host = |prompt: Option<&str>| HostInputs {
+        session_key: Some(Arc::from(key)),
+        prompt: prompt.map(Arc::from),
+        ..HostInputs::default()
+    };
+    let session_id: Arc<str> = Arc::from(session.summary.session_id.as_str());
+    let session_file: Arc<str> = Arc::from(session.summary.session_file.to_string_lossy().as_ref());
+    match method {
+        GatewayMethod::Turn => {
+            if !parts.has_model {
+                return Err(GatewayError::new(
+                    409,
+                    "no_model",
+                    "turn needs a model: start the gateway with --model openai:MODEL",
+                ));
+            }
+            let prompt = match params.required("prompt", "a string or a user message")? {
+                Value::String(text) => Message::user(text.as_str()),
+                value @ Value::Object(_) => message_of(method, "prompt", value.clone())?,
+                other => {
+                    return Err(GatewayError::bad_request(
+                        "invalid_params",
+                        format!(
+                            "params.prompt of turn must be a string or a message, not {}",
+                            kind_of(other)
+                        ),
+                    ))
+                }
+            };
+            let report = harness.turn(session, prompt).map_err(harness_error)?;
+            let engine = session
+                .turn_engine()
+                .cloned()
+                .unwrap_or_else(|| parts.source.current());
+            let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
+            let reply = snapshot
+                .messages
+                .iter()
+                .rev()
+                .take(report.messages_added)
+                .find(|m| m.role() == pincer_plugin_api::Role::Assistant);
+            #[derive(Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct TurnResult<'a> {
+                #[serde(flatten)]
+                report: &'a crate::harness::TurnReport,
+                reply: Option<&'a Message>,
+                reply_text: Option<String>,
+            }
+            Served::of(
+                &engine,
+                &TurnResult {
+                    report: &report,
+                    reply,
+                    reply_text: reply.map(Message::plain_text),
+                },
+            )
+        }
+        GatewayMethod::Assemble => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let full = params.flag("full")?;
+            let prompt = params.str("prompt")?;
+            let (messages, entry_ids) = match params.array("messages")? {
+                Some(list) => (
+                    list.iter()
+                        .map(|v| message_of(method, "messages[]", v.clone()))
+                        .collect::<Result<Arc<[Message]>, _>>()?,
+                    no_entry_ids(),
+                ),
+                None => {
+                    let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
+                    (snapshot.messages, snapshot.entry_ids)
+                }
+            };
+            let request = Arc::new(AssembleRequest {
+                session_id,
+                messages: Arc::clone(&messages),
+                entry_ids: Arc::clone(&entry_ids),
+                token_budget: params.u64("tokenBudget")?,
+                host: host(prompt),
+            });
+            let guarded = engine
+                .assemble(request, abort())
+                .map_err(guard_error(method))?;
+            let mut items = Vec::new();
+            for item in guarded.value.items.iter() {
+                match item {
+                    AssembledItem::Input { start, end } => {
+                        for i in *start as usize..(*end as usize).min(messages.len()) {
+                            items.push(Item {
+                                entry_id: entry_ids.get(i).and_then(EntryId::as_str),
+                                index: entry_ids.get(i).is_none().then_some(i),
+                                message: full.then(|| &messages[i]),
+                            });
+                        }
+                    }
+                    AssembledItem::New(message) => items.push(Item {
+                        entry_id: None,
+                        index: None,
+                        message: Some(message),
+                    }),
+                }
+            }
+            #[derive(Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Item<'a> {
+                #[serde(skip_serializing_if = "Option::is_none")]
+                entry_id: Option<&'a str>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                index: Option<usize>,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                message: Option<&'a Message>,
+            }
+            #[derive(Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct AssembleResult<'a> {
+                count: usize,
+                items: Vec<Item<'a>>,
+                estimated_tokens: Option<u64>,
+                system_prompt_addition: Option<&'a str>,
+                answered_by: &'a str,
+            }
+            let value = &guarded.value;
+            Served::of(
+                &engine,
+                &AssembleResult {
+                    count: items.len(),
+                    items,
+                    estimated_tokens: value.estimated_tokens.into_option(),
+                    system_prompt_addition: value
+                        .system_prompt_addition
+                        .as_ref()
+                        .map(|s| s.as_str())
+                        .into_option(),
+                    answered_by: guarded.answer.answered_by.as_str(),
+                },
+            )
+        }
+        GatewayMethod::Ingest | GatewayMethod::IngestBatch => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let heartbeat = params.flag("isHeartbeat")?;
+            let incoming: Vec<Message> = if method == GatewayMethod::Ingest {
+                vec![message_of(
+                    method,
+                    "message",
+                    params.required("message", "a message")?.clone(),
+                )?]
+            } else {
+                params
+                    .array("messages")?
+                    .ok_or_else(|| {
+                        GatewayError::bad_request(
+                            "invalid_params",
+                            "ingestBatch needs params.messages (an array of messages)",
+                        )
+                    })?
+                    .iter()
+                    .map(|v| message_of(method, "messages[]", v.clone()))
+                    .collect::<Result<_, _>>()?
+            };
+            let mut ids = Vec::with_capacity(incoming.len());
+            for message in &incoming {
+                ids.push(harness.append(session, message).map_err(harness_error)?);
+            }
+            harness.commit(session).map_err(harness_error)?;
+            let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
+            // Where the new messages start in the context (excluded ones are not in it).
+            let first = ids
+                .iter()
+                .find_map(|id| {
+                    snapshot
+                        .entry_ids
+                        .iter()
+                        .position(|e| e.as_str() == Some(id))
+                })
+                .unwrap_or(snapshot.messages.len());
+            let mut answered_by = engine.id().to_owned();
+            let mut ingested = 0u64;
+            let batch = if method == GatewayMethod::IngestBatch {
+                engine
+                    .ingest_batch(
+                        Arc::new(IngestBatchRequest {
+                            session_id: Arc::clone(&session_id),
+                            messages: Arc::clone(&snapshot.messages),
+                            entry_ids: Arc::clone(&snapshot.entry_ids),
+                            range: first..snapshot.messages.len(),
+                            is_heartbeat: heartbeat,
+                            host: host(None),
+                        }),
+                        abort(),
+                    )
+                    .map_err(guard_error(method))?
+            } else {
+                None
+            };
+            match batch {
+                Some(guarded) => {
+                    ingested = guarded.value.ingested_count;
+                    answered_by = guarded.answer.answered_by.to_string();
+                }
+                // `ingest` per message (the engine has no ingestBatch, or one message).
+                None => {
+                    for index in first..snapshot.messages.len() {
+                        let guarded = engine
+                            .ingest(
+                                Arc::new(IngestRequest {
+                                    session_id: Arc::clone(&session_id),
+                                    messages: Arc::clone(&snapshot.messages),
+                                    entry_ids: Arc::clone(&snapshot.entry_ids),
+                                    index,
+                                    is_heartbeat: heartbeat,
+                                    host: host(None),
+                                }),
+                                abort(),
+                            )
+                            .map_err(guard_error(method))?;
+                        ingested += u64::from(guarded.value.ingested);
+                        answered_by = guarded.answer.answered_by.to_string();
+                    }
+                }
+            }
+            #[derive(Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct IngestResult<'a> {
+                ingested: bool,
+                ingested_count: u64,
+                entry_ids: &'a [String],
+                answered_by: &'a str,
+            }
+            Served::of(
+                &engine,
+                &IngestResult {
+                    ingested: ingested > 0,
+                    ingested_count: ingested,
+                    entry_ids: &ids,
+                    answered_by: &answered_by,
+                },
+            )
+        }
+        GatewayMethod::Compact => {
+            let report = harness
+                .compact_now(session, params.str("customInstructions")?)
+                .map_err(harness_error)?;
+            let engine = session
+                .turn_engine()
+                .cloned()
+                .unwrap_or_else(|| parts.source.current());
+            Served::of(&engine, &report)
+        }
+        GatewayMethod::AfterTurn => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
+            let pre_prompt = params
+                .u64("prePromptMessageCount")?
+                .unwrap_or(snapshot.messages.len() as u64);
+            let request = Arc::new(AfterTurnRequest {
+                session_id,
+                session_file,
+                messages: snapshot.messages,
+                entry_ids: snapshot.entry_ids,
+                pre_prompt_message_count: pre_prompt,
+                auto_compaction_summary: params.str("autoCompactionSummary")?.map(Arc::from),
+                is_heartbeat: params.flag("isHeartbeat")?,
+                token_budget: params.u64("tokenBudget")?,
+                host: host(None),
+            });
+            let answer = engine
+                .after_turn(request, abort())
+                .map_err(guard_error(method))?;
+            Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
+        }
+        GatewayMethod::Maintain => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let request = Arc::new(MaintainRequest {
+                session_id,
+                session_file,
+                reason: Arc::from(params.str("reason")?.unwrap_or("manual")),
+                host: host(None),
+            });
+            let answer = engine
+                .maintain(request, abort())
+                .map_err(guard_error(method))?;
+            Served::of(
+                &engine,
+                &match answer {
+                    None => serde_json::json!({ "called": false }),
+                    Some(g) => serde_json::json!({
+                        "called": true,
+                        "changed": g.value.changed,
+                        "bytesFreed": g.value.bytes_freed,
+                        "rewrittenEntries": g.value.rewritten_entries,
+                        "reason": g.value.reason.as_ref().map(|r| r.as_str()).into_option(),
+                        "answeredBy": g.answer.answered_by,
+                    }),
+                },
+            )
+        }
+        GatewayMethod::CallTool => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let arguments = match params.get("arguments") {
+                None => "{}".to_owned(),
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+            };
+            let request = Arc::new(ToolCallRequest {
+                session_id,
+                tool_name: Arc::from(params.required_str("name")?),
+                arguments_json: Arc::from(arguments),
+                host: host(None),
+            });
+            let answer = engine
+                .call_tool(request, abort())
+                .map_err(guard_error(method))?;
+            Served::of(
+                &engine,
+                &match answer {
+                    None => serde_json::json!({ "called": false }),
+                    Some(g) => serde_json::json!({
+                        "called": true,
+                        "content": g.value.content.as_str(),
+                        "isError": g.value.is_error,
+                        "answeredBy": g.answer.answered_by,
+                    }),
+                },
+            )
+        }
+        GatewayMethod::PrepareSubagentSpawn => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let child = params.required_str("childSessionKey")?;
+            let mode = match params.str("contextMode")? {
+                None | Some("isolated") => SubagentContextMode::Isolated,
+                Some("fork") => SubagentContextMode::Fork,
+                Some(other) => {
+                    return Err(GatewayError::bad_request(
+                        "invalid_params",
+                        format!(
+                            "params.contextMode must be \"isolated\" or \"fork\", not {other:?}"
+                        ),
+                    ))
+                }
+            };
+            let request = Arc::new(SubagentSpawnRequest {
+                parent_session_key: Arc::from(key),
+                child_session_key: Arc::from(child),
+                context_mode: Some(mode),
+                parent_session_id: Some(session_id),
+                parent_session_file: Some(session_file),
+                child_session_id: None,
+                child_session_file: None,
+                ttl_ms: params.u64("ttlMs")?,
+            });
+            let answer = engine
+                .prepare_subagent_spawn(request)
+                .map_err(guard_error(method))?;
+            let answered_by = answer.as_ref().map(|g| g.answer.answered_by.clone());
+            let rollback = answer.and_then(|g| g.value);
+            let has_rollback = rollback.is_some();
+            if let Some(handle) = rollback {
+                rollbacks().insert(child.to_owned(), handle);
+            }
+            Served::of(
+                &engine,
+                &serde_json::json!({
+                    "called": answered_by.is_some(),
+                    "rollback": has_rollback,
+                    "answeredBy": answered_by,
+                }),
+            )
+        }
+        GatewayMethod::OnSubagentEnded => {
+            let engine = parts.source.current();
+            harness.settle(session);
+            let child = params.required_str("childSessionKey")?;
+            let reason = match params.str("reason")?.unwrap_or("completed") {
+                "deleted" => SubagentEndReason::Deleted,
+                "completed" => SubagentEndReason::Completed,
+                "swept" => SubagentEndReason::Swept,
+                "released" => SubagentEndReason::Released,
+                other => {
+                    return Err(GatewayError::bad_request(
+                        "invalid_params",
+                        format!(
+                            "params.reason must be deleted, completed, swept or released, not {other:?}"
+                        ),
+                    ))
+                }
+            };
+            // A child that failed to spawn rolls its preparation back instead.
+            if params.flag("spawnFailed")? {
+                let handle = rollbacks().remove(child);
+                if let Some(handle) = handle {
+                    engine.rollback(handle).map_err(|err| {
+                        GatewayError::failed("engine_failed", format!("rollback failed: {err}"))
+                    })?;
+                }
+                return Served::of(&engine, &serde_json::json!({ "rolledBack": true }));
+            }
+            rollbacks().remove(child);
+            let answer = engine
+                .on_subagent_ended(Arc::new(SubagentEndedRequest {
+                    child_session_key: Arc::from(child),
+                    reason,
+                }))
+                .map_err(guard_error(method))?;
+            Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
+        }
+        GatewayMethod::Health | GatewayMethod::Doctor | GatewayMethod::Reload => {
+            unreachable!("served by serve_global")
+        }
+    }
+}
+
+/// `{called, answeredBy}` of a method without a result.
+fn called(answered_by: Option<impl Serialize>) -> Value {
+    serde_json::json!({ "called": answered_by.is_some(), "answeredBy": answered_by })
+}
+
+/// The message `value` given as `field` of `method`.
+fn message_of(method: GatewayMethod, field: &str, value: Value) -> Result<Message, GatewayError> {
+    if !value.is_object() {
+        return Err(GatewayError::bad_request(
+            "invalid_params",
+            format!(
+                "params.{field} of {method} must be a message object ({{\"role\": …, \"content\": …}}), not {}",
+                kind_of(&value)
+            ),
+        ));
+    }
+    Message::from_value(value).map_err(|err| {
+        GatewayError::bad_request(
+            "invalid_message",
+            format!("params.{field} of {method} is not an OpenClaw message: {err}"),
+        )
+    })
+}

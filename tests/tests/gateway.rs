@@ -1,0 +1,1161 @@
+//! The gateway, `pincer serve`, through the real binary: a conversation over its Unix socket
+//! with the real `sliding-window` library and a chat-completions server on 127.0.0.1, calls of
+//! one session in order while sessions run in parallel, malformed and oversized requests,
+//! loopback HTTP and its bearer token, graceful shutdown with calls in flight, the socket's
+//! mode, the documented schema checked against live answers, and a Python client.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pincer_host::gateway::client;
+use pincer_host::gateway::CallRequest;
+use pincer_tests::chat_server::ChatServer;
+use pincer_tests::{pincer_bin, staged_plugins_dir, workspace_root};
+use serde_json::{json, Value};
+
+/// A running `pincer serve`.
+struct Served {
+    child: Child,
+    socket: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Served {
+    /// Starts `pincer serve` in `home` with the staged plugins and `args`, and waits until its
+    /// socket answers.
+    fn start(home: &Path, args: &[&str]) -> Served {
+        let socket = home.join("gw.sock");
+        let stderr = home.join(format!("serve-{}.log", std::process::id()));
+        let child = Command::new(pincer_bin())
+            .arg("--home")
+            .arg(home)
+            .args(["--log", "info", "serve", "--socket"])
+            .arg(&socket)
+            .arg("--plugins-dir")
+            .arg(staged_plugins_dir())
+            .args(args)
+            .env_remove("PINCER_HOME")
+            .env_remove("PINCER_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("pincer serve starts");
+        let mut served = Served {
+            child,
+            socket,
+            stderr,
+        };
+        let start = Instant::now();
+        while UnixStream::connect(&served.socket).is_err() {
+            if let Some(status) = served.child.try_wait().unwrap() {
+                panic!("pincer serve exited ({status}): {}", served.log());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the gateway did not start: {}",
+                served.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        served
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn call(&self, method: &str, session: Option<&str>, params: Value) -> (u16, Value) {
+        call(&self.socket, method, session, params)
+    }
+
+    /// A call that must succeed; its answer.
+    fn ok(&self, method: &str, session: &str, params: Value) -> Value {
+        let (status, answer) = self.call(method, Some(session), params);
+        assert_eq!(status, 200, "{method}: {answer}");
+        assert_eq!(answer["ok"], true, "{method}: {answer}");
+        answer
+    }
+
+    /// Sends SIGTERM and waits for the process; its exit status and log.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        signal(&self.child, "TERM");
+        let status = wait_with_deadline(&mut self.child, Duration::from_secs(60));
+        (status, self.log())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+fn wait_with_deadline(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "the gateway did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn call(socket: &Path, method: &str, session: Option<&str>, params: Value) -> (u16, Value) {
+    client::call(
+        socket,
+        &CallRequest {
+            method: method.to_owned(),
+            session: session.map(str::to_owned),
+            params: Some(params).filter(|p| !p.is_null()),
+        },
+    )
+    .expect("the gateway answers")
+}
+
+/// A home whose config names the chat server and `entries` (plugins.entries).
+fn home_with(model_url: Option<&str>, entries: Value) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    let mut config = json!({ "plugins": { "entries": entries } });
+    if let Some(url) = model_url {
+        config["model"] = json!({ "baseUrl": url });
+    }
+    std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
+    home
+}
+
+fn queue_replies(server: &ChatServer, n: usize) {
+    for i in 0..n {
+        server.reply_completion(
+            json!({"role": "assistant", "content": format!("answer {}", i + 1)}),
+            "stop",
+            json!({"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}),
+        );
+    }
+}
+
+/// The entry ids of the session's message entries, in file order.
+fn session_message_ids(home: &Path, key: &str) -> Vec<String> {
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join("agents/main/sessions/sessions.json")).unwrap(),
+    )
+    .unwrap();
+    let id = index[key]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("session {key} is indexed: {index}"));
+    std::fs::read_to_string(home.join(format!("agents/main/sessions/{id}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "message")
+        .map(|v| v["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn text_of(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<String>(),
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_generation() {
+    let server = ChatServer::start();
+    queue_replies(&server, 2);
+    let home = home_with(Some(&server.base_url), json!({}));
+    let gw = Served::start(
+        home.path(),
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
+    );
+    let session = "agent:main:conv";
+    let mut answers = Vec::new();
+    let first = gw.ok("turn", session, json!({"prompt": "What is pincer?"}));
+    assert_eq!(first["result"]["replyText"], "answer 1");
+    let second = gw.ok(
+        "turn",
+        session,
+        json!({"prompt": {"role": "user", "content": "And the gateway?"}}),
+    );
+    assert_eq!(second["result"]["replyText"], "answer 2");
+    // The model saw the first turn: the gateway held the session.
+    let sent = &server.recorded()[1].body["messages"];
+    let sent_texts: Vec<String> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        sent_texts.iter().any(|t| t == "What is pincer?")
+            && sent_texts.iter().any(|t| t == "answer 1"),
+        "second turn's request: {sent}"
+    );
+    let ingested = gw.ok(
+        "ingest",
+        session,
+        json!({"message": {"role": "user", "content": "a note"}}),
+    );
+    let batch = gw.ok(
+        "ingestBatch",
+        session,
+        json!({"messages": [
+            {"role": "user", "content": "note two"},
+            {"role": "assistant", "content": [{"type": "text", "text": "noted"}]},
+        ]}),
+    );
+    assert_eq!(batch["result"]["entryIds"].as_array().unwrap().len(), 2);
+    // Assemble by reference: entry ids of the session file, in order, and no message sent.
+    let refs = gw.ok("assemble", session, json!({"tokenBudget": 100000}));
+    let ids: Vec<&str> = refs["result"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            assert!(item.get("message").is_none(), "by reference: {item}");
+            item["entryId"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, session_message_ids(home.path(), session));
+    assert_eq!(ids.len(), 7, "two turns (4 messages) and three ingested");
+    assert_eq!(ids[4], ingested["result"]["entryIds"][0]);
+    // In full, on request; and over explicit messages, which need no session history.
+    let full = gw.ok("assemble", session, json!({"full": true}));
+    let texts: Vec<String> = full["result"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| text_of(&item["message"]))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "What is pincer?",
+            "answer 1",
+            "And the gateway?",
+            "answer 2",
+            "a note",
+            "note two",
+            "noted"
+        ]
+    );
+    let explicit = gw.ok(
+        "assemble",
+        "agent:main:explicit",
+        json!({"messages": [{"role": "user", "content": "only this"}], "full": true}),
+    );
+    assert_eq!(explicit["result"]["items"][0]["index"], 0);
+    assert_eq!(
+        text_of(&explicit["result"]["items"][0]["message"]),
+        "only this"
+    );
+    answers.extend([first, second, ingested, batch, refs, full, explicit]);
+    answers.push(gw.ok("afterTurn", session, json!({"prePromptMessageCount": 5})));
+    answers.push(gw.ok("maintain", session, json!({"reason": "turn"})));
+    answers.push(gw.ok(
+        "callTool",
+        session,
+        json!({"name": "nothing", "arguments": {}}),
+    ));
+    answers.push(gw.ok(
+        "prepareSubagentSpawn",
+        session,
+        json!({"childSessionKey": "agent:main:child", "contextMode": "isolated"}),
+    ));
+    answers.push(gw.ok(
+        "onSubagentEnded",
+        session,
+        json!({"childSessionKey": "agent:main:child", "reason": "completed"}),
+    ));
+    answers.push(gw.ok("compact", session, json!({})));
+    for answer in &answers {
+        assert_eq!(answer["engineId"], "sliding-window", "{answer}");
+        assert_eq!(answer["generation"], 1, "{answer}");
+    }
+    let (status, health) = gw.call("health", None, Value::Null);
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["result"]["slot"], "sliding-window");
+    assert_eq!(engine_health(&gw, "sliding-window")["generation"], 1);
+    assert_eq!(health["result"]["sessions"], 2);
+    // The CLI's client and `health --socket` print the same answers.
+    let out = Command::new(pincer_bin())
+        .args(["health", "--json", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["result"]["slot"], "sliding-window");
+    assert!(printed["result"]["engines"].as_array().unwrap().len() >= 2);
+    let out = Command::new(pincer_bin())
+        .args(["client", "--socket"])
+        .arg(&gw.socket)
+        .args([
+            "assemble",
+            "--session",
+            session,
+            "--params",
+            "{\"full\":true}",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let compacted = gw.ok("assemble", session, json!({"full": true}));
+    assert_eq!(printed["result"], compacted["result"]);
+    let (status, _) = gw.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
+    // `faulty` ingests after sleeping when configured to hang: one session's slow call must
+    // not hold up another session.
+    let home = home_with(
+        None,
+        json!({"faulty": {"config": {"ingest": "hang", "hangMs": 3000}}}),
+    );
+    let gw = Served::start(home.path(), &["--engine", "faulty"]);
+    let socket = gw.socket.clone();
+    let slow = std::thread::spawn(move || {
+        call(
+            &socket,
+            "ingest",
+            Some("slow"),
+            json!({"message": {"role": "user", "content": "slow"}}),
+        )
+    });
+    // While the slow session's call sleeps in the engine, other sessions are served.
+    while !gw.log().contains("faulty: hanging") {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let fast = gw.ok("assemble", "fast", json!({}));
+    assert_eq!(fast["result"]["count"], 0);
+    assert!(
+        !slow.is_finished(),
+        "a call of another session waited for the slow one"
+    );
+    // The next call of the slow session waits for the first: it sees its message.
+    let after = gw.ok("assemble", "slow", json!({"full": true}));
+    assert_eq!(slow.join().unwrap().0, 200);
+    assert_eq!(text_of(&after["result"]["items"][0]["message"]), "slow");
+    drop(gw);
+
+    // Many clients, each appending in order to its own session and to a shared one: nothing
+    // lost, nothing reordered.
+    let home = home_with(None, json!({}));
+    let gw = Served::start(home.path(), &[]);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let socket = gw.socket.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    let message =
+                        json!({"message": {"role": "user", "content": format!("{t}:{i}")}});
+                    for session in [format!("own-{t}"), "shared".to_owned()] {
+                        let (status, answer) =
+                            call(&socket, "ingest", Some(&session), message.clone());
+                        assert_eq!(status, 200, "{answer}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let texts = |session: &str| -> Vec<String> {
+        gw.ok("assemble", session, json!({"full": true}))["result"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| text_of(&i["message"]))
+            .collect()
+    };
+    for t in 0..4 {
+        let expected: Vec<String> = (0..20).map(|i| format!("{t}:{i}")).collect();
+        assert_eq!(texts(&format!("own-{t}")), expected);
+        let shared: Vec<String> = texts("shared")
+            .into_iter()
+            .filter(|m| m.starts_with(&format!("{t}:")))
+            .collect();
+        assert_eq!(shared, expected, "client {t}'s order in the shared session");
+    }
+    assert_eq!(texts("shared").len(), 80);
+}
+
+/// Sends `raw` bytes on a fresh connection and reads the answer: status and JSON body.
+fn raw_exchange(socket: &Path, raw: &[u8]) -> (u16, Value) {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    let _ = stream.write_all(raw);
+    read_answer(&mut stream)
+}
+
+fn read_answer(stream: &mut impl std::io::Read) -> (u16, Value) {
+    let mut text = Vec::new();
+    let outcome = stream.read_to_end(&mut text);
+    if text.is_empty() {
+        panic!("no answer: {outcome:?}");
+    }
+    let text = String::from_utf8_lossy(&text).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {text:?}"));
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn post(body: &str) -> Vec<u8> {
+    format!(
+        "POST /v1/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn malformed_requests_get_clear_errors_and_everyone_else_is_still_served() {
+    let home = home_with(None, json!({}));
+    let gw = Served::start(home.path(), &[]);
+    gw.ok(
+        "ingest",
+        "kept",
+        json!({"message": {"role": "user", "content": "before"}}),
+    );
+    let cases: [(&str, u16, &str); 8] = [
+        ("{not json", 400, "bad_json"),
+        ("[1, 2]", 400, "bad_request"),
+        (
+            r#"{"method": "assemble", "session": "s", "extra": 1}"#,
+            400,
+            "bad_request",
+        ),
+        (
+            r#"{"method": "summon", "session": "s"}"#,
+            404,
+            "unknown_method",
+        ),
+        (r#"{"method": "assemble"}"#, 400, "missing_session"),
+        (
+            r#"{"method": "assemble", "session": "s", "params": [1]}"#,
+            400,
+            "invalid_params",
+        ),
+        (
+            r#"{"method": "assemble", "session": "s", "params": {"tokenBudget": "lots"}}"#,
+            400,
+            "invalid_params",
+        ),
+        (
+            r#"{"method": "ingest", "session": "s", "params": {"message": {"role": 7}}}"#,
+            400,
+            "invalid_message",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let (got, answer) = raw_exchange(&gw.socket, &post(body));
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {answer}"
+        );
+        assert_eq!(answer["ok"], false);
+        assert!(
+            answer["error"]["message"].as_str().unwrap().len() > 20,
+            "a message saying what was wrong: {answer}"
+        );
+    }
+    // A 100 MB body is refused with 413 before it is read whole.
+    let mut stream = UnixStream::connect(&gw.socket).unwrap();
+    let head = "POST /v1/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\nConnection: close\r\n\r\n";
+    stream.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b' '; 1 << 20];
+    for _ in 0..100 {
+        if stream.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let (status, answer) = read_answer(&mut stream);
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["error"]["code"], "body_too_large");
+    // Clients that go away mid-request harm nobody.
+    for cut in [20, 120] {
+        let mut stream = UnixStream::connect(&gw.socket).unwrap();
+        let body = r#"{"method": "ingest", "session": "kept", "params": {"message": {"role": "user", "content": "never"}}}"#;
+        let raw = post(body);
+        stream.write_all(&raw[..cut.min(raw.len())]).unwrap();
+        drop(stream);
+    }
+    // Unknown paths are answered too.
+    let (status, answer) = raw_exchange(
+        &gw.socket,
+        b"GET /elsewhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    // The gateway still serves, and the cut request touched nothing.
+    let full = gw.ok("assemble", "kept", json!({"full": true}));
+    let texts: Vec<String> = full["result"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| text_of(&i["message"]))
+        .collect();
+    assert_eq!(texts, ["before"]);
+    let (status, _) = gw.stop();
+    assert!(status.success());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_exchange(port: u16, token: Option<&str>, body: &str) -> (u16, Value) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let raw = format!(
+        "POST /v1/call HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(raw.as_bytes()).unwrap();
+    read_answer(&mut stream)
+}
+
+#[test]
+fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
+    let home = home_with(None, json!({}));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let gw = Served::start(home.path(), &["--http", &addr]);
+    let token_file = home.path().join("state/gateway.token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let body = r#"{"method": "ingest", "session": "guarded", "params": {"message": {"role": "user", "content": "hi"}}}"#;
+    let wrong = format!("{}x", &token[..token.len() - 1]);
+    for given in [None, Some("nonsense"), Some(wrong.as_str())] {
+        let (status, answer) = http_exchange(port, given, body);
+        assert_eq!(status, 401, "{given:?}: {answer}");
+        assert_eq!(answer["error"]["code"], "unauthorized");
+    }
+    assert!(
+        !home
+            .path()
+            .join("agents/main/sessions/sessions.json")
+            .exists(),
+        "a refused request created no session"
+    );
+    let (status, answer) = http_exchange(port, Some(&token), body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(session_message_ids(home.path(), "guarded").len(), 1);
+    // The socket serves without a token (it is the owner's: mode 0600).
+    gw.ok("assemble", "guarded", json!({}));
+    drop(gw);
+    // The token is kept across restarts.
+    let gw = Served::start(home.path(), &["--http", &addr]);
+    let (status, _) = http_exchange(port, Some(&token), body);
+    assert_eq!(status, 200);
+    // HTTP stays on loopback.
+    drop(gw);
+    let out = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--socket"])
+        .arg(home.path().join("other.sock"))
+        .args(["--http", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a loopback address"));
+    assert!(
+        !home.path().join("other.sock").exists(),
+        "a gateway that did not start leaves no socket"
+    );
+}
+
+#[test]
+fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
+    let home = home_with(
+        None,
+        json!({"faulty": {"config": {"ingest": "hang", "hangMs": 1500}}}),
+    );
+    let gw = Served::start(home.path(), &["--engine", "faulty"]);
+    let calls: Vec<_> = (0..3)
+        .map(|i| {
+            let socket = gw.socket.clone();
+            std::thread::spawn(move || {
+                call(
+                    &socket,
+                    "ingest",
+                    Some(&format!("s{i}")),
+                    json!({"message": {"role": "user", "content": format!("in flight {i}")}}),
+                )
+            })
+        })
+        .collect();
+    while gw.log().matches("faulty: hanging").count() < 3 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let socket = gw.socket.clone();
+    let home_path = home.path().to_owned();
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    for call in calls {
+        let (status, answer) = call.join().unwrap();
+        assert_eq!(status, 200, "a call in flight was answered: {answer}");
+        assert_eq!(answer["result"]["ingested"], true);
+    }
+    assert_eq!(
+        log.matches("faulty: disposed").count(),
+        1,
+        "dispose once: {log}"
+    );
+    assert!(!socket.exists(), "the socket is removed");
+    for i in 0..3 {
+        assert_eq!(session_message_ids(&home_path, &format!("s{i}")).len(), 1);
+    }
+}
+
+#[test]
+fn the_socket_is_private_and_a_live_one_is_never_replaced() {
+    let home = home_with(None, json!({}));
+    let gw = Served::start(home.path(), &[]);
+    let mode = std::fs::metadata(&gw.socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let out = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already serving"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    gw.ok("assemble", "still", json!({}));
+    // A regular file in the way is refused, not deleted.
+    let file = home.path().join("file.sock");
+    std::fs::write(&file, "mine").unwrap();
+    let out = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--socket"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
+#[test]
+fn live_answers_match_the_documented_schema() {
+    let schema_path = workspace_root().join("docs/gateway.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(&schema_path).unwrap())
+        .expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the schema is a valid JSON Schema");
+    let server = ChatServer::start();
+    queue_replies(&server, 1);
+    let home = home_with(Some(&server.base_url), json!({}));
+    let gw = Served::start(
+        home.path(),
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
+    );
+    let s = Some("schema");
+    let requests: Vec<(&str, Option<&str>, Value)> = vec![
+        ("turn", s, json!({"prompt": "hello"})),
+        (
+            "ingest",
+            s,
+            json!({"message": {"role": "user", "content": "x"}}),
+        ),
+        (
+            "ingestBatch",
+            s,
+            json!({"messages": [{"role": "user", "content": "y"}]}),
+        ),
+        ("assemble", s, json!({})),
+        ("assemble", s, json!({"full": true, "tokenBudget": 1000})),
+        ("afterTurn", s, json!({})),
+        ("maintain", s, json!({})),
+        ("callTool", s, json!({"name": "t"})),
+        ("prepareSubagentSpawn", s, json!({"childSessionKey": "c"})),
+        ("onSubagentEnded", s, json!({"childSessionKey": "c"})),
+        ("compact", s, json!({})),
+        ("health", None, Value::Null),
+        ("doctor", None, Value::Null),
+        ("reload", None, json!({"pluginId": "sliding-window"})),
+        ("summon", s, Value::Null),
+        ("assemble", None, Value::Null),
+        ("ingest", s, json!({"message": 3})),
+    ];
+    let request_schema = json!({"$ref": "#/$defs/CallRequest", "$defs": schema["$defs"]});
+    let request_validator = jsonschema::validator_for(&request_schema).unwrap();
+    let mut methods_seen = std::collections::BTreeSet::new();
+    for (method, session, params) in requests {
+        let mut request = json!({"method": method});
+        if let Some(session) = session {
+            request["session"] = json!(session);
+        }
+        if !params.is_null() {
+            request["params"] = params.clone();
+        }
+        let (status, answer) = gw.call(method, session, params);
+        let errors: Vec<String> = validator
+            .iter_errors(&answer)
+            .map(|e| format!("{} at {}", e, e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{method} answer {answer}: {errors:?}");
+        if status == 200 {
+            methods_seen.insert(method);
+            let errors: Vec<String> = request_validator
+                .iter_errors(&request)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "request {request}: {errors:?}");
+            // The result matches the method's own result schema.
+            let result_schema =
+                json!({"$ref": format!("#/$defs/{method}Result"), "$defs": schema["$defs"]});
+            let result_validator = jsonschema::validator_for(&result_schema).unwrap();
+            let errors: Vec<String> = result_validator
+                .iter_errors(&answer["result"])
+                .map(|e| format!("{} at {}", e, e.instance_path))
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "{method} result {}: {errors:?}",
+                answer["result"]
+            );
+        }
+    }
+    assert!(methods_seen.len() >= 12, "{methods_seen:?}");
+}
+
+#[test]
+fn a_python_standard_library_client_runs_a_whole_conversation() {
+    let python = Command::new("python3").arg("--version").output();
+    if !python.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is required in CI for the any-language gateway test"
+        );
+        eprintln!("skipping: python3 is not installed");
+        return;
+    }
+    let server = ChatServer::start();
+    queue_replies(&server, 3);
+    let home = home_with(Some(&server.base_url), json!({}));
+    let gw = Served::start(
+        home.path(),
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
+    );
+    let out = Command::new("python3")
+        .arg(workspace_root().join("tests/python/gateway_client.py"))
+        .arg(&gw.socket)
+        .arg("agent:main:python")
+        .arg("3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python client: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        summary["replies"],
+        json!(["answer 1", "answer 2", "answer 3"])
+    );
+    assert_eq!(summary["servedBy"], json!([["sliding-window", 1]]));
+    let ids = session_message_ids(home.path(), "agent:main:python");
+    assert_eq!(
+        ids.len(),
+        7,
+        "three turns and the note, in the session file"
+    );
+    assert_eq!(summary["referenceEntryIds"], json!(ids));
+    assert_eq!(summary["ingestedEntry"], json!(ids[6]));
+    assert_eq!(summary["health"]["slot"], "sliding-window");
+    let (status, _) = gw.stop();
+    assert!(status.success());
+}
+
+/// How a new build replaces the old library file.
+#[derive(Debug, Clone, Copy)]
+enum Replace {
+    /// Written over the same inode.
+    InPlace,
+    /// Written beside and renamed over.
+    Rename,
+    /// Deleted, then created again.
+    DeleteRecreate,
+}
+
+/// Puts a "new build" of the plugin in `dir`: the original library with `trailer` appended (a
+/// different content hash, the same code), its manifest's sha256 updated; `library` may be cut
+/// short (a broken build).
+fn install_build(dir: &Path, original: &[u8], trailer: &str, how: Replace, truncate: bool) {
+    let mut bytes = original.to_vec();
+    bytes.extend_from_slice(trailer.as_bytes());
+    if truncate {
+        bytes.truncate(bytes.len() / 2);
+    }
+    let library = pincer_tests::library_path(dir);
+    match how {
+        Replace::InPlace => {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&library)
+                .unwrap();
+            file.write_all(&bytes).unwrap();
+        }
+        Replace::Rename => {
+            let tmp = dir.join(".new-build");
+            std::fs::write(&tmp, &bytes).unwrap();
+            std::fs::rename(&tmp, &library).unwrap();
+        }
+        Replace::DeleteRecreate => {
+            std::fs::remove_file(&library).unwrap();
+            std::fs::write(&library, &bytes).unwrap();
+        }
+    }
+    let mut manifest = pincer_tests::read_manifest_json(dir);
+    manifest["sha256"] = json!(pincer_host::plugins::verify::sha256_hex(&bytes));
+    pincer_tests::write_manifest_json(dir, &manifest);
+}
+
+fn engine_health(gw: &Served, engine: &str) -> Value {
+    let (status, health) = gw.call("health", None, Value::Null);
+    assert_eq!(status, 200, "{health}");
+    health["result"]["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["engineId"] == engine)
+        .cloned()
+        .unwrap_or_else(|| panic!("{engine} in {health}"))
+}
+
+/// Waits until `engine` serves generation `generation`.
+fn wait_for_generation(gw: &Served, engine: &str, generation: u64) {
+    let start = Instant::now();
+    while engine_health(gw, engine)["generation"] != generation {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{engine} never reached generation {generation}: {}",
+            gw.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
+    let server = ChatServer::start();
+    queue_replies(&server, 5000);
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let dispose_log = plugins.path().join("disposed.log");
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({
+            "model": {"baseUrl": server.base_url},
+            "plugins": {
+                "slots": {"contextEngine": "faulty"},
+                "entries": {"faulty": {"config": {"disposeLog": dispose_log}}},
+            },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // Only the copy: the staged folder is not watched. The log goes outside the watched
+    // home: a file written on every call there would keep the watcher's debounce from ever
+    // settling.
+    let logs = tempfile::tempdir().unwrap();
+    let socket = home.path().join("gw.sock");
+    let stderr = logs.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--log", "info", "serve", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .args(["--model", "openai:test-model"])
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    gw.ok("assemble", "warm", json!({}));
+    assert_eq!(engine_health(&gw, "faulty")["generation"], 1);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|c| {
+            let socket = gw.socket.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let session = format!("load-{c}");
+                let mut generations = Vec::new();
+                let mut failures = Vec::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let (method, params) = match n % 3 {
+                        0 => (
+                            "ingest",
+                            json!({"message": {"role": "user", "content": format!("m{n}")}}),
+                        ),
+                        1 => ("assemble", json!({})),
+                        _ if c == 0 => ("turn", json!({"prompt": format!("q{n}")})),
+                        _ => ("assemble", json!({"full": true})),
+                    };
+                    let (status, answer) = call(&socket, method, Some(&session), params);
+                    if status == 200 && answer["ok"] == true {
+                        generations.push(answer["generation"].as_u64().unwrap());
+                    } else {
+                        failures.push(answer);
+                    }
+                }
+                (generations, failures)
+            })
+        })
+        .collect();
+    let modes = [Replace::InPlace, Replace::Rename, Replace::DeleteRecreate];
+    for (k, how) in modes.into_iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(150));
+        install_build(&dir, &original, &format!("build {k}"), how, false);
+        wait_for_generation(&gw, "faulty", k as u64 + 2);
+    }
+    // A broken build is refused and the generation in force keeps serving.
+    install_build(&dir, &original, "broken", Replace::Rename, true);
+    let start = Instant::now();
+    while !gw.log().contains("reload refused") {
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // `pincer plugins reload` refuses it too, with its reason.
+    let out = Command::new(pincer_bin())
+        .args(["plugins", "reload", "faulty", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["error"]["code"], "reload_refused", "{refused}");
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut seen = std::collections::BTreeSet::new();
+    for client in clients {
+        let (generations, failures) = client.join().unwrap();
+        assert!(failures.is_empty(), "failed calls: {failures:?}");
+        assert!(
+            generations.windows(2).all(|w| w[0] <= w[1]),
+            "a client never goes back to an older generation"
+        );
+        seen.extend(generations);
+    }
+    assert_eq!(engine_health(&gw, "faulty")["generation"], 4);
+    assert!(
+        seen.is_subset(&(1..=4).collect()),
+        "generations answered: {seen:?}"
+    );
+    assert!(seen.contains(&4), "the newest generation served: {seen:?}");
+    let kept = engine_health(&gw, "faulty");
+    assert_eq!(kept["keptGenerations"], 3, "{kept}");
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+    // Each replaced generation disposed once, and the last one once at shutdown.
+    let lines: Vec<String> = std::fs::read_to_string(&dispose_log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = lines.iter().collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(distinct.len(), 4, "no instance disposed twice: {lines:?}");
+}
+
+#[test]
+fn a_successful_reload_clears_the_quarantine() {
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {
+            "slots": {"contextEngine": "faulty"},
+            "entries": {"faulty": {"config": {"assemble": "error"}}},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let socket = home.path().join("gw.sock");
+    let stderr = home.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--no-watch", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let failed = gw.ok("assemble", "q", json!({}));
+    assert_eq!(failed["result"]["answeredBy"], "legacy", "{failed}");
+    assert_eq!(engine_health(&gw, "faulty")["quarantined"], true);
+    // Unchanged files: nothing reloaded, still quarantined.
+    let same = gw.call("reload", None, json!({"pluginId": "faulty"})).1;
+    assert_eq!(same["result"]["reloaded"][0]["unchanged"], true, "{same}");
+    assert_eq!(engine_health(&gw, "faulty")["quarantined"], true);
+    install_build(&dir, &original, "fixed", Replace::Rename, false);
+    let out = Command::new(pincer_bin())
+        .args(["plugins", "reload", "faulty", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reloaded: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reloaded["result"]["reloaded"][0]["engines"]["faulty"], 2);
+    let health = engine_health(&gw, "faulty");
+    assert_eq!(health["quarantined"], false, "{health}");
+    assert_eq!(health["generation"], 2);
+}
+
+#[test]
+fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("pincer.json"), json!({}).to_string()).unwrap();
+    let socket = home.path().join("gw.sock");
+    let stderr = home.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--log", "info", "serve", "--no-watch", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "legacy");
+    // The operator selects faulty in pincer.json and sends SIGHUP: new calls go to faulty.
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {"slots": {"contextEngine": "faulty"}}}).to_string(),
+    )
+    .unwrap();
+    signal(&gw.child, "HUP");
+    let start = Instant::now();
+    while gw.ok("assemble", "s", json!({}))["engineId"] != "faulty" {
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A config that no longer parses is refused; faulty keeps serving.
+    std::fs::write(home.path().join("pincer.json"), "{ plugins: ").unwrap();
+    signal(&gw.child, "HUP");
+    let start = Instant::now();
+    while !gw.log().contains("SIGHUP: reload refused") {
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "faulty");
+    // A new build and SIGHUP: the next generation serves.
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {"slots": {"contextEngine": "faulty"}}}).to_string(),
+    )
+    .unwrap();
+    install_build(&dir, &original, "sighup build", Replace::Rename, false);
+    signal(&gw.child, "HUP");
+    wait_for_generation(&gw, "faulty", 2);
+    assert_eq!(gw.ok("assemble", "s", json!({}))["generation"], 2);
+}
