@@ -126,6 +126,10 @@ pub struct EntryConfig {
     /// The engine's config, validated against the manifest's `configSchema`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Value>,
+    /// Load the plugin although its files are writable by group or others, or owned by
+    /// another user (the operator accepts the risk; `doctor` shows the override).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_insecure_permissions: bool,
 }
 
 /// `plugins.load`.
@@ -214,6 +218,34 @@ pub struct PluginsConfig {
     /// Per-call deadlines in milliseconds.
     #[serde(default)]
     pub call_timeouts_ms: CallTimeouts,
+    /// Caps on what an engine may return (pincer's addition).
+    #[serde(default)]
+    pub result_limits: ResultLimits,
+}
+
+/// `plugins.resultLimits`: what an engine's `assemble` result may hold before the host
+/// refuses it as a contract violation (and quarantines the engine). Engines are written by
+/// strangers: without caps, one result can grow the host by gigabytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ResultLimits {
+    /// Most new messages (summaries, notes) one result may add. Default 1024.
+    pub max_new_messages: u64,
+    /// Most bytes of text (content, as JSON) all new messages of one result may hold.
+    /// Default 8 MiB.
+    pub max_new_message_bytes: u64,
+    /// Longest `systemPromptAddition`, in bytes. Default 256 KiB.
+    pub max_system_prompt_addition_bytes: u64,
+}
+
+impl Default for ResultLimits {
+    fn default() -> Self {
+        ResultLimits {
+            max_new_messages: 1024,
+            max_new_message_bytes: 8 << 20,
+            max_system_prompt_addition_bytes: 256 << 10,
+        }
+    }
 }
 
 /// `agents.defaults.compaction`.

@@ -75,21 +75,10 @@ struct MirrorFile {
     records: Vec<QuarantineRecord>,
 }
 
-/// Makes a value safe for a one-line log: control characters become spaces, long values are cut.
+/// Makes a value safe for a one-line log: escape sequences removed, control characters become
+/// spaces, long values are cut (see [`crate::types::sanitize_text`]).
 pub fn sanitize_for_log(value: &str) -> String {
-    let mut out: String = value
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if out.len() > 500 {
-        let mut cut = 500;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
-        out.push('…');
-    }
-    out
+    crate::types::sanitize_text(value, 500)
 }
 
 /// The quarantine of one process.
@@ -129,7 +118,9 @@ impl Quarantine {
             engine_id: engine_id.to_owned(),
             owner: owner.cloned(),
             operation: operation.to_owned(),
-            reason: reason.to_owned(),
+            // The reason is often the engine's own words: cleaned and capped before it is
+            // stored, logged, and printed by every later `health`.
+            reason: crate::types::sanitize_text(reason, crate::types::MAX_ENGINE_TEXT_LEN),
             failed_at: now_ms(),
             pid: std::process::id(),
             crash: false,

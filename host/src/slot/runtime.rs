@@ -24,8 +24,8 @@ use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
 use crate::slot::guarded::{GuardedEngine, Timeouts};
 use crate::slot::quarantine::Quarantine;
 use crate::slot::registry::{
-    validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions, Registration,
-    Registry,
+    validate_contract, EngineClaims, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
+    Registration, Registry,
 };
 use crate::slot::requirements::HostDescriptor;
 use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
@@ -114,6 +114,9 @@ pub struct PluginStatus {
     /// Registration diagnostics (level error), if any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<String>,
+    /// Warnings: unknown manifest keys, an insecure-permissions override in force.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The manifest's `hostRequirements`, when it could be read (known without loading).
     #[serde(skip)]
     pub host_requirements: HostRequirements,
@@ -304,13 +307,24 @@ impl Runtime {
             .filter(|root| !root.is_dir())
             .cloned()
             .collect();
-        for dir in discover_plugin_dirs(&roots) {
-            let status = self.load_one(&loader, &dir);
+        let dirs = discover_plugin_dirs(&roots);
+        // Every enabled plugin's engine ids, from manifests alone, before any library opens.
+        let mut claims = EngineClaims::default();
+        for manifest in dirs
+            .iter()
+            .filter_map(|d| loader.read_checked_manifest(d).ok())
+        {
+            if self.plugin_allowed(&manifest.id).is_ok() {
+                claims.claim(&manifest.id, &manifest.context_engine_ids);
+            }
+        }
+        for dir in dirs {
+            let status = self.load_one(&loader, &dir, &claims);
             self.plugins.push(status);
         }
     }
 
-    fn load_one(&self, loader: &Loader, dir: &Path) -> PluginStatus {
+    fn load_one(&self, loader: &Loader, dir: &Path, claims: &EngineClaims) -> PluginStatus {
         let folder_name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -324,6 +338,7 @@ impl Runtime {
             error: None,
             sha256: None,
             diagnostics: Vec::new(),
+            warnings: Vec::new(),
             host_requirements: HostRequirements::default(),
             declared_engines: Vec::new(),
         };
@@ -334,18 +349,20 @@ impl Runtime {
             })
         };
         // Read the manifest first (no plugin code runs) to learn the id and policy.
-        match loader.read_checked_manifest(dir) {
+        let manifest = match loader.read_checked_manifest(dir) {
             Ok(manifest) => {
                 status.id = manifest.id.clone();
                 status.version = Some(manifest.version.to_string());
                 status.host_requirements = manifest.host_requirements.clone();
                 status.declared_engines = manifest.context_engine_ids.clone();
+                status.warnings = manifest.unknown_key_warnings();
+                manifest
             }
             Err(err) => {
                 status.error = problem(err.code(), err.to_string());
                 return status;
             }
-        }
+        };
         if let Some(other) = self
             .plugins
             .iter()
@@ -365,6 +382,35 @@ impl Runtime {
             status.status = PluginState::Disabled;
             status.error = problem("disabled", format!("not loaded: {why}"));
             return status;
+        }
+        if let Err(refusal) = claims.check(&status.id, &status.declared_engines) {
+            tracing::error!(plugin = %status.id, code = refusal.code, "{}", refusal.message);
+            status.error = problem(refusal.code, refusal.message);
+            return status;
+        }
+        let trust_override = self
+            .config
+            .config
+            .plugins
+            .entries
+            .get(&status.id)
+            .is_some_and(|e| e.trust_insecure_permissions);
+        match crate::plugins::permissions::check_manifest_plugin(&manifest) {
+            Err(err) if !trust_override => {
+                tracing::error!(plugin = %status.id, "{err}");
+                status.error = problem(err.code(), err.to_string());
+                return status;
+            }
+            Err(err) => status.warnings.push(format!(
+                "loaded although its files are unsafe, because plugins.entries.{}.trustInsecurePermissions is true: {}",
+                status.id,
+                err.problems
+                    .iter()
+                    .map(|p| format!("{} is {}", p.path.display(), p.problem))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            Ok(()) => {}
         }
         let library: Arc<LoadedLibrary> = match loader.load(dir) {
             Ok(library) => library,

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use pincer_plugin_api::__private as p;
 use pincer_plugin_api::abi::latest::{
-    self as abi, CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, ExtensionRef,
-    FactoryParams, HostServicesArc, IngestBatchResult, SpawnRollbackBox,
+    self as abi, CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, ExtensionRef, FactoryParams,
+    HostServicesArc, IngestBatchResult, SpawnRollbackBox,
 };
 use pincer_plugin_api::abi::{ROption, RResult, RStr, RString};
 use pincer_plugin_api::prelude::*;
@@ -132,7 +132,8 @@ impl Engine for Hostile {
                 }
             }
             "huge-addition" => {
-                out.keep_range(0..n).system_prompt_addition("x".repeat(bytes));
+                out.keep_range(0..n)
+                    .system_prompt_addition("x".repeat(bytes));
             }
             "huge-estimate" => {
                 out.keep_range(0..n).estimated_tokens(u64::MAX);
@@ -253,8 +254,12 @@ fn make(
     host: HostServicesArc,
     label: bool,
 ) -> Result<EngineBox, EngineError> {
-    let engine =
-        p::make_engine::<Hostile>(params, host, pincer_plugin_api::optional_fns!(Hostile), label)?;
+    let engine = p::make_engine::<Hostile>(
+        params,
+        host,
+        pincer_plugin_api::optional_fns!(Hostile),
+        label,
+    )?;
     let config: Config = serde_json::from_str(params.config_json.as_str()).unwrap_or_default();
     if config.info_id.is_none() {
         return Ok(engine);

@@ -19,7 +19,10 @@ macro_rules! impostor_engine {
             }
 
             fn info(&self) -> Result<EngineInfo, EngineError> {
-                Ok(EngineInfo::new("Impostor (test only)", env!("CARGO_PKG_VERSION")))
+                Ok(EngineInfo::new(
+                    "Impostor (test only)",
+                    env!("CARGO_PKG_VERSION"),
+                ))
             }
 
             fn ingest(&self, _params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
