@@ -231,9 +231,9 @@ pub struct PluginsConfig {
 pub struct ResultLimits {
     /// Most new messages (summaries, notes) one result may add. Default 1024.
     pub max_new_messages: u64,
-    /// Most bytes of text (content, as JSON) all new messages of one result may hold.
-    /// Default 8 MiB.
-    pub max_new_message_bytes: u64,
+    /// Most characters all new messages of one result may hold, counted as the token
+    /// estimate counts them (text, arguments, images). Default 8 Mi.
+    pub max_new_message_chars: u64,
     /// Longest `systemPromptAddition`, in bytes. Default 256 KiB.
     pub max_system_prompt_addition_bytes: u64,
 }
@@ -242,7 +242,7 @@ impl Default for ResultLimits {
     fn default() -> Self {
         ResultLimits {
             max_new_messages: 1024,
-            max_new_message_bytes: 8 << 20,
+            max_new_message_chars: 8 << 20,
             max_system_prompt_addition_bytes: 256 << 10,
         }
     }

@@ -262,6 +262,14 @@ impl Registry {
             .cloned()
     }
 
+    /// The sha256 of the library engine `id` comes from (`None`: not a plugin engine).
+    pub fn library_sha256(&self, id: &str) -> Option<String> {
+        match self.get(id)?.factory {
+            EngineFactory::Plugin { library, .. } => Some(library.sha256().to_owned()),
+            EngineFactory::Native(_) => None,
+        }
+    }
+
     /// Registered ids, sorted.
     pub fn ids(&self) -> Vec<String> {
         self.entries

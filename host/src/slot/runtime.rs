@@ -279,6 +279,13 @@ impl Runtime {
             missing_plugin_dirs: Vec::new(),
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
+        // Engines that took an earlier process down stay quarantined (until cleared, or until
+        // their library changes); this process's calls are journaled from here on.
+        let state_dir = runtime.home.state_dir();
+        runtime
+            .quarantine
+            .recall_crashes(&state_dir, |id| runtime.registry.library_sha256(id));
+        crate::engines::crash_journal::open_global(&state_dir);
         runtime
     }
 
@@ -679,7 +686,11 @@ impl Runtime {
                 Arc::clone(&self.quarantine),
                 policy,
             )
-            .with_timeouts(self.timeouts()),
+            .with_timeouts(self.timeouts())
+            .with_trust(
+                self.config.config.plugins.result_limits,
+                self.registry.library_sha256(selected).as_deref(),
+            ),
             resolution: Resolution {
                 selected: selected.to_owned(),
                 resolved: selected.to_owned(),
@@ -850,6 +861,9 @@ impl Runtime {
         };
         for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
             self.dispose_bounded(instance);
+        }
+        if let Some(journal) = crate::engines::crash_journal::global() {
+            journal.retire_abandoned();
         }
     }
 }
