@@ -2,7 +2,8 @@
 //! others, or owned by anyone but the host's user or root, is refused — as sshd refuses an
 //! `authorized_keys` others can write, and for the same reason: whoever can change the file
 //! runs code in the host. The plugins root (the folder holding the plugin folder) is checked
-//! too, since whoever can write it can swap the whole plugin folder. Each refusal names the
+//! too, since whoever can write it can swap the whole plugin folder (unless it is sticky, as
+//! `/tmp` is: then others cannot rename or replace what is not theirs). Each refusal names the
 //! exact `chmod` or `chown` to run. `plugins.entries.<id>.trustInsecurePermissions: true`
 //! overrides the check for one plugin (the runtime loads it and `doctor` says so).
 
@@ -51,11 +52,13 @@ pub fn check_plugin_files(
     manifest: &Path,
 ) -> Result<(), InsecurePermissions> {
     let root = plugin_dir.parent().filter(|p| !p.as_os_str().is_empty());
-    let problems: Vec<PermissionProblem> = [Some(library), Some(manifest), Some(plugin_dir), root]
+    let mut problems: Vec<PermissionProblem> = [library, manifest, plugin_dir]
         .into_iter()
-        .flatten()
-        .filter_map(problem_of)
+        .filter_map(|path| problem_of(path, false))
         .collect();
+    // A sticky root (such as /tmp) lets others add folders beside this one, never rename or
+    // replace it: only its owner matters.
+    problems.extend(root.and_then(|root| problem_of(root, true)));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -83,7 +86,7 @@ pub fn check_manifest_plugin(
 }
 
 #[cfg(unix)]
-fn problem_of(path: &Path) -> Option<PermissionProblem> {
+fn problem_of(path: &Path, sticky_ok: bool) -> Option<PermissionProblem> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(path).ok()?;
     let mode = meta.mode() & 0o7777;
@@ -100,7 +103,7 @@ fn problem_of(path: &Path) -> Option<PermissionProblem> {
         fixes.push(format!("chown {me} {shown}"));
     }
     let writable = mode & 0o022;
-    if writable != 0 {
+    if writable != 0 && !(sticky_ok && mode & 0o1000 != 0) {
         let who = match writable {
             0o020 => "group",
             0o002 => "others",
@@ -117,7 +120,7 @@ fn problem_of(path: &Path) -> Option<PermissionProblem> {
 }
 
 #[cfg(not(unix))]
-fn problem_of(_path: &Path) -> Option<PermissionProblem> {
+fn problem_of(_path: &Path, _sticky_ok: bool) -> Option<PermissionProblem> {
     None
 }
 
