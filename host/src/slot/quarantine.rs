@@ -190,6 +190,11 @@ impl Quarantine {
         }
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         for record in crashes.into_iter().filter(|r| !changed(r)) {
+            if library_sha256(&record.engine_id).is_none() {
+                // Not loaded in this process: nothing to say here (`health` says it).
+                records.entry(record.engine_id.clone()).or_insert(record);
+                continue;
+            }
             tracing::warn!(
                 target: "pincer::quarantine",
                 engine_id = %record.engine_id,
