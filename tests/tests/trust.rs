@@ -570,3 +570,87 @@ fn a_panic_in_a_thread_the_engine_spawned_reaches_the_log_with_engine_and_thread
     );
     assert!(line.contains(r#"engine_id="hostile""#), "{line}");
 }
+
+// 2. Code that never should run (partly: what can be checked without running code is checked
+// before `dlopen`, and the sha256 `install` verified is recorded in the config).
+#[test]
+fn a_library_that_disagrees_with_its_manifest_or_its_install_is_refused_before_its_constructor_runs(
+) {
+    let doctor_with_marker = |home: &Path, plugins: &Path, marker: &Path| -> Value {
+        let out = std::process::Command::new(pincer_bin())
+            .arg("--home")
+            .arg(home)
+            .args(["doctor", "--json", "--plugins-dir"])
+            .arg(plugins)
+            .env_remove("PINCER_HOME")
+            .env_remove("PINCER_LOG")
+            .env("HOSTILE_CONSTRUCTOR_MARKER", marker)
+            .output()
+            .expect("pincer runs");
+        stdout_json(&out)
+    };
+    let home = home_with(json!({}));
+    let work = TempDir::new().unwrap();
+    let marker = work.path().join("constructor-ran");
+    let plugins = work.path().join("plugins");
+    let hostile = hostile_copy(&plugins);
+
+    // The manifest's version disagrees with the library's embedded one: refused, unopened.
+    let original = read_manifest_json(&hostile);
+    let mut manifest = original.clone();
+    manifest["version"] = json!("0.2.0");
+    write_manifest_json(&hostile, &manifest);
+    let plugin = find_by_id(&doctor_with_marker(home.path(), &plugins, &marker)["plugins"], "hostile");
+    assert_eq!(plugin["error"]["code"], "manifest_mismatch", "{plugin}");
+    assert!(!marker.exists(), "the library's constructor never ran");
+
+    // The same library, honestly described, is opened: its constructor runs (the marker works).
+    write_manifest_json(&hostile, &original);
+    let plugin = find_by_id(&doctor_with_marker(home.path(), &plugins, &marker)["plugins"], "hostile");
+    assert_eq!(plugin["status"], "loaded", "{plugin}");
+    assert!(marker.exists(), "opened, the constructor ran");
+    std::fs::remove_file(&marker).unwrap();
+
+    // `install` records the library's sha256 in the config; a library changed afterwards —
+    // its manifest rewritten to match — is refused before it is opened.
+    let out = run_pincer(
+        home.path(),
+        &["plugins", "install", &hostile.display().to_string()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    let config: Value = {
+        let text = std::fs::read_to_string(home.path().join("pincer.json")).unwrap();
+        json5_value(&text)
+    };
+    let pinned = config["plugins"]["entries"]["hostile"]["sha256"]
+        .as_str()
+        .unwrap_or_else(|| panic!("install records the sha256: {config}"))
+        .to_owned();
+    assert_eq!(Some(pinned.as_str()), original["sha256"].as_str());
+    let installed = home.path().join("plugins").join("hostile");
+    let library = library_path(&installed);
+    let mut bytes = std::fs::read(&library).unwrap();
+    bytes.push(0);
+    std::fs::write(&library, bytes).unwrap();
+    let mut manifest = read_manifest_json(&installed);
+    manifest.as_object_mut().unwrap().remove("sha256");
+    write_manifest_json(&installed, &manifest);
+    let empty = work.path().join("none");
+    std::fs::create_dir(&empty).unwrap();
+    let plugin = find_by_id(&doctor_with_marker(home.path(), &empty, &marker)["plugins"], "hostile");
+    assert_eq!(plugin["status"], "rejected", "{plugin}");
+    assert_eq!(plugin["error"]["code"], "installed_pin_mismatch", "{plugin}");
+    assert!(
+        plugin["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("plugins.entries.hostile.sha256 (recorded by `pincer plugins install`) is {pinned}")),
+        "{plugin}"
+    );
+    assert!(!marker.exists(), "the changed library never ran");
+}
+
+/// `pincer.json` as JSON (the CLI writes JSON5-compatible JSON; comments are not used here).
+fn json5_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}

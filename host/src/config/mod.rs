@@ -130,6 +130,10 @@ pub struct EntryConfig {
     /// another user (the operator accepts the risk; `doctor` shows the override).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trust_insecure_permissions: bool,
+    /// The library's sha256 as `pincer plugins install` verified it: a library changed on disk
+    /// afterwards (manifest and all) is refused before it is opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// `plugins.load`.

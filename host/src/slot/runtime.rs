@@ -305,7 +305,14 @@ impl Runtime {
     }
 
     fn load_plugins(&mut self, extra: &[PathBuf]) {
-        let loader = Loader::new(self.home.cache_dir());
+        let loader = Loader::new(self.home.cache_dir()).with_installed_pins(
+            self.config
+                .config
+                .plugins
+                .entries
+                .iter()
+                .filter_map(|(id, entry)| Some((id.clone(), entry.sha256.clone()?))),
+        );
         let roots = self.plugin_roots(extra);
         // The home's own plugins folder may well not exist; a folder someone named should.
         self.missing_plugin_dirs = roots

@@ -13,6 +13,10 @@
 //!   registered id, so this library builds its root module by hand and wraps its engine in an
 //!   ABI object that lies — as any stranger writing against the ABI can.
 //! - `dropPanics`: the engine's `Drop` panics.
+//!
+//! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
+//! when `HOSTILE_CONSTRUCTOR_MARKER` names a file, it writes it (the tests' proof that a
+//! refused library never ran), and when `HOSTILE_CONSTRUCTOR_EXIT` is set it calls `exit(7)`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,6 +30,20 @@ use pincer_plugin_api::prelude::*;
 use serde::Deserialize;
 
 const ID: &str = "hostile";
+
+/// Runs when the library is opened, before the host calls anything.
+extern "C" fn constructor() {
+    if let Some(path) = std::env::var_os("HOSTILE_CONSTRUCTOR_MARKER") {
+        let _ = std::fs::write(path, b"the hostile library's constructor ran");
+    }
+    if std::env::var_os("HOSTILE_CONSTRUCTOR_EXIT").is_some() {
+        std::process::exit(7);
+    }
+}
+
+#[used]
+#[cfg_attr(target_os = "linux", link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = constructor;
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(rename_all = "camelCase")]
