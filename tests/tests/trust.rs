@@ -600,13 +600,19 @@ fn a_library_that_disagrees_with_its_manifest_or_its_install_is_refused_before_i
     let mut manifest = original.clone();
     manifest["version"] = json!("0.2.0");
     write_manifest_json(&hostile, &manifest);
-    let plugin = find_by_id(&doctor_with_marker(home.path(), &plugins, &marker)["plugins"], "hostile");
+    let plugin = find_by_id(
+        &doctor_with_marker(home.path(), &plugins, &marker)["plugins"],
+        "hostile",
+    );
     assert_eq!(plugin["error"]["code"], "manifest_mismatch", "{plugin}");
     assert!(!marker.exists(), "the library's constructor never ran");
 
     // The same library, honestly described, is opened: its constructor runs (the marker works).
     write_manifest_json(&hostile, &original);
-    let plugin = find_by_id(&doctor_with_marker(home.path(), &plugins, &marker)["plugins"], "hostile");
+    let plugin = find_by_id(
+        &doctor_with_marker(home.path(), &plugins, &marker)["plugins"],
+        "hostile",
+    );
     assert_eq!(plugin["status"], "loaded", "{plugin}");
     assert!(marker.exists(), "opened, the constructor ran");
     std::fs::remove_file(&marker).unwrap();
@@ -637,14 +643,22 @@ fn a_library_that_disagrees_with_its_manifest_or_its_install_is_refused_before_i
     write_manifest_json(&installed, &manifest);
     let empty = work.path().join("none");
     std::fs::create_dir(&empty).unwrap();
-    let plugin = find_by_id(&doctor_with_marker(home.path(), &empty, &marker)["plugins"], "hostile");
+    let plugin = find_by_id(
+        &doctor_with_marker(home.path(), &empty, &marker)["plugins"],
+        "hostile",
+    );
     assert_eq!(plugin["status"], "rejected", "{plugin}");
-    assert_eq!(plugin["error"]["code"], "installed_pin_mismatch", "{plugin}");
+    assert_eq!(
+        plugin["error"]["code"], "installed_pin_mismatch",
+        "{plugin}"
+    );
     assert!(
         plugin["error"]["message"]
             .as_str()
             .unwrap()
-            .contains(&format!("plugins.entries.hostile.sha256 (recorded by `pincer plugins install`) is {pinned}")),
+            .contains(&format!(
+                "plugins.entries.hostile.sha256 (recorded by `pincer plugins install`) is {pinned}"
+            )),
         "{plugin}"
     );
     assert!(!marker.exists(), "the changed library never ran");

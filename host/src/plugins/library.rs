@@ -64,20 +64,8 @@ pub enum LoadError {
     #[error(transparent)]
     Verify(#[from] verify::VerifyError),
     /// The library is not the one `pincer plugins install` verified.
-    #[error(
-        "library {} has sha256 {found}, but plugins.entries.{plugin_id}.sha256 (recorded by `pincer plugins install`) is {pinned}: the file changed after it was installed, so it is refused before it is opened; reinstall the plugin (`pincer plugins install --force`) if the change is yours"
-        , path.display()
-    )]
-    InstalledPinMismatch {
-        /// The plugin.
-        plugin_id: String,
-        /// The library.
-        path: PathBuf,
-        /// What the config records.
-        pinned: String,
-        /// What the file hashes to now.
-        found: String,
-    },
+    #[error(transparent)]
+    InstalledPinMismatch(Box<InstalledPinMismatch>),
     /// The private copy could not be made.
     #[error(transparent)]
     Cache(#[from] cache::CacheError),
@@ -152,7 +140,7 @@ impl LoadError {
             LoadError::ApiRequirement { .. } => "api_requirement",
             LoadError::Verify(e) => e.code(),
             LoadError::Cache(_) => "cache_failed",
-            LoadError::InstalledPinMismatch { .. } => "installed_pin_mismatch",
+            LoadError::InstalledPinMismatch(_) => "installed_pin_mismatch",
             LoadError::Open { source, .. } => source.code(),
             LoadError::ManifestMismatch { .. } => "manifest_mismatch",
             LoadError::PanicAbort { .. } => "panic_abort",
@@ -160,6 +148,23 @@ impl LoadError {
             LoadError::LoadedManifestDiffers { .. } => "manifest_tampered",
         }
     }
+}
+
+/// A library whose sha256 is not the one `pincer plugins install` recorded.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "library {} has sha256 {found}, but plugins.entries.{plugin_id}.sha256 (recorded by `pincer plugins install`) is {pinned}: the file changed after it was installed, so it is refused before it is opened; reinstall the plugin (`pincer plugins install --force`) if the change is yours",
+    path.display()
+)]
+pub struct InstalledPinMismatch {
+    /// The plugin.
+    pub plugin_id: String,
+    /// The library.
+    pub path: PathBuf,
+    /// What the config records.
+    pub pinned: String,
+    /// What the file hashes to now.
+    pub found: String,
 }
 
 /// The library's own manifest, in host memory.
@@ -401,10 +406,7 @@ impl Loader {
 
     /// Also checks each plugin's library against the sha256 `pincer plugins install` recorded
     /// (`plugins.entries.<id>.sha256`), before it is opened.
-    pub fn with_installed_pins(
-        mut self,
-        pins: impl IntoIterator<Item = (String, String)>,
-    ) -> Self {
+    pub fn with_installed_pins(mut self, pins: impl IntoIterator<Item = (String, String)>) -> Self {
         self.installed_pins = pins.into_iter().collect();
         self
     }
@@ -440,12 +442,14 @@ impl Loader {
         let verified = verify::verify_library(&library, manifest.sha256.as_deref(), &self.limits)?;
         if let Some(pinned) = self.installed_pins.get(&manifest.id) {
             if !pinned.eq_ignore_ascii_case(&verified.sha256_hex) {
-                return Err(LoadError::InstalledPinMismatch {
-                    plugin_id: manifest.id.clone(),
-                    path: library,
-                    pinned: pinned.clone(),
-                    found: verified.sha256_hex,
-                });
+                return Err(LoadError::InstalledPinMismatch(Box::new(
+                    InstalledPinMismatch {
+                        plugin_id: manifest.id.clone(),
+                        path: library,
+                        pinned: pinned.clone(),
+                        found: verified.sha256_hex,
+                    },
+                )));
             }
         }
         let embedded = read_embedded_manifest(&verified.bytes).map_err(|error| {

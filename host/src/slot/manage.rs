@@ -590,11 +590,13 @@ impl PluginCommands {
     }
 }
 
-
 /// The config edit that records the sha256 `install` verified: the runtime refuses, before
 /// opening it, a library that no longer has it (`plugins.entries.<id>.sha256`).
 fn pin_library(plugin_id: &str, sha256: &str) -> Edit {
-    Edit::set(&["plugins", "entries", plugin_id, "sha256"], sha256.to_owned())
+    Edit::set(
+        &["plugins", "entries", plugin_id, "sha256"],
+        sha256.to_owned(),
+    )
 }
 
 #[cfg(test)]
