@@ -330,24 +330,19 @@ impl GuardFixture {
     /// `iters` guarded calls (`call` borrows the request and the controller; the named
     /// wrappers like `ingest` take them by value, which costs the caller two `Arc` clones).
     fn guarded(&self, iters: u64) -> Duration {
-        timed(|| {
-            for _ in 0..iters {
-                black_box(
-                    self.guarded
-                        .call(&self.request, &self.abort)
-                        .unwrap()
-                        .map(|answered| answered.value),
-                );
-            }
-        })
+        self.through(&self.guarded, iters)
     }
 
     /// `iters` guarded calls through the checked and journaled guard.
     fn journaled(&self, iters: u64) -> Duration {
+        self.through(&self.journaled, iters)
+    }
+
+    fn through(&self, guard: &GuardedEngine, iters: u64) -> Duration {
         timed(|| {
             for _ in 0..iters {
                 black_box(
-                    self.journaled
+                    guard
                         .call(&self.request, &self.abort)
                         .unwrap()
                         .map(|answered| answered.value),

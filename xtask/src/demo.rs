@@ -51,6 +51,22 @@ const DEMO_CONFIG: &str = r#"{
 
 const CONVERSATION: &str = "{repo}/examples/airline-conversation.json";
 
+/// `assemble` through an engine that writes through a null pointer: shown twice, the second
+/// run remembering the first one's crash.
+const SEGFAULTING_ASSEMBLE: &[&str] = &[
+    "--home",
+    "{home}",
+    "assemble",
+    "--plugins-dir",
+    "{variants}/hostile",
+    "--engine",
+    "hostile",
+    "--config",
+    r#"{"assemble":"segv"}"#,
+    "--conversation",
+    CONVERSATION,
+];
+
 const STEPS: &[Step] = &[
     Step {
         title: "doctor: which plugins load",
@@ -125,18 +141,12 @@ const STEPS: &[Step] = &[
     },
     Step {
         title: "an engine that writes through a null pointer in assemble: the process dies (once), its crash journal keeps the mark of the call in flight",
-        args: &[
-            "--home", "{home}", "assemble", "--plugins-dir", "{variants}/hostile", "--engine",
-            "hostile", "--config", r#"{"assemble":"segv"}"#, "--conversation", CONVERSATION,
-        ],
+        args: SEGFAULTING_ASSEMBLE,
         expect: Expect::Crash,
     },
     Step {
         title: "the same command again: the crash is remembered, the engine stays quarantined, legacy answers",
-        args: &[
-            "--home", "{home}", "assemble", "--plugins-dir", "{variants}/hostile", "--engine",
-            "hostile", "--config", r#"{"assemble":"segv"}"#, "--conversation", CONVERSATION,
-        ],
+        args: SEGFAULTING_ASSEMBLE,
         expect: Expect::Success,
     },
     Step {
