@@ -214,6 +214,18 @@ fn a_crash_inside_an_engine_is_remembered_and_panics_on_every_path_are_contained
         );
     }
 
+    // A crash in the factory is remembered the same way.
+    let home = hostile_home(json!({ "segvInCreate": true }), json!({}));
+    assert!(!assemble(home.path(), &hostile, &[]).status.success());
+    let report = stdout_json(&assemble(home.path(), &hostile, &[]));
+    assert_eq!(report["answeredBy"], "legacy", "{report}");
+    let record = quarantined(&report, "hostile");
+    assert_eq!(record["operation"], "factory");
+    assert!(record["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("the host process died during factory (pid "));
+
     // A crash record lapses when the library changes.
     let home = hostile_home(json!({ "assemble": "segv" }), json!({}));
     assert!(!assemble(home.path(), &hostile, &[]).status.success());
@@ -320,7 +332,13 @@ fn results_manifests_and_error_texts_beyond_the_caps_are_refused() {
     let report = stdout_json(&out);
     assert_eq!(report["answeredBy"], "hostile");
     assert_ne!(report["estimatedTokens"], json!(u64::MAX), "{report}");
-    assert!(stderr_text(&out).contains("estimatedTokens is above the budget; it is not trusted"));
+    assert!(
+        report["estimatedTokens"].as_u64().unwrap() > 0,
+        "the host's own estimate: {report}"
+    );
+    assert!(stderr_text(&out).contains(
+        "estimatedTokens is above the budget and not what the context holds; it is not trusted"
+    ));
 
     // A 50 MB error full of escape sequences: capped and cleaned before the state file, the
     // log and every later `health`.

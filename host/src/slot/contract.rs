@@ -5,8 +5,8 @@
 //!
 //! `assemble`: each input message referenced at most once and in order, and only messages
 //! that exist; new messages and the system-prompt addition within `plugins.resultLimits`; an
-//! `estimatedTokens` above the call's budget is not trusted — it is dropped (logged), so the
-//! precheck estimates the context itself.
+//! `estimatedTokens` above the call's budget is not trusted — the host's own estimate of the
+//! assembled context replaces it, and a figure that differs is flagged in the log.
 //!
 //! Also the crash journal's side of a guarded call ([`CallTrust`]): the tag that marks the
 //! engine as in flight while its code runs.
@@ -98,14 +98,37 @@ pub fn check_assemble(
         (result.estimated_tokens, request.token_budget)
     {
         if estimate > budget {
-            tracing::warn!(
-                target: "pincer::contract",
-                estimated_tokens = estimate,
-                token_budget = budget,
-                "the engine's estimatedTokens is above the budget; it is not trusted and the host estimates the context itself"
-            );
-            result.estimated_tokens = ROption::RNone;
+            // Above the budget, the number decides whether the turn compacts: the host's own
+            // estimate of the assembled context replaces it (the same function engines get,
+            // so an honest engine's figure is unchanged), and a different figure is flagged.
+            let own = own_estimate(result, &request.messages);
+            if own != estimate {
+                tracing::warn!(
+                    target: "pincer::contract",
+                    estimated_tokens = estimate,
+                    token_budget = budget,
+                    host_estimate = own,
+                    "the engine's estimatedTokens is above the budget and not what the context holds; it is not trusted: the host's estimate replaces it"
+                );
+            }
+            result.estimated_tokens = ROption::RSome(own);
         }
     }
     Ok(())
+}
+
+/// The host's token estimate of what `result` assembles from `input` (already checked: every
+/// range lies inside `input`).
+fn own_estimate(result: &AssembleResult, input: &[pincer_plugin_api::Message]) -> u64 {
+    result
+        .items
+        .iter()
+        .map(|item| match item {
+            AssembledItem::Input { start, end } => input[*start as usize..*end as usize]
+                .iter()
+                .map(estimate_message_tokens)
+                .sum::<u64>(),
+            AssembledItem::New(message) => estimate_message_tokens(message),
+        })
+        .sum()
 }

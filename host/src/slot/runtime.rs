@@ -15,12 +15,14 @@ use serde::Serialize;
 
 use crate::config::{ConfigError, DisabledBy, FallbackPolicy, LoadedConfig, PincerHome};
 use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::crash_journal::JournalTag;
 use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::legacy::create_legacy;
 use crate::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
 use crate::plugins::catalog::plugin_roots;
 use crate::plugins::discovery::discover_plugin_dirs;
 use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use crate::slot::contract::CallTrust;
 use crate::slot::guarded::{GuardedEngine, Timeouts};
 use crate::slot::quarantine::Quarantine;
 use crate::slot::registry::{
@@ -758,9 +760,15 @@ impl Runtime {
                     if let Err(err) = library.manifest().validate_config(&config) {
                         return Err(("factory", err.to_string()));
                     }
+                    // A crash in the factory is remembered like one in any call.
+                    let trust = CallTrust {
+                        tag: Some(JournalTag::new(id, Some(library.sha256()))),
+                        ..CallTrust::default()
+                    };
                     let library = Arc::clone(library);
                     let engine_id = engine_id.clone();
                     Box::new(move || {
+                        let _in_call = trust.enter(Method::Factory);
                         EngineInstance::from_library(
                             &library,
                             &engine_id,

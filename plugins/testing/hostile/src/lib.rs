@@ -12,7 +12,8 @@
 //! - `infoId` / `infoVersion`: what `info()` reports. The authoring API always reports the
 //!   registered id, so this library builds its root module by hand and wraps its engine in an
 //!   ABI object that lies — as any stranger writing against the ABI can.
-//! - `dropPanics`: the engine's `Drop` panics.
+//! - `dropPanics`: the engine's `Drop` panics; `segvInCreate`: its factory writes through a
+//!   null pointer.
 //!
 //! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
 //! when `HOSTILE_CONSTRUCTOR_MARKER` names a file, it writes it (the tests' proof that a
@@ -60,6 +61,8 @@ struct Config {
     info_version: Option<String>,
     #[serde(default)]
     drop_panics: bool,
+    #[serde(default)]
+    segv_in_create: bool,
 }
 
 /// The engine.
@@ -107,9 +110,12 @@ impl Engine for Hostile {
     const ID: &'static str = ID;
 
     fn create(ctx: FactoryContext<'_>, _host: Host) -> Result<Self, EngineError> {
-        Ok(Hostile {
-            config: ctx.config()?,
-        })
+        let config: Config = ctx.config()?;
+        if config.segv_in_create {
+            // SAFETY: none; this is the point.
+            unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
+        }
+        Ok(Hostile { config })
     }
 
     fn info(&self) -> Result<EngineInfo, EngineError> {
