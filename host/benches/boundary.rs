@@ -136,17 +136,7 @@ fn engines(budget: u64) -> Engines {
         )
         .unwrap(),
     );
-    let guarded = Arc::new(GuardedEngine::new(
-        "sliding-window",
-        Some(Owner::plugin("sliding-window")),
-        Arc::clone(&plugin),
-        shared_legacy(services()).unwrap(),
-        Arc::new(Quarantine::new(None)),
-        FallbackPolicy::Legacy,
-    ));
-    pincer_host::engines::crash_journal::open_global(cache.path())
-        .expect("the crash journal opens");
-    let journaled = Arc::new(
+    let guard = || {
         GuardedEngine::new(
             "sliding-window",
             Some(Owner::plugin("sliding-window")),
@@ -155,8 +145,11 @@ fn engines(budget: u64) -> Engines {
             Arc::new(Quarantine::new(None)),
             FallbackPolicy::Legacy,
         )
-        .with_trust(ResultLimits::default(), Some(library.sha256())),
-    );
+    };
+    let guarded = Arc::new(guard());
+    pincer_host::engines::crash_journal::open_global(cache.path())
+        .expect("the crash journal opens");
+    let journaled = Arc::new(guard().with_trust(ResultLimits::default(), Some(library.sha256())));
     Engines {
         direct,
         adapter,
