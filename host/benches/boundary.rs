@@ -18,6 +18,9 @@
 //! - `guard-after-idle/…`: one call after 2 ms of idleness (the hand-off's workers have parked),
 //!   averaged over at most 50 such calls per sample; `session-worker-job` is the wake-up a turn
 //!   pays once to reach its parked session worker.
+//! - `plugin-guarded+journal/inline`: the inline guarded call of a plugin engine as the runtime
+//!   builds it (`with_trust`): its result checked and the call marked in the crash journal;
+//!   `crash-journal/mark` is the mark alone (plain stores into the memory-mapped slot).
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -25,7 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
-use pincer_host::config::FallbackPolicy;
+use pincer_host::config::{FallbackPolicy, ResultLimits};
+use pincer_host::engines::crash_journal::JournalTag;
 use pincer_host::engines::instance::{EngineInstance, EngineOrigin};
 use pincer_host::engines::legacy::shared_legacy;
 use pincer_host::engines::request::no_entry_ids;
@@ -35,7 +39,7 @@ use pincer_host::engines::session_worker::SessionWorker;
 use pincer_host::plugins::library::{EngineDirs, Loader};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::quarantine::Quarantine;
-use pincer_host::types::Owner;
+use pincer_host::types::{Method, Owner};
 use pincer_plugin_api::abi::latest::{
     AbortController, AbortSignal, AssembleParams, EntryId, HostParams, IngestParams,
 };
@@ -96,6 +100,8 @@ struct Engines {
     adapter: EngineInstance,
     plugin: Arc<EngineInstance>,
     guarded: Arc<GuardedEngine>,
+    /// The same, as the runtime builds a plugin engine's guard: checked and journaled.
+    journaled: Arc<GuardedEngine>,
     _cache: tempfile::TempDir,
 }
 
@@ -130,19 +136,26 @@ fn engines(budget: u64) -> Engines {
         )
         .unwrap(),
     );
-    let guarded = Arc::new(GuardedEngine::new(
-        "sliding-window",
-        Some(Owner::plugin("sliding-window")),
-        Arc::clone(&plugin),
-        shared_legacy(services()).unwrap(),
-        Arc::new(Quarantine::new(None)),
-        FallbackPolicy::Legacy,
-    ));
+    let guard = || {
+        GuardedEngine::new(
+            "sliding-window",
+            Some(Owner::plugin("sliding-window")),
+            Arc::clone(&plugin),
+            shared_legacy(services()).unwrap(),
+            Arc::new(Quarantine::new(None)),
+            FallbackPolicy::Legacy,
+        )
+    };
+    let guarded = Arc::new(guard());
+    pincer_host::engines::crash_journal::open_global(cache.path())
+        .expect("the crash journal opens");
+    let journaled = Arc::new(guard().with_trust(ResultLimits::default(), Some(library.sha256())));
     Engines {
         direct,
         adapter,
         plugin,
         guarded,
+        journaled,
         _cache: cache,
     }
 }
@@ -285,6 +298,7 @@ fn timed(f: impl FnOnce()) -> Duration {
 struct GuardFixture {
     plugin: Arc<EngineInstance>,
     guarded: Arc<GuardedEngine>,
+    journaled: Arc<GuardedEngine>,
     request: Arc<IngestRequest>,
     /// One controller for every call: it never fires in time, and the caller owns its cost.
     abort: Arc<AbortController>,
@@ -309,10 +323,19 @@ impl GuardFixture {
     /// `iters` guarded calls (`call` borrows the request and the controller; the named
     /// wrappers like `ingest` take them by value, which costs the caller two `Arc` clones).
     fn guarded(&self, iters: u64) -> Duration {
+        self.through(&self.guarded, iters)
+    }
+
+    /// `iters` guarded calls through the checked and journaled guard.
+    fn journaled(&self, iters: u64) -> Duration {
+        self.through(&self.journaled, iters)
+    }
+
+    fn through(&self, guard: &GuardedEngine, iters: u64) -> Duration {
         timed(|| {
             for _ in 0..iters {
                 black_box(
-                    self.guarded
+                    guard
                         .call(&self.request, &self.abort)
                         .unwrap()
                         .map(|answered| answered.value),
@@ -338,6 +361,7 @@ fn bench_guard(c: &mut Criterion) {
     let fx = GuardFixture {
         plugin: Arc::clone(&e.plugin),
         guarded: Arc::clone(&e.guarded),
+        journaled: Arc::clone(&e.journaled),
         request: Arc::new(IngestRequest {
             session_id: Arc::from("bench"),
             messages: Arc::from(vec![Message::user("Please change my flight to May 21.")]),
@@ -362,6 +386,17 @@ fn bench_guard(c: &mut Criterion) {
     });
     group.bench_function("plugin-guarded/inline", |b| {
         b.iter_custom(|iters| fx.on(&worker, iters, GuardFixture::guarded))
+    });
+    group.bench_function("plugin-guarded+journal/inline", |b| {
+        b.iter_custom(|iters| fx.on(&worker, iters, GuardFixture::journaled))
+    });
+    group.finish();
+
+    let journal = pincer_host::engines::crash_journal::global().expect("opened by engines()");
+    let tag = JournalTag::new("sliding-window", Some(&"ab".repeat(32)));
+    let mut group = c.benchmark_group("crash-journal");
+    group.bench_function("mark", |b| {
+        b.iter(|| drop(black_box(journal.enter(black_box(&tag), Method::Assemble))))
     });
     group.finish();
 

@@ -15,6 +15,76 @@ pub use pincer_plugin_api::abi::latest::HostOperation;
 /// fallback of every quarantined engine. The one definition every layer uses.
 pub const LEGACY_ENGINE_ID: &str = "legacy";
 
+/// The longest text an engine's error, or a quarantine reason, keeps (in bytes): an engine's
+/// words reach logs, terminals and the state file, so they are cut and cleaned first.
+pub const MAX_ENGINE_TEXT_LEN: usize = 2048;
+
+/// Makes text from a plugin safe for a one-line log, a terminal or a state file, as OpenClaw's
+/// `sanitizeForLog` does: escape sequences (CSI `ESC [ … final`, OSC `ESC ] … BEL|ESC \\`, and
+/// two-byte `ESC x`) are removed, other control characters (newlines included) become spaces,
+/// and text longer than `max` bytes is cut at a character boundary and ends with `…`. Only the
+/// first `4 × max` bytes are read, so a 50 MB message costs what a short one does.
+pub fn sanitize_text(value: &str, max: usize) -> String {
+    let mut end = value.len().min(max.saturating_mul(4));
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end.min(max + 4));
+    let mut chars = value[..end].chars().peekable();
+    while let Some(c) = chars.next() {
+        if out.len() >= max {
+            break;
+        }
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters and intermediates, then one final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC (and DCS, SOS, PM, APC): up to BEL or ST (ESC \\).
+                Some(']' | 'P' | 'X' | '^' | '_') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' {
+                            break;
+                        }
+                        if c == '\u{1b}' {
+                            chars.next_if_eq(&'\\');
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\u{9b}' => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            c if c.is_control() => {
+                if !out.ends_with(' ') {
+                    out.push(' ');
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    if out.len() > max || end < value.len() || chars.peek().is_some() {
+        let mut cut = out.len().min(max);
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
 /// The longest plugin id accepted.
 pub const MAX_PLUGIN_ID_LEN: usize = 128;
 

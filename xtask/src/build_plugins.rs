@@ -67,6 +67,18 @@ const VARIANTS: &[Variant] = &[
         package: "twin",
         profile: None,
     },
+    // A library that also exports an engine under another plugin's id (`sliding-window`).
+    Variant {
+        name: "impostor",
+        package: "impostor",
+        profile: None,
+    },
+    // An engine that lies in `info`, returns oversized results and crashes, per its config.
+    Variant {
+        name: "hostile",
+        package: "hostile",
+        profile: None,
+    },
 ];
 
 /// The two folders a run staged into.

@@ -25,8 +25,19 @@ struct Step {
     /// `{home}`, `{plugins}`, `{variants}` and `{repo}` stand for the demo home, the staged plugins,
     /// the staged variants and the repository root.
     args: &'static [&'static str],
-    /// Whether the step shows a refusal: then exit status 1 is the expected outcome.
-    expect_refusal: bool,
+    /// What the step shows.
+    expect: Expect,
+}
+
+/// The outcome a step is meant to show.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Exit status 0.
+    Success,
+    /// A refusal: exit status 1.
+    Refusal,
+    /// The process killed by a signal (an engine that crashes the host, once).
+    Crash,
 }
 
 /// The demo home's `pincer.json`: a CLI backend to refuse engines on, and a short compaction
@@ -40,11 +51,27 @@ const DEMO_CONFIG: &str = r#"{
 
 const CONVERSATION: &str = "{repo}/examples/airline-conversation.json";
 
+/// `assemble` through an engine that writes through a null pointer: shown twice, the second
+/// run remembering the first one's crash.
+const SEGFAULTING_ASSEMBLE: &[&str] = &[
+    "--home",
+    "{home}",
+    "assemble",
+    "--plugins-dir",
+    "{variants}/hostile",
+    "--engine",
+    "hostile",
+    "--config",
+    r#"{"assemble":"segv"}"#,
+    "--conversation",
+    CONVERSATION,
+];
+
 const STEPS: &[Step] = &[
     Step {
         title: "doctor: which plugins load",
         args: &["--home", "{home}", "doctor", "--plugins-dir", "{plugins}"],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "a conversation run turn by turn through sliding-window in a 1024-token window: the replayed model answers, the built-in compaction keeps it inside the window",
@@ -52,12 +79,12 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "run", "--plugins-dir", "{plugins}", "--engine", "sliding-window",
             "--context-window", "1024", "--session", "demo:airline", "--import", CONVERSATION,
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "the session afterwards: every message kept, the compaction entries appended",
         args: &["--home", "{home}", "sessions", "tree", "demo:airline"],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "assemble with sliding-window under a 400-token budget",
@@ -65,7 +92,7 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine",
             "sliding-window", "--config", r#"{"tokenBudget":400}"#, "--conversation", CONVERSATION,
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "a panicking engine: the panic is caught, the engine quarantined, legacy answers",
@@ -73,12 +100,12 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine", "faulty",
             "--config", r#"{"assemble":"panic"}"#, "--conversation", CONVERSATION,
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "health, from another process: the quarantine mirror; a record of a process that has exited is history, not a warning",
         args: &["--home", "{home}", "health"],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "host requirements: an engine that needs assemble-before-prompt is refused on a CLI backend",
@@ -88,7 +115,7 @@ const STEPS: &[Step] = &[
             r#"{"hostRequirements":{"agent-run":{"requiredCapabilities":["assemble-before-prompt"],"unsupportedMessage":"Run it on the embedded runner."}}}"#,
             "--host", "claude-cli", "--conversation", CONVERSATION,
         ],
-        expect_refusal: true,
+        expect: Expect::Refusal,
     },
     Step {
         title: "check-engine: every method once; compact hangs and is cut off at its 2 s safety timeout",
@@ -97,32 +124,55 @@ const STEPS: &[Step] = &[
             "--config", r#"{"compact":"hang","ingest":"error","hangMs":3600000}"#,
             "--conversation", CONVERSATION,
         ],
-        expect_refusal: true,
+        expect: Expect::Refusal,
     },
     Step {
         title: "doctor: libraries that must never run (panic = abort, API 2.0, another ABI layout) are refused before any call",
         args: &["--home", "{home}", "doctor", "--plugins-dir", "{variants}"],
-        expect_refusal: false,
+        expect: Expect::Success,
+    },
+    Step {
+        title: "an impostor: a plugin whose library also exports sliding-window's engine id; the id is refused for both plugins, loudly",
+        args: &[
+            "--home", "{home}", "doctor", "--plugins-dir", "{plugins}", "--plugins-dir",
+            "{variants}/impostor",
+        ],
+        expect: Expect::Refusal,
+    },
+    Step {
+        title: "an engine that writes through a null pointer in assemble: the process dies (once), its crash journal keeps the mark of the call in flight",
+        args: SEGFAULTING_ASSEMBLE,
+        expect: Expect::Crash,
+    },
+    Step {
+        title: "the same command again: the crash is remembered, the engine stays quarantined, legacy answers",
+        args: SEGFAULTING_ASSEMBLE,
+        expect: Expect::Success,
+    },
+    Step {
+        title: "health: the crash record stays active until `pincer health --clear` or until the library changes",
+        args: &["--home", "{home}", "health"],
+        expect: Expect::Success,
     },
     Step {
         title: "plugins install: verified before anything is copied, copied into the home, the slot bound (pincer.json edited in place)",
         args: &["--home", "{home}", "plugins", "install", "{plugins}/sliding-window"],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "plugins list: from the manifests, without loading",
         args: &["--home", "{home}", "plugins", "list"],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "assemble on the installed, selected engine",
         args: &["--home", "{home}", "assemble", "--conversation", CONVERSATION],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "plugins remove: the slot goes back to legacy",
         args: &["--home", "{home}", "plugins", "remove", "sliding-window"],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
 ];
 
@@ -168,7 +218,12 @@ pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
             .current_dir(&ws.root)
             .status()
             .with_context(|| format!("cannot run {}", pincer.display()))?;
-        let outcome = if status.success() || (step.expect_refusal && status.code() == Some(1)) {
+        let expected = match step.expect {
+            Expect::Success => status.success(),
+            Expect::Refusal => status.success() || status.code() == Some(1),
+            Expect::Crash => status.code().is_none(),
+        };
+        let outcome = if expected {
             None
         } else {
             let failure = describe_status(status);

@@ -27,7 +27,8 @@ use pincer_host::session::{
     SessionTree, Transcript, DEFAULT_AGENT,
 };
 use pincer_host::slot::quarantine::{
-    clear_exited, health_line, process_alive, split_active, Quarantine, QuarantineRecord,
+    clear_exited, harvest_crashes, health_line, process_alive, split_active, Quarantine,
+    QuarantineRecord,
 };
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
@@ -1165,6 +1166,8 @@ fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
 }
 
 fn health_clear(home: &PincerHome, engine_id: Option<&str>) -> ExitCode {
+    // A crash not yet seen by any process is a record to clear like the others.
+    harvest_crashes(&home.state_dir());
     let (removed, kept) = match clear_exited(&home.state_dir(), engine_id) {
         Ok(it) => it,
         Err(err) => {
@@ -1206,6 +1209,7 @@ fn health_clear(home: &PincerHome, engine_id: Option<&str>) -> ExitCode {
 }
 
 fn health(home: &PincerHome, json: bool) -> ExitCode {
+    harvest_crashes(&home.state_dir());
     let quarantine = Quarantine::new(Some(&home.state_dir()));
     let (active, history) = split_active(quarantine.list());
     let line = health_line(&active).unwrap_or_else(|| "Context engine: ok".to_owned());

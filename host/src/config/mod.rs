@@ -126,6 +126,14 @@ pub struct EntryConfig {
     /// The engine's config, validated against the manifest's `configSchema`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Value>,
+    /// Load the plugin although its files are writable by group or others, or owned by
+    /// another user (the operator accepts the risk; `doctor` shows the override).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_insecure_permissions: bool,
+    /// The library's sha256 as `pincer plugins install` verified it: a library changed on disk
+    /// afterwards (manifest and all) is refused before it is opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// `plugins.load`.
@@ -214,6 +222,34 @@ pub struct PluginsConfig {
     /// Per-call deadlines in milliseconds.
     #[serde(default)]
     pub call_timeouts_ms: CallTimeouts,
+    /// Caps on what an engine may return (pincer's addition).
+    #[serde(default)]
+    pub result_limits: ResultLimits,
+}
+
+/// `plugins.resultLimits`: what an engine's `assemble` result may hold before the host
+/// refuses it as a contract violation (and quarantines the engine). Engines are written by
+/// strangers: without caps, one result can grow the host by gigabytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ResultLimits {
+    /// Most new messages (summaries, notes) one result may add. Default 1024.
+    pub max_new_messages: u64,
+    /// Most characters all new messages of one result may hold, counted as the token
+    /// estimate counts them (text, arguments, images). Default 8 Mi.
+    pub max_new_message_chars: u64,
+    /// Longest `systemPromptAddition`, in bytes. Default 256 KiB.
+    pub max_system_prompt_addition_bytes: u64,
+}
+
+impl Default for ResultLimits {
+    fn default() -> Self {
+        ResultLimits {
+            max_new_messages: 1024,
+            max_new_message_chars: 8 << 20,
+            max_system_prompt_addition_bytes: 256 << 10,
+        }
+    }
 }
 
 /// `agents.defaults.compaction`.

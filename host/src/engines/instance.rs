@@ -95,7 +95,8 @@ impl From<EngineError> for EngineCallError {
         };
         EngineCallError {
             kind,
-            message: err.message().to_owned(),
+            // A stranger's words: cut and cleaned before the host keeps, logs or prints them.
+            message: crate::types::sanitize_text(err.message(), crate::types::MAX_ENGINE_TEXT_LEN),
         }
     }
 }

@@ -2,13 +2,15 @@
 //! [`EngineBackend`] seam (today in-process; later a child process or a reloadable one),
 //! owned requests a bounded call can borrow from, bounded calls themselves (handed off to a
 //! pooled worker, or inline on a session worker under one watchdog), the host services
-//! engines see, and the engines built into the host (`legacy`).
+//! engines see, the engines built into the host (`legacy`), and the crash journal that
+//! remembers an engine that took the process down.
 //!
 //! Depends on [`crate::plugins`] (a library backend keeps its library mapped), never on the
 //! slot: quarantine, fallback and projection live in [`crate::slot`].
 
 pub mod backend;
 pub mod bounded;
+pub mod crash_journal;
 pub mod instance;
 pub mod legacy;
 pub mod request;

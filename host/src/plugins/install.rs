@@ -220,6 +220,11 @@ impl PreparedPlugin {
         &self.checked.manifest
     }
 
+    /// The verified library's sha256 (what `install` records in the config).
+    pub fn library_sha256(&self) -> &str {
+        &self.checked.verified.sha256_hex
+    }
+
     /// Copies the plugin into `plugins_dir/<id>/`; `replace` allows replacing an installed
     /// plugin of the same id.
     ///

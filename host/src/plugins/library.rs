@@ -63,6 +63,9 @@ pub enum LoadError {
     /// The library file failed verification.
     #[error(transparent)]
     Verify(#[from] verify::VerifyError),
+    /// The library is not the one `pincer plugins install` verified.
+    #[error(transparent)]
+    InstalledPinMismatch(Box<InstalledPinMismatch>),
     /// The private copy could not be made.
     #[error(transparent)]
     Cache(#[from] cache::CacheError),
@@ -137,6 +140,7 @@ impl LoadError {
             LoadError::ApiRequirement { .. } => "api_requirement",
             LoadError::Verify(e) => e.code(),
             LoadError::Cache(_) => "cache_failed",
+            LoadError::InstalledPinMismatch(_) => "installed_pin_mismatch",
             LoadError::Open { source, .. } => source.code(),
             LoadError::ManifestMismatch { .. } => "manifest_mismatch",
             LoadError::PanicAbort { .. } => "panic_abort",
@@ -144,6 +148,23 @@ impl LoadError {
             LoadError::LoadedManifestDiffers { .. } => "manifest_tampered",
         }
     }
+}
+
+/// A library whose sha256 is not the one `pincer plugins install` recorded.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "library {} has sha256 {found}, but plugins.entries.{plugin_id}.sha256 (recorded by `pincer plugins install`) is {pinned}: the file changed after it was installed, so it is refused before it is opened; reinstall the plugin (`pincer plugins install --force`) if the change is yours",
+    path.display()
+)]
+pub struct InstalledPinMismatch {
+    /// The plugin.
+    pub plugin_id: String,
+    /// The library.
+    pub path: PathBuf,
+    /// What the config records.
+    pub pinned: String,
+    /// What the file hashes to now.
+    pub found: String,
 }
 
 /// The library's own manifest, in host memory.
@@ -369,6 +390,8 @@ pub struct VerifiedPlugin {
 pub struct Loader {
     cache_dir: PathBuf,
     limits: verify::VerifyLimits,
+    /// sha256 by plugin id, as `pincer plugins install` recorded them in the config.
+    installed_pins: std::collections::BTreeMap<String, String>,
 }
 
 impl Loader {
@@ -377,7 +400,15 @@ impl Loader {
         Loader {
             cache_dir,
             limits: verify::VerifyLimits::default(),
+            installed_pins: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// Also checks each plugin's library against the sha256 `pincer plugins install` recorded
+    /// (`plugins.entries.<id>.sha256`), before it is opened.
+    pub fn with_installed_pins(mut self, pins: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.installed_pins = pins.into_iter().collect();
+        self
     }
 
     /// Reads and checks the manifest of the plugin in `plugin_dir`, without touching its
@@ -409,6 +440,18 @@ impl Loader {
         let manifest = self.read_checked_manifest(plugin_dir)?;
         let library = verify::resolve_library_path(&manifest.dir, &manifest.library)?;
         let verified = verify::verify_library(&library, manifest.sha256.as_deref(), &self.limits)?;
+        if let Some(pinned) = self.installed_pins.get(&manifest.id) {
+            if !pinned.eq_ignore_ascii_case(&verified.sha256_hex) {
+                return Err(LoadError::InstalledPinMismatch(Box::new(
+                    InstalledPinMismatch {
+                        plugin_id: manifest.id.clone(),
+                        path: library,
+                        pinned: pinned.clone(),
+                        found: verified.sha256_hex,
+                    },
+                )));
+            }
+        }
         let embedded = read_embedded_manifest(&verified.bytes).map_err(|error| {
             LoadError::EmbeddedManifest {
                 path: library.clone(),

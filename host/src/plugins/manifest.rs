@@ -45,6 +45,14 @@ const KNOWN_KEYS: [&str; 12] = [
     "description",
 ];
 
+/// The keys whose misspelling would silently weaken a plugin's checks (its pin, which file is
+/// loaded, which API it needs): a near miss of one of them refuses the plugin.
+const SECURITY_KEYS: [&str; 3] = ["sha256", "library", "apiVersion"];
+
+/// The largest manifest read, in bytes: a manifest is a few hundred bytes; a 200 MB one is an
+/// attack on the host's memory, refused before it is read.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
 /// Longest rendering of an offending value kept in an error message.
 const MAX_FOUND_LEN: usize = 80;
 
@@ -211,6 +219,29 @@ pub enum ManifestError {
         /// What the schema compiler reported.
         message: String,
     },
+    /// The manifest is larger than [`MAX_MANIFEST_BYTES`].
+    #[error("{} is {size} bytes, more than the {max} a manifest may have: it is refused unread; a manifest holds a few fields, not data", path.display())]
+    TooLarge {
+        /// Path of the manifest.
+        path: PathBuf,
+        /// Its size (at least; reading stops past the cap).
+        size: u64,
+        /// The cap.
+        max: u64,
+    },
+    /// An unknown key is a near miss of a security-relevant key (`sha256`, `library`,
+    /// `apiVersion`): the author meant to set it and did not.
+    #[error("{}: unknown key \"{found}\" looks like a misspelling of \"{meant}\", which this host would otherwise ignore (leaving the plugin {consequence}): it is refused; rename the key to \"{meant}\"", path.display())]
+    MisspelledKey {
+        /// Path of the manifest.
+        path: PathBuf,
+        /// The key found.
+        found: String,
+        /// The known key it resembles.
+        meant: &'static str,
+        /// What ignoring it would have meant.
+        consequence: &'static str,
+    },
     /// An entry's `config` does not match the plugin's `configSchema`.
     #[error("config of plugin \"{plugin_id}\" does not match its configSchema: {}; fix plugins.entries.{plugin_id}.config in pincer.json", violations.join("; "))]
     ConfigRejected {
@@ -236,6 +267,8 @@ impl ManifestError {
             ManifestError::InvalidApiVersion { .. } => "manifest_invalid_api_version",
             ManifestError::InvalidConfigSchema { .. } => "manifest_invalid_config_schema",
             ManifestError::ConfigRejected { .. } => "config_rejected",
+            ManifestError::TooLarge { .. } => "manifest_too_large",
+            ManifestError::MisspelledKey { .. } => "manifest_misspelled_key",
         }
     }
 
@@ -252,7 +285,9 @@ impl ManifestError {
             | ManifestError::WrongKind { path, .. }
             | ManifestError::InvalidVersion { path, .. }
             | ManifestError::InvalidApiVersion { path, .. }
-            | ManifestError::InvalidConfigSchema { path, .. } => Some(path),
+            | ManifestError::InvalidConfigSchema { path, .. }
+            | ManifestError::TooLarge { path, .. }
+            | ManifestError::MisspelledKey { path, .. } => Some(path),
             ManifestError::ConfigRejected { .. } => None,
         }
     }
@@ -277,7 +312,21 @@ pub fn default_library_file_name(id: &str) -> String {
 /// [`PluginManifest::unknown_keys`].
 pub fn read_manifest(plugin_dir: &Path) -> Result<PluginManifest, ManifestError> {
     let path = plugin_dir.join(MANIFEST_FILE_NAME);
-    let bytes = match std::fs::read(&path) {
+    let read = std::fs::File::open(&path).and_then(|file| {
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        file.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    });
+    let bytes = match read {
+        Ok(bytes) if bytes.len() as u64 > MAX_MANIFEST_BYTES => {
+            let size = std::fs::metadata(&path).map_or(bytes.len() as u64, |m| m.len());
+            return Err(ManifestError::TooLarge {
+                path,
+                size,
+                max: MAX_MANIFEST_BYTES,
+            });
+        }
         Ok(bytes) => bytes,
         Err(io) if io.kind() == io::ErrorKind::NotFound => {
             return Err(ManifestError::Missing {
@@ -409,6 +458,20 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
         .cloned()
         .collect();
     unknown_keys.sort();
+    for key in &unknown_keys {
+        if let Some(meant) = nearest_known_key(key).filter(|k| SECURITY_KEYS.contains(k)) {
+            return Err(ManifestError::MisspelledKey {
+                path: path.to_path_buf(),
+                found: one_line(key, MAX_FOUND_LEN),
+                meant,
+                consequence: match meant {
+                    "sha256" => "unpinned: any library in its folder would load",
+                    "library" => "loading the default library file instead of the one named",
+                    _ => "without the API requirement its author meant",
+                },
+            });
+        }
+    }
 
     Ok(PluginManifest {
         id,
@@ -426,6 +489,43 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
         unknown_keys,
         dir: PathBuf::new(),
     })
+}
+
+/// The known key `key` is a near miss of, if any: the same letters once case and `-`/`_` are
+/// ignored, or at most two edits away (one for keys of up to five letters).
+pub fn nearest_known_key(key: &str) -> Option<&'static str> {
+    let fold = |k: &str| -> String {
+        k.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let folded = fold(key);
+    KNOWN_KEYS
+        .iter()
+        .filter(|known| **known != "$schema")
+        .map(|known| (*known, edit_distance(&folded, &fold(known))))
+        .filter(|(known, d)| *d <= if fold(known).len() <= 5 { 1 } else { 2 })
+        .min_by_key(|(_, d)| *d)
+        .map(|(known, _)| known)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// `contextEngineIds`: a non-empty array of distinct ids, each valid as an id; `[id]` when
@@ -495,6 +595,23 @@ fn parse_host_requirements(fields: &Fields<'_>) -> Result<HostRequirements, Mani
 }
 
 impl PluginManifest {
+    /// One warning per unknown key, with the known key it resembles when there is one: the
+    /// author's intent is not silently dropped.
+    pub fn unknown_key_warnings(&self) -> Vec<String> {
+        self.unknown_keys
+            .iter()
+            .map(|key| {
+                let key = one_line(key, MAX_FOUND_LEN);
+                match nearest_known_key(&key) {
+                    Some(meant) => format!(
+                        "{MANIFEST_FILE_NAME}: unknown key \"{key}\" is ignored; did you mean \"{meant}\"?"
+                    ),
+                    None => format!("{MANIFEST_FILE_NAME}: unknown key \"{key}\" is ignored"),
+                }
+            })
+            .collect()
+    }
+
     /// Validates an entry's `config` against [`PluginManifest::config_schema`].
     ///
     /// On failure returns [`ManifestError::ConfigRejected`] listing every violation as

@@ -1,6 +1,6 @@
 //! Plugins on disk, before any of their code runs as an engine: the manifest
 //! (`pincer.plugin.json`), discovery of plugin folders, verification of a library file, the
-//! private content-addressed cache, the verified library itself, the catalog of what is
+//! private content-addressed cache, who may change a plugin's files, the verified library itself, the catalog of what is
 //! installed, installing, and packing a built engine into a plugin folder.
 //!
 //! Depends only on [`crate::types`] and [`crate::config`]; nothing here knows engines, the
@@ -13,6 +13,7 @@ pub mod install;
 pub mod library;
 pub mod manifest;
 pub mod pack;
+pub mod permissions;
 pub mod verify;
 
 pub use discovery::discover_plugin_dirs;

@@ -70,6 +70,13 @@ pub struct EngineSummary {
     pub fallback: Option<Fallback>,
 }
 
+/// The refusal codes of the trust boundary: they make `ok` false whatever is selected.
+const TRUST_REFUSALS: [&str; 3] = [
+    "engine_id_contested",
+    "engine_id_reserved",
+    "insecure_permissions",
+];
+
 /// Builds the report. Resolving creates the selected engine (calling its factory), as a real
 /// operation would; the caller disposes engines with [`Runtime::shutdown`].
 pub fn doctor(runtime: &Runtime) -> DoctorReport {
@@ -117,8 +124,16 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
     let quarantine = runtime.quarantine().list();
     // Broken only when the selected engine cannot answer for a reason other than the
     // operator's own choice (a disabled or denied plugin is not a failure: OpenClaw #149319).
+    // A plugin refused at the trust boundary (an engine id it may not have, files others can
+    // change) is broken whichever engine is selected: someone tried, or can try, to run code.
+    let trust_refusal = runtime.plugins().iter().any(|p| {
+        p.error
+            .as_ref()
+            .is_some_and(|e| TRUST_REFUSALS.contains(&e.code.as_str()))
+    });
     let ok = context_engine.resolved.is_some()
-        && !context_engine.fallback.is_some_and(Fallback::is_failure);
+        && !context_engine.fallback.is_some_and(Fallback::is_failure)
+        && !trust_refusal;
     DoctorReport {
         home: runtime.home().root().display().to_string(),
         config: ConfigSummary {
@@ -179,6 +194,9 @@ impl DoctorReport {
             }
             for diagnostic in &plugin.diagnostics {
                 let _ = writeln!(out, "      error: {diagnostic}");
+            }
+            for warning in &plugin.warnings {
+                let _ = writeln!(out, "      warning: {warning}");
             }
         }
         let _ = writeln!(out, "engines: {}", self.engines.join(", "));

@@ -50,14 +50,16 @@ use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
 use super::projection::HostParamMask;
-use crate::config::{CallTimeouts, FallbackPolicy};
+use crate::config::{CallTimeouts, FallbackPolicy, ResultLimits};
 use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::crash_journal::JournalTag;
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::{self, OnStuck, WorkError};
+use crate::slot::contract::{check_assemble, CallTrust};
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
 
@@ -235,6 +237,43 @@ pub trait GuardedMethod: Send + Sync + 'static {
         legacy: &EngineInstance,
         abort: &AbortSignal,
     ) -> Result<Self::Output, EngineCallError>;
+
+    /// The contract check of the configured engine's result before the host uses it (see
+    /// [`crate::slot::contract`]); a violation fails the call like an error.
+    ///
+    /// # Errors
+    /// What broke the contract.
+    fn check_result(
+        &self,
+        _output: &mut Self::Output,
+        _limits: &ResultLimits,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The configured engine's call: marked in the crash journal while its code runs, and its
+/// result held to the contract.
+#[inline]
+fn trusted_call<R: GuardedMethod>(
+    request: &R,
+    engine: &EngineInstance,
+    abort: &AbortSignal,
+    mask: HostParamMask,
+    trust: &CallTrust,
+) -> Result<R::Output, EngineCallError> {
+    let in_call = trust.enter(R::METHOD);
+    let mut output = request.call(engine, abort, mask)?;
+    drop(in_call);
+    request
+        .check_result(&mut output, &trust.limits)
+        .map_err(|reason| {
+            EngineCallError::new(
+                CallErrorKind::Failed,
+                format!("broke the contract: {reason}"),
+            )
+        })?;
+    Ok(output)
 }
 
 /// Implements [`GuardedMethod`] for a request whose engine method and legacy fallback share a
@@ -242,7 +281,8 @@ pub trait GuardedMethod: Send + Sync + 'static {
 macro_rules! guarded_method {
     ($request:ty => $output:ty, $method:ident, $engine_fn:ident
         $(, fail_closed: $fail_closed:expr)?
-        $(, optional: $bit:expr, canned: $canned:expr)?) => {
+        $(, optional: $bit:expr, canned: $canned:expr)?
+        $(, check: $check:path)?) => {
         impl GuardedMethod for $request {
             type Output = $output;
             const METHOD: Method = Method::$method;
@@ -270,11 +310,19 @@ macro_rules! guarded_method {
                 })?
                 self.with_abi(abort, |host| host, |p| legacy.$engine_fn(p))
             }
+
+            $(fn check_result(
+                &self,
+                output: &mut $output,
+                limits: &ResultLimits,
+            ) -> Result<(), String> {
+                $check(self, output, limits)
+            })?
         }
     };
 }
 
-guarded_method!(AssembleRequest => AssembleResult, Assemble, assemble);
+guarded_method!(AssembleRequest => AssembleResult, Assemble, assemble, check: check_assemble);
 guarded_method!(IngestRequest => IngestResult, Ingest, ingest);
 guarded_method!(CompactRequest => CompactResult, Compact, compact, fail_closed: true);
 guarded_method!(BootstrapRequest => BootstrapResult, Bootstrap, bootstrap,
@@ -394,6 +442,8 @@ pub struct GuardedEngine {
     mask: HostParamMask,
     /// The primary's generation (see [`GuardedEngine::generation`]).
     generation: u64,
+    /// Result caps and the crash-journal tag of the primary.
+    trust: Arc<CallTrust>,
 }
 
 impl std::fmt::Debug for GuardedEngine {
@@ -459,6 +509,7 @@ impl GuardedEngine {
             policy,
             windows: Timeouts::default().table(),
             generation: FIRST_GENERATION,
+            trust: Arc::new(CallTrust::default()),
         }
     }
 
@@ -474,6 +525,16 @@ impl GuardedEngine {
     /// [`EngineSource`](crate::slot::EngineSource)), never changes this one.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Sets the caps on the primary's results and, for a plugin engine, the sha256 of its
+    /// library (the primary's calls are then marked in the crash journal).
+    pub fn with_trust(mut self, limits: ResultLimits, library_sha256: Option<&str>) -> Self {
+        self.trust = Arc::new(CallTrust {
+            limits,
+            tag: library_sha256.map(|sha| JournalTag::new(&self.id, Some(sha))),
+        });
+        self
     }
 
     /// Sets the call deadlines.
@@ -553,7 +614,7 @@ impl GuardedEngine {
         let inline =
             session_worker::run_inline(R::METHOD, quarantinable, window, abort, self, || {
                 if primary {
-                    request.call(engine, abort.signal(), mask)
+                    trusted_call(&**request, engine, abort.signal(), mask, &self.trust)
                 } else {
                     request.fallback(engine, abort.signal())
                 }
@@ -564,9 +625,10 @@ impl GuardedEngine {
                 let engine = Arc::clone(engine);
                 let request = Arc::clone(request);
                 let controller = Arc::clone(abort);
+                let trust = Arc::clone(&self.trust);
                 bounded::run(Deadline::new(window), Arc::clone(abort), move || {
                     if primary {
-                        request.call(&engine, controller.signal(), mask)
+                        trusted_call(&*request, &engine, controller.signal(), mask, &trust)
                     } else {
                         request.fallback(&engine, controller.signal())
                     }

@@ -290,7 +290,11 @@ impl PluginCommands {
             InstallMode::Copy { replace } => {
                 let prepared = install::prepare(source)?;
                 self.refuse_shadowed(&catalog, prepared.manifest(), replace)?;
-                let change = self.binding(prepared.manifest(), &config, &catalog);
+                let mut change = self.binding(prepared.manifest(), &config, &catalog);
+                change.edits.push(pin_library(
+                    &prepared.manifest().id,
+                    prepared.library_sha256(),
+                ));
                 editor.check(&change.edits)?;
                 let installed = prepared.commit(&self.home.plugins_dir(), replace)?;
                 let mut messages = vec![format!(
@@ -584,6 +588,15 @@ impl PluginCommands {
         }
         Ok(Outcome { messages })
     }
+}
+
+/// The config edit that records the sha256 `install` verified: the runtime refuses, before
+/// opening it, a library that no longer has it (`plugins.entries.<id>.sha256`).
+fn pin_library(plugin_id: &str, sha256: &str) -> Edit {
+    Edit::set(
+        &["plugins", "entries", plugin_id, "sha256"],
+        sha256.to_owned(),
+    )
 }
 
 #[cfg(test)]

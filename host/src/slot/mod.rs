@@ -1,12 +1,14 @@
 //! The context-engine slot: the registry of engines and their owners, resolution of the
 //! configured engine (reference §3), the runtime that loads plugins into the registry, the
 //! quarantine and its disk mirror (§4), the guard every call goes through (routing, fallback,
-//! deadlines), host-parameter projection (§6.1), host requirements (§5) and the
-//! `runtimeSettings` of an operation (§7), where long-running work takes its engine from
-//! (`EngineSource`), hot reload of plugins and of the config with generations drained
-//! before they are disposed (`reload`) and the file watcher that triggers them (`watch`), and the operator's commands on plugins and the slot
+//! deadlines) and the contract checks on what engines return (`contract`), host-parameter
+//! projection (§6.1), host requirements (§5) and the `runtimeSettings` of an operation (§7),
+//! where long-running work takes its engine from (`EngineSource`), hot reload of plugins and of
+//! the config with generations drained before they are disposed (`reload`) and the file watcher
+//! that triggers them (`watch`), and the operator's commands on plugins and the slot
 //! with OpenClaw's slot rules (§11).
 
+pub mod contract;
 pub mod guarded;
 pub mod manage;
 pub mod projection;

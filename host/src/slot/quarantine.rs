@@ -52,6 +52,10 @@ pub struct QuarantineRecord {
     /// active until cleared, even after the process is gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub crash: bool,
+    /// For a crash record: the sha256 of the engine's library then. A process that finds
+    /// another library under that engine id drops the record (the library changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library_sha256: Option<String>,
 }
 
 impl QuarantineRecord {
@@ -75,21 +79,10 @@ struct MirrorFile {
     records: Vec<QuarantineRecord>,
 }
 
-/// Makes a value safe for a one-line log: control characters become spaces, long values are cut.
+/// Makes a value safe for a one-line log: escape sequences removed, control characters become
+/// spaces, long values are cut (see [`crate::types::sanitize_text`]).
 pub fn sanitize_for_log(value: &str) -> String {
-    let mut out: String = value
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if out.len() > 500 {
-        let mut cut = 500;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
-        out.push('…');
-    }
-    out
+    crate::types::sanitize_text(value, 500)
 }
 
 /// The quarantine of one process.
@@ -129,10 +122,13 @@ impl Quarantine {
             engine_id: engine_id.to_owned(),
             owner: owner.cloned(),
             operation: operation.to_owned(),
-            reason: reason.to_owned(),
+            // The reason is often the engine's own words: cleaned and capped before it is
+            // stored, logged, and printed by every later `health`.
+            reason: crate::types::sanitize_text(reason, crate::types::MAX_ENGINE_TEXT_LEN),
             failed_at: now_ms(),
             pid: std::process::id(),
             crash: false,
+            library_sha256: None,
         };
         {
             let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
@@ -168,6 +164,48 @@ impl Quarantine {
             }
         });
         true
+    }
+
+    /// Recalls the crashes of earlier processes: first the crash journals of dead processes in
+    /// `state_dir` become crash records in the mirror ([`harvest_crashes`]); then every crash
+    /// record in the mirror quarantines its engine in this process too — unless
+    /// `library_sha256(engine)` names another library than the one that crashed, in which case
+    /// the record is dropped (the library changed). Run after plugins registered, since a
+    /// registration clears its id's quarantine.
+    pub fn recall_crashes(
+        &self,
+        state_dir: &Path,
+        library_sha256: impl Fn(&str) -> Option<String>,
+    ) {
+        harvest_crashes(state_dir);
+        let crashes: Vec<QuarantineRecord> =
+            self.read_mirror().into_iter().filter(|r| r.crash).collect();
+        let changed = |r: &QuarantineRecord| match (&r.library_sha256, library_sha256(&r.engine_id))
+        {
+            (Some(then), Some(now)) => *then != now,
+            _ => false,
+        };
+        if crashes.iter().any(changed) {
+            self.write_mirror(|rows| rows.retain(|r| !(r.crash && changed(r))));
+        }
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        for record in crashes.into_iter().filter(|r| !changed(r)) {
+            if library_sha256(&record.engine_id).is_none() {
+                // Not loaded in this process: nothing to say here (`health` says it).
+                records.entry(record.engine_id.clone()).or_insert(record);
+                continue;
+            }
+            tracing::warn!(
+                target: "pincer::quarantine",
+                engine_id = %record.engine_id,
+                pid = record.pid,
+                "[context-engine] Context engine \"{}\" is quarantined: {}; `pincer health --clear` lifts it once the engine is fixed.",
+                sanitize_for_log(&record.engine_id),
+                sanitize_for_log(&record.reason),
+            );
+            records.entry(record.engine_id.clone()).or_insert(record);
+        }
+        self.count.store(records.len(), Ordering::Release);
     }
 
     /// This process's record for `engine_id`.
@@ -330,6 +368,56 @@ pub fn clear_exited(
     Ok((removed, kept))
 }
 
+/// Turns the crash journals of dead processes in `state_dir` into crash records in the mirror:
+/// `the host process died during <method> (pid N)`, active until cleared or until the library
+/// changes. Returns how many crashes it found.
+pub fn harvest_crashes(state_dir: &Path) -> usize {
+    let crashes = crate::engines::crash_journal::harvest(state_dir);
+    if crashes.is_empty() {
+        return 0;
+    }
+    let path = state_dir.join(MIRROR_FILE_NAME);
+    let result = update_mirror(&path, |rows| {
+        for crash in &crashes {
+            if rows
+                .iter()
+                .any(|r| r.engine_id == crash.engine_id && r.pid == crash.pid)
+            {
+                continue;
+            }
+            rows.push(QuarantineRecord {
+                engine_id: crash.engine_id.clone(),
+                owner: None,
+                operation: crash.method.to_string(),
+                reason: format!(
+                    "the host process died during {} (pid {})",
+                    crash.method, crash.pid
+                ),
+                failed_at: now_ms(),
+                pid: crash.pid,
+                crash: true,
+                library_sha256: crash.library_sha256.clone(),
+            });
+        }
+    });
+    if let Err(err) = result {
+        tracing::warn!(path = %path.display(), %err, "crash records not written to the quarantine mirror");
+    }
+    for crash in &crashes {
+        tracing::error!(
+            target: "pincer::quarantine",
+            engine_id = %crash.engine_id,
+            pid = crash.pid,
+            operation = %crash.method,
+            "[context-engine] Context engine \"{}\" took the host process down during {} (pid {}); it stays quarantined until `pincer health --clear` or until its library changes.",
+            sanitize_for_log(&crash.engine_id),
+            crash.method,
+            crash.pid,
+        );
+    }
+    crashes.len()
+}
+
 /// Whether process `pid` is still running, when this platform can tell (Linux: `/proc`).
 pub fn process_alive(pid: u32) -> Option<bool> {
     if cfg!(target_os = "linux") {
@@ -392,6 +480,7 @@ mod tests {
                 failed_at: i + 1,
                 pid: 1,
                 crash: false,
+                library_sha256: None,
             })
             .collect();
         std::fs::write(
@@ -431,6 +520,7 @@ mod tests {
             failed_at: 1,
             pid: std::process::id().wrapping_add(1),
             crash: false,
+            library_sha256: None,
         };
         std::fs::write(
             dir.path().join(MIRROR_FILE_NAME),
@@ -471,6 +561,7 @@ mod tests {
             failed_at: 1,
             pid,
             crash,
+            library_sha256: None,
         }
     }
 

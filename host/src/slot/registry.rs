@@ -5,6 +5,11 @@
 //! embedding host registering its own engines) and `plugin:<id>` (engines from plugin
 //! libraries). Registration refuses another owner's id and same-owner re-registration unless
 //! refresh is allowed; a runtime registration clears the id's quarantine.
+//!
+//! Plugins claim engine ids in their manifests (`contextEngineIds`, which the library's
+//! embedded record must repeat): [`EngineClaims`] refuses, before any library is opened, an id
+//! two plugins claim — for both of them, so that neither answers for the other — and the id
+//! `legacy`, as a plugin id or an engine id.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -269,6 +274,14 @@ impl Registry {
             .cloned()
     }
 
+    /// The sha256 of the library engine `id` comes from (`None`: not a plugin engine).
+    pub fn library_sha256(&self, id: &str) -> Option<String> {
+        match self.get(id)?.factory {
+            EngineFactory::Plugin { library, .. } => Some(library.sha256().to_owned()),
+            EngineFactory::Native(_) => None,
+        }
+    }
+
     /// Registered ids, sorted.
     pub fn ids(&self) -> Vec<String> {
         self.entries
@@ -280,16 +293,111 @@ impl Registry {
     }
 }
 
+/// The engine ids every enabled plugin claims in its manifest, known before any library is
+/// opened. An id claimed by two plugins belongs to neither: first come is not first served,
+/// since which folder sorts first is up to whoever names it.
+#[derive(Debug, Default)]
+pub struct EngineClaims {
+    by_engine: BTreeMap<String, Vec<String>>,
+}
+
+/// Why a plugin's claims are refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRefusal {
+    /// `engine_id_reserved` or `engine_id_contested`.
+    pub code: &'static str,
+    /// One line that says what is wrong and what to do.
+    pub message: String,
+}
+
+impl EngineClaims {
+    /// Records that plugin `plugin_id` declares `engine_ids`.
+    pub fn claim(&mut self, plugin_id: &str, engine_ids: &[String]) {
+        for id in engine_ids {
+            let claimants = self.by_engine.entry(id.trim().to_owned()).or_default();
+            if !claimants.iter().any(|c| c == plugin_id) {
+                claimants.push(plugin_id.to_owned());
+                claimants.sort();
+            }
+        }
+    }
+
+    /// The plugins that claim engine `engine_id`.
+    pub fn claimants(&self, engine_id: &str) -> &[String] {
+        self.by_engine.get(engine_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether plugin `plugin_id`, declaring `engine_ids`, may register them: not when its id
+    /// or one of its engine ids is `legacy`, nor when another plugin claims one of them.
+    ///
+    /// # Errors
+    /// The refusal, naming every contested id and its claimants.
+    pub fn check(&self, plugin_id: &str, engine_ids: &[String]) -> Result<(), ClaimRefusal> {
+        if plugin_id == LEGACY_ENGINE_ID || engine_ids.iter().any(|e| e.trim() == LEGACY_ENGINE_ID)
+        {
+            return Err(ClaimRefusal {
+                code: "engine_id_reserved",
+                message: format!(
+                    "plugin \"{plugin_id}\" claims the id \"{LEGACY_ENGINE_ID}\", which belongs to the host's built-in engine: it is refused; rename the plugin or the engine"
+                ),
+            });
+        }
+        let contested: Vec<String> = engine_ids
+            .iter()
+            .filter_map(|id| {
+                let claimants = self.claimants(id.trim());
+                (claimants.len() > 1).then(|| {
+                    format!(
+                        "\"{}\" (claimed by {})",
+                        id.trim(),
+                        claimants
+                            .iter()
+                            .map(|c| format!("\"{c}\""))
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    )
+                })
+            })
+            .collect();
+        if contested.is_empty() {
+            return Ok(());
+        }
+        Err(ClaimRefusal {
+            code: "engine_id_contested",
+            message: format!(
+                "engine id {} is claimed by more than one plugin, so it is refused for all of them (no plugin may answer for another's engine): remove or disable the plugin that should not have it (plugins.entries.<id>.enabled: false), then run pincer doctor",
+                contested.join(", ")
+            ),
+        })
+    }
+}
+
 /// Contract validation of a created engine (§3.3): `info.id` and `info.name` must be
 /// non-empty. (`ingest`, `assemble` and `compact` always exist in the ABI's vtable.)
+///
+/// pincer is stricter than OpenClaw's §3.3 in two ways, because its engines are native
+/// libraries from strangers: `info.id` must be the id the engine was registered under (an
+/// engine must not present itself as another), and `info.version` must be semver.
 pub fn validate_contract(registered_id: &str, engine: &EngineInstance) -> Result<(), String> {
     let info = engine.descriptor();
     let mut issues = Vec::new();
+    let shown = |value: &str| crate::slot::quarantine::sanitize_for_log(value);
     if info.id.trim().is_empty() {
-        issues.push("missing info.id");
+        issues.push("missing info.id".to_owned());
+    } else if info.id != registered_id {
+        issues.push(format!(
+            "info.id \"{}\" is not the id it was registered under",
+            shown(&info.id)
+        ));
     }
     if info.name.trim().is_empty() {
-        issues.push("missing info.name");
+        issues.push("missing info.name".to_owned());
+    }
+    if let Err(err) = semver::Version::parse(&info.version) {
+        issues.push(format!(
+            "info.version \"{}\" is not semver ({err})",
+            shown(&info.version)
+        ));
     }
     if issues.is_empty() {
         Ok(())

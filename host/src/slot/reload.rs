@@ -52,7 +52,7 @@ use crate::config::{Config, ConfigError, LoadedConfig};
 use crate::engines::bounded::{self, Deadline};
 use crate::engines::instance::EngineInstance;
 use crate::plugins::discovery::discover_plugin_dirs;
-use crate::plugins::library::{LoadedLibrary, Loader};
+use crate::plugins::library::LoadedLibrary;
 use crate::plugins::MANIFEST_FILE_NAME;
 use crate::slot::guarded::{GuardedEngine, FIRST_GENERATION};
 use crate::slot::registry::EngineFactory;
@@ -515,7 +515,17 @@ impl Runtime {
             reason,
             serving: serving(&status.engines),
         };
-        let loader = Loader::new(self.home.cache_dir());
+        let loader = self.loader();
+        // What load checks before any library opens, checked again: the manifest, the engine
+        // ids it claims (against every plugin found now), the files' permissions.
+        let manifest = loader
+            .read_checked_manifest(&status.dir)
+            .map_err(|err| refused(err.code(), err.to_string()))?;
+        let dirs = discover_plugin_dirs(&self.plugin_roots(&self.reload.extra_plugin_dirs));
+        let claims = self.engine_claims(&loader, &dirs);
+        let warnings = self
+            .admit(&manifest, &claims)
+            .map_err(|problem| refused(&problem.code, problem.message))?;
         // Steps 1–4 first (no code runs): an unchanged build stops here; a changed one is
         // loaded from exactly the bytes that were verified and hashed.
         let verified = loader
@@ -629,6 +639,8 @@ impl Runtime {
                 entry.declared_engines = library.manifest().context_engine_ids.clone();
                 entry.host_requirements = library.manifest().host_requirements.clone();
                 entry.diagnostics = diagnostics;
+                entry.warnings = manifest.unknown_key_warnings();
+                entry.warnings.extend(warnings);
             }
         }
         self.reload.bump();
@@ -758,15 +770,17 @@ impl Runtime {
             }
         }
         // Plugins never loaded (they were off) or in folders the old config did not list.
-        let loader = Loader::new(self.home.cache_dir());
+        let loader = self.loader();
         let mut extra = self.reload.extra_plugin_dirs.clone();
         extra.dedup();
-        for dir in discover_plugin_dirs(&self.plugin_roots(&extra)) {
+        let dirs = discover_plugin_dirs(&self.plugin_roots(&extra));
+        let claims = self.engine_claims(&loader, &dirs);
+        for dir in dirs {
             let known = plugins.iter().find(|p| p.dir == dir).map(|p| p.status);
             if matches!(known, Some(PluginState::Loaded | PluginState::Rejected)) {
                 continue;
             }
-            let status = self.load_one(&loader, &dir);
+            let status = self.load_one(&loader, &dir, &claims);
             if status.status == PluginState::Disabled && known.is_some() {
                 continue;
             }

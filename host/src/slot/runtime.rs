@@ -15,17 +15,20 @@ use serde::Serialize;
 
 use crate::config::{ConfigError, DisabledBy, FallbackPolicy, LoadedConfig, PincerHome};
 use crate::engines::bounded::{self, Deadline, Overrun};
+use crate::engines::crash_journal::JournalTag;
 use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::legacy::create_legacy;
 use crate::engines::services::{HostServices, ModelClient, NoRuntimeCompaction, RuntimeCompactor};
 use crate::plugins::catalog::plugin_roots;
 use crate::plugins::discovery::discover_plugin_dirs;
 use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use crate::plugins::manifest::PluginManifest;
+use crate::slot::contract::CallTrust;
 use crate::slot::guarded::{GuardedEngine, Timeouts};
 use crate::slot::quarantine::Quarantine;
 use crate::slot::registry::{
-    validate_contract, EngineFactory, FactoryInput, Lifecycle, RegisterOptions, Registration,
-    Registry,
+    validate_contract, EngineClaims, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
+    Registration, Registry,
 };
 use crate::slot::reload::ReloadState;
 use crate::slot::requirements::HostDescriptor;
@@ -118,6 +121,9 @@ pub struct PluginStatus {
     /// Registration diagnostics (level error), if any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<String>,
+    /// Warnings: unknown manifest keys, an insecure-permissions override in force.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The manifest's `hostRequirements`, when it could be read (known without loading).
     #[serde(skip)]
     pub host_requirements: HostRequirements,
@@ -301,6 +307,13 @@ impl Runtime {
             reload: ReloadState::new(options.extra_plugin_dirs.clone(), cleanup),
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
+        // Engines that took an earlier process down stay quarantined (until cleared, or until
+        // their library changes); this process's calls are journaled from here on.
+        let state_dir = runtime.home.state_dir();
+        runtime
+            .quarantine
+            .recall_crashes(&state_dir, |id| runtime.registry.library_sha256(id));
+        crate::engines::crash_journal::open_global(&state_dir);
         runtime
     }
 
@@ -320,7 +333,7 @@ impl Runtime {
     }
 
     fn load_plugins(&mut self, extra: &[PathBuf]) {
-        let loader = Loader::new(self.home.cache_dir());
+        let loader = self.loader();
         let roots = self.plugin_roots(extra);
         // The home's own plugins folder may well not exist; a folder someone named should.
         self.missing_plugin_dirs = roots
@@ -329,14 +342,91 @@ impl Runtime {
             .filter(|root| !root.is_dir())
             .cloned()
             .collect();
-        for dir in discover_plugin_dirs(&roots) {
-            let status = self.load_one(&loader, &dir);
+        let dirs = discover_plugin_dirs(&roots);
+        let claims = self.engine_claims(&loader, &dirs);
+        for dir in dirs {
+            let status = self.load_one(&loader, &dir, &claims);
             self.reload.loaded(&status);
             self.plugins_mut().push(status);
         }
     }
 
-    pub(super) fn load_one(&self, loader: &Loader, dir: &Path) -> PluginStatus {
+    /// The loader, with the sha256 each installed plugin was pinned to at install: a library
+    /// changed on disk since is refused before it is opened (also on reload: an installed
+    /// plugin is replaced by installing it again).
+    pub(super) fn loader(&self) -> Loader {
+        Loader::new(self.home.cache_dir()).with_installed_pins(
+            self.config()
+                .config
+                .plugins
+                .entries
+                .iter()
+                .filter_map(|(id, entry)| Some((id.clone(), entry.sha256.clone()?))),
+        )
+    }
+
+    /// Every enabled plugin's engine ids among `dirs`, from manifests alone, before any
+    /// library opens.
+    pub(super) fn engine_claims(&self, loader: &Loader, dirs: &[PathBuf]) -> EngineClaims {
+        let mut claims = EngineClaims::default();
+        for manifest in dirs
+            .iter()
+            .filter_map(|d| loader.read_checked_manifest(d).ok())
+        {
+            if self.plugin_allowed(&manifest.id).is_ok() {
+                claims.claim(&manifest.id, &manifest.context_engine_ids);
+            }
+        }
+        claims
+    }
+
+    /// What is checked of a plugin before its library is opened, beyond the manifest itself:
+    /// its engine ids are its own (`claims`), and its files cannot be changed by others (unless
+    /// `trustInsecurePermissions` overrides it: then a warning). On load and on reload.
+    pub(super) fn admit(
+        &self,
+        manifest: &PluginManifest,
+        claims: &EngineClaims,
+    ) -> Result<Vec<String>, PluginProblem> {
+        let problem = |code: &str, message: String| PluginProblem {
+            code: code.to_owned(),
+            message,
+        };
+        if let Err(refusal) = claims.check(&manifest.id, &manifest.context_engine_ids) {
+            tracing::error!(plugin = %manifest.id, code = refusal.code, "{}", refusal.message);
+            return Err(problem(refusal.code, refusal.message));
+        }
+        let trust_override = self
+            .config()
+            .config
+            .plugins
+            .entries
+            .get(&manifest.id)
+            .is_some_and(|e| e.trust_insecure_permissions);
+        match crate::plugins::permissions::check_manifest_plugin(manifest) {
+            Err(err) if !trust_override => {
+                tracing::error!(plugin = %manifest.id, "{err}");
+                Err(problem(err.code(), err.to_string()))
+            }
+            Err(err) => Ok(vec![format!(
+                "loaded although its files are unsafe, because plugins.entries.{}.trustInsecurePermissions is true: {}",
+                manifest.id,
+                err.problems
+                    .iter()
+                    .map(|p| format!("{} is {}", p.path.display(), p.problem))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )]),
+            Ok(()) => Ok(Vec::new()),
+        }
+    }
+
+    pub(super) fn load_one(
+        &self,
+        loader: &Loader,
+        dir: &Path,
+        claims: &EngineClaims,
+    ) -> PluginStatus {
         let folder_name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -350,6 +440,7 @@ impl Runtime {
             error: None,
             sha256: None,
             diagnostics: Vec::new(),
+            warnings: Vec::new(),
             host_requirements: HostRequirements::default(),
             declared_engines: Vec::new(),
         };
@@ -360,18 +451,20 @@ impl Runtime {
             })
         };
         // Read the manifest first (no plugin code runs) to learn the id and policy.
-        match loader.read_checked_manifest(dir) {
+        let manifest = match loader.read_checked_manifest(dir) {
             Ok(manifest) => {
                 status.id = manifest.id.clone();
                 status.version = Some(manifest.version.to_string());
                 status.host_requirements = manifest.host_requirements.clone();
                 status.declared_engines = manifest.context_engine_ids.clone();
+                status.warnings = manifest.unknown_key_warnings();
+                manifest
             }
             Err(err) => {
                 status.error = problem(err.code(), err.to_string());
                 return status;
             }
-        }
+        };
         if let Some(other) = self
             .plugins_read()
             .iter()
@@ -391,6 +484,13 @@ impl Runtime {
             status.status = PluginState::Disabled;
             status.error = problem("disabled", format!("not loaded: {why}"));
             return status;
+        }
+        match self.admit(&manifest, claims) {
+            Ok(warnings) => status.warnings.extend(warnings),
+            Err(refusal) => {
+                status.error = Some(refusal);
+                return status;
+            }
         }
         let library: Arc<LoadedLibrary> = match loader.load(dir) {
             Ok(library) => library,
@@ -671,7 +771,11 @@ impl Runtime {
                 policy,
             )
             .with_timeouts(self.timeouts())
-            .with_generation(generation),
+            .with_generation(generation)
+            .with_trust(
+                self.config().config.plugins.result_limits,
+                self.registry.library_sha256(selected).as_deref(),
+            ),
             resolution: Resolution {
                 selected: selected.to_owned(),
                 resolved: selected.to_owned(),
@@ -752,9 +856,15 @@ impl Runtime {
                     if let Err(err) = library.manifest().validate_config(&config) {
                         return Err(("factory", err.to_string()));
                     }
+                    // A crash in the factory is remembered like one in any call.
+                    let trust = CallTrust {
+                        tag: Some(JournalTag::new(id, Some(library.sha256()))),
+                        ..CallTrust::default()
+                    };
                     let library = Arc::clone(library);
                     let engine_id = engine_id.clone();
                     Box::new(move || {
+                        let _in_call = trust.enter(Method::Factory);
                         EngineInstance::from_library(
                             &library,
                             &engine_id,
@@ -833,6 +943,9 @@ impl Runtime {
         };
         for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
             self.dispose_bounded(instance);
+        }
+        if let Some(journal) = crate::engines::crash_journal::global() {
+            journal.retire_abandoned();
         }
         self.reload.shutdown();
     }

@@ -44,9 +44,22 @@ pub fn guard<T>(
         Ok(Ok(value)) => ROk(value),
         Ok(Err(err)) => RErr(err),
         Err(payload) => RErr(EngineError::Panicked(
-            format!("panicked in {method}: {}", panic_message(payload.as_ref())).into(),
+            format!("panicked in {method}: {}", contain_panic(payload)).into(),
         )),
     }
+}
+
+/// A caught panic's message, and the payload dropped *inside* a catch: a payload is engine
+/// data, and its destructor may panic too — past this point nothing would catch it, and an
+/// unwind reaching abi_stable's shims ends the host. A payload that panics when dropped has
+/// its own panic's payload leaked, not dropped (it could panic again).
+fn contain_panic(payload: Box<dyn Any + Send>) -> String {
+    let message = panic_message(payload.as_ref());
+    if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(second);
+        return format!("{message} (and its panic payload panicked when dropped)");
+    }
+    message
 }
 
 thread_local! {
@@ -93,10 +106,13 @@ fn install_panic_hook() {
                 // Not lost, whatever thread it happened on (an engine's own thread has no
                 // `guard` to report it): the host's log gets it, with its location.
                 let message = payload_text(info.payload());
+                let thread = std::thread::current();
+                let thread = thread.name().unwrap_or("unnamed");
                 tracing::error!(
                     target: "pincer::plugin::panic",
                     location = location.as_deref().unwrap_or("unknown"),
-                    "panic in plugin code: {message}"
+                    thread,
+                    "panic in plugin code (thread \"{thread}\"): {message}"
                 );
             }
             LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = location);
@@ -125,7 +141,7 @@ impl Drop for SpawnRollback {
         let action = self.action.get_mut().map(Option::take).unwrap_or(None);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(action))) {
             tracing::error!(
-                panic = %panic_message(payload.as_ref()),
+                panic = %contain_panic(payload),
                 "a subagent-spawn rollback panicked while it was dropped; the panic was contained"
             );
         }
@@ -395,7 +411,7 @@ impl<E> Drop for Adapter<E> {
         }));
         if let Err(payload) = dropped {
             tracing::error!(
-                panic = %panic_message(payload.as_ref()),
+                panic = %contain_panic(payload),
                 "the engine panicked while it was dropped; the panic was contained"
             );
         }

@@ -1,0 +1,134 @@
+//! Contract checks on what an engine returns, made where the guard turns the engine's answer
+//! into the host's — before anything else reads it. Engines are written by strangers: a
+//! result that breaks the contract fails the call like an error does (the engine is
+//! quarantined and `legacy` answers), so nothing downstream has to distrust it.
+//!
+//! `assemble`: each input message referenced at most once and in order, and only messages
+//! that exist; new messages and the system-prompt addition within `plugins.resultLimits`; an
+//! `estimatedTokens` above the call's budget is not trusted — the host's own estimate of the
+//! assembled context replaces it, and a figure that differs is flagged in the log.
+//!
+//! Also the crash journal's side of a guarded call ([`CallTrust`]): the tag that marks the
+//! engine as in flight while its code runs.
+
+use pincer_plugin_api::abi::latest::{AssembleResult, AssembledItem};
+use pincer_plugin_api::abi::ROption;
+use pincer_plugin_api::tokens::estimate_message_tokens;
+
+use crate::config::ResultLimits;
+use crate::engines::crash_journal::{self, InCall, JournalTag};
+use crate::engines::request::AssembleRequest;
+use crate::types::Method;
+
+/// What a guard needs to hold an engine to the contract: the result caps, and the crash
+/// journal tag of a plugin engine (none for the default engine).
+#[derive(Debug, Clone, Default)]
+pub struct CallTrust {
+    /// The caps on results.
+    pub limits: ResultLimits,
+    /// Marks the engine in flight in the crash journal.
+    pub tag: Option<JournalTag>,
+}
+
+impl CallTrust {
+    /// Marks the engine as in `method` until the guard drops (nothing without a journal).
+    #[inline]
+    pub fn enter(&self, method: Method) -> Option<InCall> {
+        let tag = self.tag.as_ref()?;
+        Some(crash_journal::global()?.enter(tag, method))
+    }
+}
+
+/// The contract check of an `assemble` result against its request.
+///
+/// # Errors
+/// What broke the contract, as the quarantine reason.
+pub fn check_assemble(
+    request: &AssembleRequest,
+    result: &mut AssembleResult,
+    limits: &ResultLimits,
+) -> Result<(), String> {
+    let input = request.messages.len() as u64;
+    let mut next = 0u64;
+    let mut new_messages = 0u64;
+    let mut new_chars = 0u64;
+    for item in result.items.iter() {
+        match item {
+            AssembledItem::Input { start, end } => {
+                if start > end || *end > input {
+                    return Err(format!(
+                        "the assemble result references input messages {start}..{end}, but the input has {input}: an engine may keep only messages it was given"
+                    ));
+                }
+                if start < end && *start < next {
+                    return Err(format!(
+                        "the assemble result references input messages {start}..{end} after already using up to {next}: each input message may be referenced at most once, in order"
+                    ));
+                }
+                next = next.max(*end);
+            }
+            AssembledItem::New(message) => {
+                new_messages += 1;
+                if new_messages > limits.max_new_messages {
+                    return Err(format!(
+                        "the assemble result adds more than {} new messages (plugins.resultLimits.maxNewMessages)",
+                        limits.max_new_messages
+                    ));
+                }
+                new_chars = new_chars.saturating_add(estimate_message_tokens(message) * 4);
+                if new_chars > limits.max_new_message_chars {
+                    return Err(format!(
+                        "the assemble result's new messages hold more than {} characters (plugins.resultLimits.maxNewMessageChars)",
+                        limits.max_new_message_chars
+                    ));
+                }
+            }
+        }
+    }
+    if let ROption::RSome(addition) = &result.system_prompt_addition {
+        if addition.len() as u64 > limits.max_system_prompt_addition_bytes {
+            return Err(format!(
+                "the assemble result's systemPromptAddition is {} bytes, more than {} (plugins.resultLimits.maxSystemPromptAdditionBytes)",
+                addition.len(),
+                limits.max_system_prompt_addition_bytes
+            ));
+        }
+    }
+    if let (ROption::RSome(estimate), Some(budget)) =
+        (result.estimated_tokens, request.token_budget)
+    {
+        if estimate > budget {
+            // Above the budget, the number decides whether the turn compacts: the host's own
+            // estimate of the assembled context replaces it (the same function engines get,
+            // so an honest engine's figure is unchanged), and a different figure is flagged.
+            let own = own_estimate(result, &request.messages);
+            if own != estimate {
+                tracing::warn!(
+                    target: "pincer::contract",
+                    estimated_tokens = estimate,
+                    token_budget = budget,
+                    host_estimate = own,
+                    "the engine's estimatedTokens is above the budget and not what the context holds; it is not trusted: the host's estimate replaces it"
+                );
+            }
+            result.estimated_tokens = ROption::RSome(own);
+        }
+    }
+    Ok(())
+}
+
+/// The host's token estimate of what `result` assembles from `input` (already checked: every
+/// range lies inside `input`).
+fn own_estimate(result: &AssembleResult, input: &[pincer_plugin_api::Message]) -> u64 {
+    result
+        .items
+        .iter()
+        .map(|item| match item {
+            AssembledItem::Input { start, end } => input[*start as usize..*end as usize]
+                .iter()
+                .map(estimate_message_tokens)
+                .sum::<u64>(),
+            AssembledItem::New(message) => estimate_message_tokens(message),
+        })
+        .sum()
+}
