@@ -51,7 +51,9 @@ pub fn assemble(
         let Some(entry) = entry_ids.get(index) else {
             return Ok(false);
         };
-        store.with(|conn| Ok(seq_of_entry(conn, conversation, entry)?.is_some_and(|seq| seq < frontier)))
+        store.with(|conn| {
+            Ok(seq_of_entry(conn, conversation, entry)?.is_some_and(|seq| seq < frontier))
+        })
     };
     let mut tokens = 0u64;
     let mut kept_start = messages.len();
@@ -72,7 +74,10 @@ pub fn assemble(
         if group_covered {
             break;
         }
-        let t: u64 = messages[group.clone()].iter().map(estimate_message_tokens).sum();
+        let t: u64 = messages[group.clone()]
+            .iter()
+            .map(estimate_message_tokens)
+            .sum();
         if tokens.saturating_add(t) <= budget {
             tokens += t;
             kept_start = group.start;
@@ -97,7 +102,13 @@ pub fn assemble(
     let roots = store.roots(conversation)?;
     let mut summaries: Vec<(String, Message, u64)> = Vec::new();
     for root in roots.iter().rev() {
-        let message = render(root.id, root.depth, root.first_seq, root.last_seq, &root.text);
+        let message = render(
+            root.id,
+            root.depth,
+            root.first_seq,
+            root.last_seq,
+            &root.text,
+        );
         let t = estimate_message_tokens(&message);
         if tokens.saturating_add(t) > budget {
             break;
@@ -115,7 +126,11 @@ pub fn assemble(
     if kept_start < messages.len() {
         builder.keep_range(kept_start..messages.len());
         for i in kept_start..messages.len() {
-            signature.push(entry_ids.get(i).map_or_else(|| format!("#{i}"), str::to_owned));
+            signature.push(
+                entry_ids
+                    .get(i)
+                    .map_or_else(|| format!("#{i}"), str::to_owned),
+            );
         }
     }
     builder.estimated_tokens(tokens);

@@ -180,7 +180,9 @@ impl Run<'_> {
     /// One leaf pass over the oldest chunk outside the fresh tail.
     fn leaf_pass(&self) -> Result<PassResult, EngineError> {
         let frontier = self.store.frontier(self.conversation)?;
-        let raw = self.store.messages_between(self.conversation, frontier, i64::MAX)?;
+        let raw = self
+            .store
+            .messages_between(self.conversation, frontier, i64::MAX)?;
         let parsed: Vec<Message> = raw.iter().map(parse_stored).collect();
         let bounds = groups(&parsed, |m| m);
         let tail = self.fresh_tail_start(&raw, &parsed, &bounds);
@@ -202,18 +204,33 @@ impl Run<'_> {
             items: chunk
                 .iter()
                 .zip(&parsed)
-                .map(|(stored, message)| (label(stored, message), crate::store::searchable_text(message)))
+                .map(|(stored, message)| {
+                    (
+                        label(stored, message),
+                        crate::store::searchable_text(message),
+                    )
+                })
                 .collect(),
-            previous: self.store.roots(self.conversation)?.last().map(|s| s.text.clone()),
+            previous: self
+                .store
+                .roots(self.conversation)?
+                .last()
+                .map(|s| s.text.clone()),
             instructions: self.instructions.map(str::to_owned),
         };
         let (first, last) = (chunk[0].seq, chunk[chunk.len() - 1].seq);
         let Some((text, out_tokens, level)) = self.escalate(&input, tokens, 0, first, last) else {
             return Ok(PassResult::NoProgress);
         };
-        let id = self
-            .store
-            .insert_leaf(self.conversation, first, last, &text, out_tokens, tokens, level.as_str())?;
+        let id = self.store.insert_leaf(
+            self.conversation,
+            first,
+            last,
+            &text,
+            out_tokens,
+            tokens,
+            level.as_str(),
+        )?;
         Ok(PassResult::Wrote(Pass {
             kind: "leaf",
             node: format!("s{id}"),
@@ -279,22 +296,35 @@ impl Run<'_> {
         let tokens: u64 = children.iter().map(|c| c.tokens).sum();
         let depth = children.iter().map(|c| c.depth).max().unwrap_or(0) + 1;
         let (first, last) = (children[0].first_seq, children[children.len() - 1].last_seq);
-        let previous_index = roots.iter().position(|r| r.id == children[0].id).unwrap_or(0);
+        let previous_index = roots
+            .iter()
+            .position(|r| r.id == children[0].id)
+            .unwrap_or(0);
         let input = Input {
             depth,
             items: children
                 .iter()
-                .map(|c| (format!("s{} (messages {}–{})", c.id, c.first_seq, c.last_seq), c.text.clone()))
+                .map(|c| {
+                    (
+                        format!("s{} (messages {}–{})", c.id, c.first_seq, c.last_seq),
+                        c.text.clone(),
+                    )
+                })
                 .collect(),
             previous: previous_index.checked_sub(1).map(|i| roots[i].text.clone()),
             instructions: self.instructions.map(str::to_owned),
         };
-        let Some((text, out_tokens, level)) = self.escalate(&input, tokens, depth, first, last) else {
+        let Some((text, out_tokens, level)) = self.escalate(&input, tokens, depth, first, last)
+        else {
             return Ok(PassResult::NoProgress);
         };
-        let id = self
-            .store
-            .insert_condensed(self.conversation, children, &text, out_tokens, level.as_str())?;
+        let id = self.store.insert_condensed(
+            self.conversation,
+            children,
+            &text,
+            out_tokens,
+            level.as_str(),
+        )?;
         Ok(PassResult::Wrote(Pass {
             kind: "condensed",
             node: format!("s{id}"),
@@ -320,7 +350,12 @@ impl Run<'_> {
             if tokens < tokens_in {
                 return Some((text, tokens, level));
             }
-            tracing::debug!(level = level.as_str(), tokens, tokens_in, "lossless: summary not smaller than its input; escalating");
+            tracing::debug!(
+                level = level.as_str(),
+                tokens,
+                tokens_in,
+                "lossless: summary not smaller than its input; escalating"
+            );
         }
         None
     }

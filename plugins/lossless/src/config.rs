@@ -92,11 +92,15 @@ impl Config {
             ("urgentThreshold", self.urgent_threshold),
         ] {
             if !(value > 0.0 && value <= 1.0) {
-                return bad(&format!("{name} must be a share of the budget in (0, 1], not {value}"));
+                return bad(&format!(
+                    "{name} must be a share of the budget in (0, 1], not {value}"
+                ));
             }
         }
         if self.compact_target >= self.compact_threshold {
-            return bad("compactTarget must be below compactThreshold (else every turn would compact)");
+            return bad(
+                "compactTarget must be below compactThreshold (else every turn would compact)",
+            );
         }
         if self.expand_page_size == 0 || self.grep_limit == 0 {
             return bad("expandPageSize and grepLimit must be at least 1");

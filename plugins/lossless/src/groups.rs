@@ -12,7 +12,10 @@ use std::ops::Range;
 use pincer_plugin_api::{Message, Role};
 
 /// The groups of `messages`, in order, covering every index once.
-pub fn groups<'a, M>(messages: &'a [M], message: impl Fn(&'a M) -> &'a Message) -> Vec<Range<usize>> {
+pub fn groups<'a, M>(
+    messages: &'a [M],
+    message: impl Fn(&'a M) -> &'a Message,
+) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < messages.len() {
@@ -65,7 +68,10 @@ mod tests {
         let g = groups(&messages, |m| m);
         assert_eq!(g, vec![0..1, 1..4, 4..7, 7..8]);
         assert_eq!(group_start(&g, 3), 1);
-        let orphan_first = vec![Message::tool_result("x", "f", "r", false), Message::user("u")];
+        let orphan_first = vec![
+            Message::tool_result("x", "f", "r", false),
+            Message::user("u"),
+        ];
         assert_eq!(groups(&orphan_first, |m| m), vec![0..1, 1..2]);
     }
 }

@@ -68,8 +68,8 @@ use pincer_plugin_api::{HostParams, ToolCallParams};
 use rusqlite::params;
 use serde_json::json;
 
-pub use config::Config;
 use compaction::{Outcome, Policy, Run, StopReason};
+pub use config::Config;
 use store::{db_error, now_ms, Incoming, Store};
 use tools::Access;
 
@@ -84,13 +84,17 @@ pub struct Lossless {
 
 impl std::fmt::Debug for Lossless {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lossless").field("store", &self.store).finish_non_exhaustive()
+        f.debug_struct("Lossless")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
 /// The conversation key of a call: the session key, else the session id.
 fn key<'a>(host: &HostParams<'a>, session_id: &'a str) -> &'a str {
-    host.session_key().filter(|k| !k.is_empty()).unwrap_or(session_id)
+    host.session_key()
+        .filter(|k| !k.is_empty())
+        .unwrap_or(session_id)
 }
 
 impl Lossless {
@@ -115,7 +119,10 @@ impl Lossless {
     }
 
     fn work_lock(&self, conversation: i64) -> Arc<Mutex<()>> {
-        let mut locks = self.work.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut locks = self
+            .work
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Arc::clone(locks.entry(conversation).or_default())
     }
 
@@ -130,12 +137,22 @@ impl Lossless {
     }
 
     /// The budget compaction plans with: the last assembly's, else `fallback`.
-    fn planning_budget(&self, conversation: i64, fallback: Option<u64>) -> Result<Option<u64>, EngineError> {
+    fn planning_budget(
+        &self,
+        conversation: i64,
+        fallback: Option<u64>,
+    ) -> Result<Option<u64>, EngineError> {
         let last: Option<i64> = self.store.with(|conn| {
-            conn.query_row("SELECT last_budget FROM conversations WHERE id = ?1", [conversation], |r| r.get(0))
-                .map_err(db_error("budget"))
+            conn.query_row(
+                "SELECT last_budget FROM conversations WHERE id = ?1",
+                [conversation],
+                |r| r.get(0),
+            )
+            .map_err(db_error("budget"))
         })?;
-        Ok(last.map(|b| b as u64).or(self.config.effective_budget(fallback)))
+        Ok(last
+            .map(|b| b as u64)
+            .or(self.config.effective_budget(fallback)))
     }
 
     /// Compacts `conversation` down to `compactTarget` of `budget`, serialised per
@@ -150,7 +167,9 @@ impl Lossless {
         instructions: Option<&str>,
     ) -> Result<Outcome, EngineError> {
         let lock = self.work_lock(conversation);
-        let _guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _guard = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let run = Run {
             store: &self.store,
             host: &self.host,
@@ -172,17 +191,24 @@ impl Lossless {
 
     fn set_debt(&self, conversation: i64, debt: u64) -> Result<(), EngineError> {
         self.store.with(|conn| {
-            conn.execute("UPDATE conversations SET debt = ?1 WHERE id = ?2", params![debt as i64, conversation])
-                .map_err(db_error("debt"))
-                .map(drop)
+            conn.execute(
+                "UPDATE conversations SET debt = ?1 WHERE id = ?2",
+                params![debt as i64, conversation],
+            )
+            .map_err(db_error("debt"))
+            .map(drop)
         })
     }
 
     fn debt(&self, conversation: i64) -> Result<u64, EngineError> {
         self.store.with(|conn| {
-            conn.query_row("SELECT debt FROM conversations WHERE id = ?1", [conversation], |r| r.get::<_, i64>(0))
-                .map(|d| d as u64)
-                .map_err(db_error("debt"))
+            conn.query_row(
+                "SELECT debt FROM conversations WHERE id = ?1",
+                [conversation],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|d| d as u64)
+            .map_err(db_error("debt"))
         })
     }
 
@@ -224,7 +250,10 @@ impl Lossless {
         let incoming: Vec<Incoming<'_>> = messages[start..]
             .iter()
             .zip(&ids)
-            .map(|(message, entry)| Incoming { message, entry_id: entry.as_deref() })
+            .map(|(message, entry)| Incoming {
+                message,
+                entry_id: entry.as_deref(),
+            })
             .collect();
         self.store.ingest(conversation, &incoming)
     }
@@ -370,31 +399,52 @@ impl Engine for Lossless {
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineError> {
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
         let done = self.store.ingest(
             conversation,
-            &[Incoming { message: params.message, entry_id: params.entry_id }],
+            &[Incoming {
+                message: params.message,
+                entry_id: params.entry_id,
+            }],
         )?;
-        Ok(IngestResult { ingested: done.added > 0 })
+        Ok(IngestResult {
+            ingested: done.added > 0,
+        })
     }
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> {
         params.host.check_abort()?;
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
         let budget = self.config.effective_budget(params.token_budget);
         if let Some(budget) = budget {
             self.store.with(|conn| {
-                conn.execute("UPDATE conversations SET last_budget = ?1 WHERE id = ?2", params![budget as i64, conversation])
-                    .map_err(db_error("budget"))
-                    .map(drop)
+                conn.execute(
+                    "UPDATE conversations SET last_budget = ?1 WHERE id = ?2",
+                    params![budget as i64, conversation],
+                )
+                .map_err(db_error("budget"))
+                .map(drop)
             })?;
             // Debt is paid here only when it costs no cache hit, or the context would not fit.
             let debt = self.debt(conversation)?;
-            if debt > 0 && (self.cache_cold(&params.host) || compaction::context_tokens(&self.store, conversation)? > budget) {
+            if debt > 0
+                && (self.cache_cold(&params.host)
+                    || compaction::context_tokens(&self.store, conversation)? > budget)
+            {
                 self.compact_to_target(conversation, budget, None)?;
             }
         }
-        let assembled = assembly::assemble(&self.store, conversation, params.messages, &params.entry_ids, budget)?;
+        let assembled = assembly::assemble(
+            &self.store,
+            conversation,
+            params.messages,
+            &params.entry_ids,
+            budget,
+        )?;
         self.record_assembly(conversation, &assembled.signature)?;
         tracing::debug!(
             tokens = assembled.tokens,
@@ -408,12 +458,18 @@ impl Engine for Lossless {
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
         params.host.check_abort()?;
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
         // What the host has that the store lacks is taken in first: nothing is summarised
         // that is not stored.
-        self.ingest_snapshot(conversation, params.messages, |i| params.entry_ids.get(i).map(str::to_owned))?;
+        self.ingest_snapshot(conversation, params.messages, |i| {
+            params.entry_ids.get(i).map(str::to_owned)
+        })?;
         let Some(budget) = self.planning_budget(conversation, params.token_budget)? else {
-            return Ok(CompactResult::nothing_to_do("no_candidate: no token budget known to compact towards"));
+            return Ok(CompactResult::nothing_to_do(
+                "no_candidate: no token budget known to compact towards",
+            ));
         };
         let outcome = self.compact_to_target(conversation, budget, params.custom_instructions)?;
         let details = serde_json::to_value(&outcome).unwrap_or_default();
@@ -425,7 +481,12 @@ impl Engine for Lossless {
             };
             return Ok(CompactResult::nothing_to_do(why));
         }
-        let summary = self.store.roots(conversation)?.last().map(|s| s.text.clone()).unwrap_or_default();
+        let summary = self
+            .store
+            .roots(conversation)?
+            .last()
+            .map(|s| s.text.clone())
+            .unwrap_or_default();
         Ok(CompactResult::compacted(
             Compaction::new(outcome.tokens_before)
                 .tokens_after(outcome.tokens_after)
@@ -436,24 +497,39 @@ impl Engine for Lossless {
 }
 
 impl IngestBatch for Lossless {
-    fn ingest_batch(&self, params: &IngestBatchParams<'_>) -> Result<IngestBatchResult, EngineError> {
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
-        let done = self.ingest_snapshot(conversation, params.messages, |i| params.entry_ids.get(i).map(str::to_owned))?;
-        Ok(IngestBatchResult { ingested_count: done.added as u64 })
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineError> {
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
+        let done = self.ingest_snapshot(conversation, params.messages, |i| {
+            params.entry_ids.get(i).map(str::to_owned)
+        })?;
+        Ok(IngestBatchResult {
+            ingested_count: done.added as u64,
+        })
     }
 }
 
 impl AfterTurn for Lossless {
     fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineError> {
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
-        self.ingest_snapshot(conversation, params.messages, |i| params.entry_ids.get(i).map(str::to_owned))?;
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
+        self.ingest_snapshot(conversation, params.messages, |i| {
+            params.entry_ids.get(i).map(str::to_owned)
+        })?;
         self.record_debt(conversation, params.token_budget)
     }
 }
 
 impl Bootstrap for Lossless {
     fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineError> {
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
         let path = std::path::Path::new(params.session_file);
         if !path.is_file() {
             return Ok(BootstrapResult {
@@ -472,16 +548,25 @@ impl Bootstrap for Lossless {
                 break;
             }
         }
-        let start = start.max(chain.len().saturating_sub(self.config.bootstrap_max_messages));
+        let start = start.max(
+            chain
+                .len()
+                .saturating_sub(self.config.bootstrap_max_messages),
+        );
         let incoming: Vec<Incoming<'_>> = chain[start..]
             .iter()
-            .map(|(entry, message)| Incoming { message, entry_id: Some(entry) })
+            .map(|(entry, message)| Incoming {
+                message,
+                entry_id: Some(entry),
+            })
             .collect();
         let done = self.store.ingest(conversation, &incoming)?;
         Ok(BootstrapResult {
             bootstrapped: true,
             imported_messages: Some(done.added as u64),
-            reason: (start > 0).then(|| format!("reconciled after {start} messages already stored or over the cap")),
+            reason: (start > 0).then(|| {
+                format!("reconciled after {start} messages already stored or over the cap")
+            }),
         })
     }
 }
@@ -489,15 +574,24 @@ impl Bootstrap for Lossless {
 impl Maintain for Lossless {
     fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineError> {
         let indexed = self.store.index_pending()?;
-        let (rewritten, freed) = payloads::externalize(&self.store, self.config.large_payload_chars)?;
-        let conversation = self.store.conversation(key(&params.host, params.session_id))?;
+        let (rewritten, freed) =
+            payloads::externalize(&self.store, self.config.large_payload_chars)?;
+        let conversation = self
+            .store
+            .conversation(key(&params.host, params.session_id))?;
         let mut summaries = 0;
         let debt = self.debt(conversation)?;
         if debt > 0 {
             if let Some(budget) = self.planning_budget(conversation, None)? {
                 let urgent = debt as f64 >= budget as f64 * self.config.urgent_threshold;
-                if urgent || self.cache_cold(&params.host) || params.reason == MaintainReason::Bootstrap {
-                    summaries = self.compact_to_target(conversation, budget, None)?.passes.len();
+                if urgent
+                    || self.cache_cold(&params.host)
+                    || params.reason == MaintainReason::Bootstrap
+                {
+                    summaries = self
+                        .compact_to_target(conversation, budget, None)?
+                        .passes
+                        .len();
                 }
             }
         }
@@ -534,9 +628,14 @@ impl Tools for Lossless {
 }
 
 impl SubagentSpawn for Lossless {
-    fn prepare_subagent_spawn(&self, params: &SubagentSpawnParams<'_>) -> Result<Option<SpawnRollback>, EngineError> {
+    fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollback>, EngineError> {
         if params.child_session_key == params.parent_session_key {
-            return Err(EngineError::failed("lossless: a session cannot be granted its own store"));
+            return Err(EngineError::failed(
+                "lossless: a session cannot be granted its own store",
+            ));
         }
         // A grant covers the parent's own conversation only: a child holding a grant passes
         // nothing of it on (no recursive grants).
@@ -544,10 +643,16 @@ impl SubagentSpawn for Lossless {
             return Ok(None);
         };
         let max_seq: i64 = self.store.with(|conn| {
-            conn.query_row("SELECT COALESCE(MAX(seq), -1) FROM messages WHERE conversation_id = ?1", [parent], |r| r.get(0))
-                .map_err(db_error("grant"))
+            conn.query_row(
+                "SELECT COALESCE(MAX(seq), -1) FROM messages WHERE conversation_id = ?1",
+                [parent],
+                |r| r.get(0),
+            )
+            .map_err(db_error("grant"))
         })?;
-        let ttl = params.ttl_ms.map_or(self.config.grant_ttl_ms, |t| t.min(self.config.grant_ttl_ms));
+        let ttl = params.ttl_ms.map_or(self.config.grant_ttl_ms, |t| {
+            t.min(self.config.grant_ttl_ms)
+        });
         let child = params.child_session_key.to_owned();
         self.store.with(|conn| {
             conn.execute(

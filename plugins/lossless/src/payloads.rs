@@ -16,8 +16,12 @@ use crate::store::{db_error, Store, StoredMessage};
 /// # Errors
 /// When the payload file is gone or the row does not parse.
 pub fn original(row: &StoredMessage) -> Result<Value, EngineError> {
-    let mut value: Value = serde_json::from_str(&row.json)
-        .map_err(|err| EngineError::failed(format!("lossless store: message m{} does not parse: {err}", row.id)))?;
+    let mut value: Value = serde_json::from_str(&row.json).map_err(|err| {
+        EngineError::failed(format!(
+            "lossless store: message m{} does not parse: {err}",
+            row.id
+        ))
+    })?;
     if let Some(path) = &row.payload_path {
         let text = std::fs::read_to_string(path).map_err(|err| {
             EngineError::failed(format!(
@@ -55,7 +59,10 @@ pub fn externalize(store: &Store, threshold: usize) -> Result<(u64, u64), Engine
     })?;
     let (mut rewritten, mut freed) = (0u64, 0u64);
     for (id, json) in candidates {
-        let Ok(message) = serde_json::from_str(&json).map_err(|_| ()).and_then(|v| Message::from_value(v).map_err(|_| ())) else {
+        let Ok(message) = serde_json::from_str(&json)
+            .map_err(|_| ())
+            .and_then(|v| Message::from_value(v).map_err(|_| ()))
+        else {
             continue;
         };
         if message.role() != Role::ToolResult {
@@ -65,16 +72,22 @@ pub fn externalize(store: &Store, threshold: usize) -> Result<(u64, u64), Engine
         if text.chars().count() <= threshold {
             continue;
         }
-        std::fs::create_dir_all(&dir)
-            .map_err(|err| EngineError::failed(format!("lossless: cannot create {}: {err}", dir.display())))?;
-        let digest: String = Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::create_dir_all(&dir).map_err(|err| {
+            EngineError::failed(format!("lossless: cannot create {}: {err}", dir.display()))
+        })?;
+        let digest: String = Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         let path = dir.join(format!("{digest}.txt"));
         if !path.exists() {
             let tmp = dir.join(format!("{digest}.tmp"));
             std::fs::write(&tmp, &text)
                 .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
                 .and_then(|()| std::fs::rename(&tmp, &path))
-                .map_err(|err| EngineError::failed(format!("lossless: cannot write {}: {err}", path.display())))?;
+                .map_err(|err| {
+                    EngineError::failed(format!("lossless: cannot write {}: {err}", path.display()))
+                })?;
         }
         let lines = text.lines().count();
         let head: String = text.chars().take(400).collect();

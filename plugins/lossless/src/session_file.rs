@@ -14,7 +14,10 @@ use pincer_plugin_api::{EngineError, Message};
 /// When the file cannot be read.
 pub fn active_messages(path: &Path) -> Result<Vec<(String, Message)>, EngineError> {
     let text = std::fs::read_to_string(path).map_err(|err| {
-        EngineError::failed(format!("lossless bootstrap: cannot read {}: {err}", path.display()))
+        EngineError::failed(format!(
+            "lossless bootstrap: cannot read {}: {err}",
+            path.display()
+        ))
     })?;
     let mut records: HashMap<String, serde_json::Value> = HashMap::new();
     let mut last: Option<String> = None;
@@ -34,9 +37,16 @@ pub fn active_messages(path: &Path) -> Result<Vec<(String, Message)>, EngineErro
         let Some(record) = records.remove(&id) else {
             break;
         };
-        at = record.get("parentId").and_then(|v| v.as_str()).map(str::to_owned);
+        at = record
+            .get("parentId")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
         if record.get("type").and_then(|v| v.as_str()) == Some("message") {
-            if let Some(message) = record.get("message").cloned().and_then(|m| Message::from_value(m).ok()) {
+            if let Some(message) = record
+                .get("message")
+                .cloned()
+                .and_then(|m| Message::from_value(m).ok())
+            {
                 chain.push((id, message));
             }
         }

@@ -176,8 +176,20 @@ pub fn identity_of(message: &Message) -> String {
     let value = message.to_value();
     let mut hasher = Sha256::new();
     // The content and the tool fields, not the timestamp (a re-sent message keeps its identity).
-    hasher.update(value.get("content").map(|c| c.to_string()).unwrap_or_default());
-    for key in ["toolName", "isError", "summary", "command", "output", "customType"] {
+    hasher.update(
+        value
+            .get("content")
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+    );
+    for key in [
+        "toolName",
+        "isError",
+        "summary",
+        "command",
+        "output",
+        "customType",
+    ] {
         if let Some(v) = value.get(key) {
             hasher.update(key.as_bytes());
             hasher.update(v.to_string());
@@ -319,11 +331,9 @@ impl Store {
                 params![key, now_ms()],
             )
             .map_err(db_error("create conversation"))?;
-            conn.query_row(
-                "SELECT id FROM conversations WHERE key = ?1",
-                [key],
-                |r| r.get(0),
-            )
+            conn.query_row("SELECT id FROM conversations WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
             .map_err(db_error("read conversation"))
         })
     }
@@ -334,11 +344,9 @@ impl Store {
     /// Database errors.
     pub fn find_conversation(&self, key: &str) -> Result<Option<i64>, EngineError> {
         self.with(|conn| {
-            conn.query_row(
-                "SELECT id FROM conversations WHERE key = ?1",
-                [key],
-                |r| r.get(0),
-            )
+            conn.query_row("SELECT id FROM conversations WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(db_error("read conversation"))
         })
@@ -350,7 +358,11 @@ impl Store {
     ///
     /// # Errors
     /// Database errors.
-    pub fn ingest(&self, conversation: i64, incoming: &[Incoming<'_>]) -> Result<Ingested, EngineError> {
+    pub fn ingest(
+        &self,
+        conversation: i64,
+        incoming: &[Incoming<'_>],
+    ) -> Result<Ingested, EngineError> {
         self.with(|conn| {
             let tx = conn.transaction().map_err(db_error("begin ingest"))?;
             let mut result = Ingested::default();
@@ -401,7 +413,11 @@ impl Store {
     ///
     /// # Errors
     /// Database errors.
-    pub fn seq_of_entry(&self, conversation: i64, entry_id: &str) -> Result<Option<i64>, EngineError> {
+    pub fn seq_of_entry(
+        &self,
+        conversation: i64,
+        entry_id: &str,
+    ) -> Result<Option<i64>, EngineError> {
         self.with(|conn| seq_of_entry(conn, conversation, entry_id))
     }
 
@@ -511,7 +527,17 @@ impl Store {
     ) -> Result<i64, EngineError> {
         self.with(|conn| {
             let tx = conn.transaction().map_err(db_error("begin leaf"))?;
-            let id = insert_summary(&tx, conversation, 0, text, tokens, source_tokens, first, last, level)?;
+            let id = insert_summary(
+                &tx,
+                conversation,
+                0,
+                text,
+                tokens,
+                source_tokens,
+                first,
+                last,
+                level,
+            )?;
             tx.execute(
                 "INSERT INTO summary_messages (summary_id, message_id) \
                  SELECT ?1, id FROM messages WHERE conversation_id = ?2 AND seq BETWEEN ?3 AND ?4",
@@ -542,7 +568,17 @@ impl Store {
         let source: u64 = children.iter().map(|c| c.tokens).sum();
         self.with(|conn| {
             let tx = conn.transaction().map_err(db_error("begin condensed"))?;
-            let id = insert_summary(&tx, conversation, depth, text, tokens, source, first, last, level)?;
+            let id = insert_summary(
+                &tx,
+                conversation,
+                depth,
+                text,
+                tokens,
+                source,
+                first,
+                last,
+                level,
+            )?;
             for child in children {
                 tx.execute(
                     "UPDATE summaries SET parent_id = ?1 WHERE id = ?2 AND parent_id IS NULL",
@@ -689,8 +725,12 @@ fn insert_message(
             idx as i64,
             block.type_name(),
             text,
-            call.as_ref().map(|c| c.id.to_owned()).or_else(|| message.tool_result_id().map(str::to_owned)),
-            call.as_ref().map(|c| c.name.to_owned()).or_else(|| message.tool_name().map(str::to_owned)),
+            call.as_ref()
+                .map(|c| c.id.to_owned())
+                .or_else(|| message.tool_result_id().map(str::to_owned)),
+            call.as_ref()
+                .map(|c| c.name.to_owned())
+                .or_else(|| message.tool_name().map(str::to_owned)),
         ])
         .map_err(db_error("insert part"))?;
     }

@@ -108,7 +108,9 @@ pub fn summarize(host: &Host, mode: Mode, input: &Input, level: Level) -> String
     if level != Level::Truncation && mode != Mode::Offline {
         match with_model(host, input, level) {
             Ok(text) if !text.trim().is_empty() => return text,
-            Ok(_) => tracing::warn!("lossless: the model returned an empty summary; offline summary used"),
+            Ok(_) => tracing::warn!(
+                "lossless: the model returned an empty summary; offline summary used"
+            ),
             Err(err) if mode == Mode::Model => {
                 tracing::warn!(%err, "lossless: model summary failed; offline summary used")
             }
@@ -118,7 +120,11 @@ pub fn summarize(host: &Host, mode: Mode, input: &Input, level: Level) -> String
     offline(input, level)
 }
 
-fn with_model(host: &Host, input: &Input, level: Level) -> Result<String, pincer_plugin_api::EngineError> {
+fn with_model(
+    host: &Host,
+    input: &Input,
+    level: Level,
+) -> Result<String, pincer_plugin_api::EngineError> {
     let target_words = ((input.chars() as f64 * level.ratio()) / 6.0).max(20.0) as u64;
     let mut body = String::new();
     if let Some(previous) = &input.previous {
@@ -163,9 +169,12 @@ pub fn offline(input: &Input, level: Level) -> String {
             .join("\n");
         let head = cut(&joined, target.max(32));
         let omitted = joined.chars().count().saturating_sub(head.chars().count());
-        return format!("{head} [truncated: {omitted} characters omitted; lcm_expand has the originals]");
+        return format!(
+            "{head} [truncated: {omitted} characters omitted; lcm_expand has the originals]"
+        );
     }
-    let per_item = (target / input.items.len().max(1)).max(if level == Level::Normal { 48 } else { 24 });
+    let per_item =
+        (target / input.items.len().max(1)).max(if level == Level::Normal { 48 } else { 24 });
     let mut out = String::new();
     for (label, text) in &input.items {
         let text = squeeze(text);
@@ -180,7 +189,11 @@ pub fn offline(input: &Input, level: Level) -> String {
     }
     let topics = keywords(input, if level == Level::Normal { 8 } else { 4 });
     out.push_str("Expand for details about: ");
-    out.push_str(&if topics.is_empty() { "the covered messages".to_owned() } else { topics.join(", ") });
+    out.push_str(&if topics.is_empty() {
+        "the covered messages".to_owned()
+    } else {
+        topics.join(", ")
+    });
     out
 }
 
@@ -222,7 +235,11 @@ fn keywords(input: &Input, max: usize) -> Vec<String> {
     }
     let mut order: Vec<usize> = (0..seen.len()).collect();
     order.sort_by(|&a, &b| seen[b].1.cmp(&seen[a].1).then(a.cmp(&b)));
-    order.into_iter().take(max).map(|i| seen[i].0.clone()).collect()
+    order
+        .into_iter()
+        .take(max)
+        .map(|i| seen[i].0.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -255,7 +272,11 @@ mod tests {
         assert!(normal.len() < chars, "{} vs {chars}", normal.len());
         assert!(aggressive.len() < normal.len());
         assert!(truncated.len() < chars);
-        assert!(normal.lines().last().unwrap().starts_with("Expand for details about: "));
+        assert!(normal
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("Expand for details about: "));
         assert!(normal.contains("ZFA00"), "{normal}");
         assert_eq!(offline(&input, Level::Normal), normal, "deterministic");
     }
@@ -265,6 +286,10 @@ mod tests {
         let prompt = system_prompt(0, Level::Normal, 100);
         assert!(prompt.contains("untrusted data"));
         assert!(prompt.contains("Expand for details about: "));
-        assert_ne!(system_prompt(1, Level::Normal, 100), prompt, "per-depth prompts");
+        assert_ne!(
+            system_prompt(1, Level::Normal, 100),
+            prompt,
+            "per-depth prompts"
+        );
     }
 }

@@ -115,15 +115,23 @@ pub fn specs() -> Vec<(&'static str, &'static str, Value)> {
 }
 
 fn args<'a, T: Deserialize<'a>>(tool: &str, text: &'a str) -> Result<T, EngineError> {
-    serde_json::from_str(if text.trim().is_empty() { "{}" } else { text })
-        .map_err(|err| EngineError::failed(format!("{tool}: bad arguments ({err}); see the tool's schema")))
+    serde_json::from_str(if text.trim().is_empty() { "{}" } else { text }).map_err(|err| {
+        EngineError::failed(format!(
+            "{tool}: bad arguments ({err}); see the tool's schema"
+        ))
+    })
 }
 
 /// `lcm_grep`.
 ///
 /// # Errors
 /// Bad arguments or database errors.
-pub fn grep(store: &Store, access: &Access, arguments: &str, default_limit: usize) -> Result<Value, EngineError> {
+pub fn grep(
+    store: &Store,
+    access: &Access,
+    arguments: &str,
+    default_limit: usize,
+) -> Result<Value, EngineError> {
     let a: GrepArgs = args("lcm_grep", arguments)?;
     // Each word quoted: the model's query is text, never FTS5 syntax.
     let query: Vec<String> = a
@@ -132,13 +140,19 @@ pub fn grep(store: &Store, access: &Access, arguments: &str, default_limit: usiz
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect();
     if query.is_empty() {
-        return Err(EngineError::failed("lcm_grep: the query is empty; give one or more words"));
+        return Err(EngineError::failed(
+            "lcm_grep: the query is empty; give one or more words",
+        ));
     }
     let query = query.join(" ");
     store.index_pending()?;
     let mut matches = Vec::new();
     for scope in &access.scopes {
-        let limit = a.limit.unwrap_or(default_limit).min(default_limit).min(scope.max_results);
+        let limit = a
+            .limit
+            .unwrap_or(default_limit)
+            .min(default_limit)
+            .min(scope.max_results);
         let rows: Vec<(String, i64, String)> = store.with(|conn| {
             let mut stmt = conn
                 .prepare_cached(
@@ -147,9 +161,10 @@ pub fn grep(store: &Store, access: &Access, arguments: &str, default_limit: usiz
                 )
                 .map_err(db_error("grep"))?;
             let rows = stmt
-                .query_map(params![query, scope.conversation, (limit * 4) as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
+                .query_map(
+                    params![query, scope.conversation, (limit * 4) as i64],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
                 .map_err(db_error("grep"))?;
             rows.collect::<Result<_, _>>().map_err(db_error("grep"))
         })?;
@@ -179,7 +194,9 @@ fn in_scope(store: &Store, scope: &Scope, kind: &str, id: i64) -> Result<bool, E
         "SELECT seq FROM messages WHERE id = ?1"
     };
     let seq: Option<i64> = store.with(|conn| {
-        conn.query_row(sql, [id], |r| r.get(0)).optional().map_err(db_error("scope"))
+        conn.query_row(sql, [id], |r| r.get(0))
+            .optional()
+            .map_err(db_error("scope"))
     })?;
     Ok(seq.is_some_and(|s| s <= scope.max_seq))
 }
@@ -190,7 +207,9 @@ enum NodeId {
 }
 
 fn parse_id(tool: &str, id: &str) -> Result<NodeId, EngineError> {
-    let bad = || EngineError::failed(format!("{tool}: unknown id {id:?}; ids look like s12 (summary) or m34 (message), as lcm_grep returns them"));
+    let bad = || {
+        EngineError::failed(format!("{tool}: unknown id {id:?}; ids look like s12 (summary) or m34 (message), as lcm_grep returns them"))
+    };
     let (kind, number) = id.split_at_checked(1).ok_or_else(bad)?;
     let number: i64 = number.parse().map_err(|_| bad())?;
     match kind {
@@ -201,7 +220,9 @@ fn parse_id(tool: &str, id: &str) -> Result<NodeId, EngineError> {
 }
 
 fn not_found(tool: &str, id: &str) -> EngineError {
-    EngineError::failed(format!("{tool}: no {id} in this conversation (or outside what this session may read)"))
+    EngineError::failed(format!(
+        "{tool}: no {id} in this conversation (or outside what this session may read)"
+    ))
 }
 
 /// `lcm_describe`.
@@ -215,14 +236,22 @@ pub fn describe(store: &Store, access: &Access, arguments: &str) -> Result<Value
             let Some((conversation, node)) = store.summary(id)? else {
                 return Err(not_found("lcm_describe", &a.id));
             };
-            let Some(scope) = access.scope_of(conversation).filter(|s| node.last_seq <= s.max_seq) else {
+            let Some(scope) = access
+                .scope_of(conversation)
+                .filter(|s| node.last_seq <= s.max_seq)
+            else {
                 return Err(not_found("lcm_describe", &a.id));
             };
-            let covers: Vec<String> = messages_in(store, scope.conversation, node.first_seq, node.last_seq)?
-                .into_iter()
-                .map(|m| format!("m{m}"))
+            let covers: Vec<String> =
+                messages_in(store, scope.conversation, node.first_seq, node.last_seq)?
+                    .into_iter()
+                    .map(|m| format!("m{m}"))
+                    .collect();
+            let children: Vec<String> = store
+                .children(id)?
+                .iter()
+                .map(|c| format!("s{}", c.id))
                 .collect();
-            let children: Vec<String> = store.children(id)?.iter().map(|c| format!("s{}", c.id)).collect();
             Ok(json!({
                 "id": a.id, "kind": "summary", "depth": node.depth, "level": node.level,
                 "text": node.text, "tokens": node.tokens, "sourceTokens": node.source_tokens,
@@ -245,7 +274,10 @@ pub fn describe(store: &Store, access: &Access, arguments: &str) -> Result<Value
             let Some((conversation, seq, role, entry_id, tokens)) = row else {
                 return Err(not_found("lcm_describe", &a.id));
             };
-            if access.scope_of(conversation).is_none_or(|s| seq > s.max_seq) {
+            if access
+                .scope_of(conversation)
+                .is_none_or(|s| seq > s.max_seq)
+            {
                 return Err(not_found("lcm_describe", &a.id));
             }
             let parents: Vec<String> = store.with(|conn| {
@@ -268,7 +300,12 @@ pub fn describe(store: &Store, access: &Access, arguments: &str) -> Result<Value
     }
 }
 
-fn messages_in(store: &Store, conversation: i64, first: i64, last: i64) -> Result<Vec<i64>, EngineError> {
+fn messages_in(
+    store: &Store,
+    conversation: i64,
+    first: i64,
+    last: i64,
+) -> Result<Vec<i64>, EngineError> {
     store.with(|conn| {
         let mut stmt = conn
             .prepare_cached("SELECT id FROM messages WHERE conversation_id = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq")
@@ -284,7 +321,12 @@ fn messages_in(store: &Store, conversation: i64, first: i64, last: i64) -> Resul
 ///
 /// # Errors
 /// Bad arguments, an unknown id, or database errors.
-pub fn expand(store: &Store, access: &Access, arguments: &str, page_size: usize) -> Result<Value, EngineError> {
+pub fn expand(
+    store: &Store,
+    access: &Access,
+    arguments: &str,
+    page_size: usize,
+) -> Result<Value, EngineError> {
     let a: IdArgs = args("lcm_expand", arguments)?;
     let (conversation, first, last) = match parse_id("lcm_expand", &a.id)? {
         NodeId::Summary(id) => {
@@ -295,9 +337,11 @@ pub fn expand(store: &Store, access: &Access, arguments: &str, page_size: usize)
         }
         NodeId::Message(id) => {
             let row: Option<(i64, i64)> = store.with(|conn| {
-                conn.query_row("SELECT conversation_id, seq FROM messages WHERE id = ?1", [id], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+                conn.query_row(
+                    "SELECT conversation_id, seq FROM messages WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
                 .optional()
                 .map_err(db_error("expand"))
             })?;
@@ -313,7 +357,14 @@ pub fn expand(store: &Store, access: &Access, arguments: &str, page_size: usize)
     let page = a.page.unwrap_or(0);
     let size = page_size.min(scope.max_results).max(1);
     let rows = store.with(|conn| {
-        messages_between(conn, conversation, first, last, size as i64 + 1, (page * size) as i64)
+        messages_between(
+            conn,
+            conversation,
+            first,
+            last,
+            size as i64 + 1,
+            (page * size) as i64,
+        )
     })?;
     let more = rows.len() > size;
     let mut messages = Vec::new();
