@@ -7,6 +7,8 @@
 
 #[path = "pincer/run.rs"]
 mod run;
+#[path = "pincer/tool.rs"]
+mod tool;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -50,6 +52,9 @@ enum Command {
     /// Runs a conversation: one turn (`--prompt`) or a whole transcript (`--import`) through
     /// the selected engine and a model, compacting as it goes, into a session.
     Run(run::RunArgs),
+    /// Calls one of the engine's own tools for a session (`callTool`), as the model would:
+    /// `pincer tool --session KEY lcm_grep --args '{"query":"…"}'`.
+    Tool(tool::ToolArgs),
     /// Lists plugins (loaded or rejected, and why), engines, and what the slot resolves to.
     Doctor {
         /// Print JSON.
@@ -432,6 +437,7 @@ fn main() -> ExitCode {
             None => health(&home, json),
         },
         Command::Run(args) => run::run(home, args),
+        Command::Tool(args) => tool::tool(home, args),
         Command::Assemble {
             run,
             token_budget,

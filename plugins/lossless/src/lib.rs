@@ -166,6 +166,22 @@ impl Lossless {
         budget: u64,
         instructions: Option<&str>,
     ) -> Result<Outcome, EngineError> {
+        let target = (budget as f64 * self.config.compact_target) as u64;
+        self.compact_to(conversation, budget, target, instructions)
+    }
+
+    /// Compacts `conversation` down to `target` tokens (planning chunks with `budget`),
+    /// serialised per conversation.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn compact_to(
+        &self,
+        conversation: i64,
+        budget: u64,
+        target: u64,
+        instructions: Option<&str>,
+    ) -> Result<Outcome, EngineError> {
         let lock = self.work_lock(conversation);
         let _guard = lock
             .lock()
@@ -177,7 +193,7 @@ impl Lossless {
             policy: self.policy(budget),
             instructions,
         };
-        let outcome = run.until((budget as f64 * self.config.compact_target) as u64)?;
+        let outcome = run.until(target)?;
         self.set_debt(conversation, 0)?;
         tracing::info!(
             passes = outcome.passes.len(),
@@ -471,7 +487,20 @@ impl Engine for Lossless {
                 "no_candidate: no token budget known to compact towards",
             ));
         };
-        let outcome = self.compact_to_target(conversation, budget, params.custom_instructions)?;
+        // An overflow the host measured: the history must shrink by at least the excess.
+        let excess = match (params.current_token_count, params.token_budget) {
+            (Some(current), Some(window)) if current > window => Some(current - window),
+            _ => None,
+        };
+        let normal = (budget as f64 * self.config.compact_target) as u64;
+        let target = match excess {
+            Some(excess) => normal.min(
+                compaction::context_tokens(&self.store, conversation)?
+                    .saturating_sub(excess + excess / 4 + 1),
+            ),
+            None => normal,
+        };
+        let outcome = self.compact_to(conversation, budget, target, params.custom_instructions)?;
         let details = serde_json::to_value(&outcome).unwrap_or_default();
         if outcome.passes.is_empty() {
             let why = match outcome.stop_reason {
@@ -479,6 +508,27 @@ impl Engine for Lossless {
                 StopReason::NoCandidate => "no_candidate: nothing outside the fresh tail to summarise and nothing to condense",
                 StopReason::NoProgress => "no_progress: no summary came out smaller than its input",
             };
+            if excess.is_some() {
+                // The overflow is inside the current turn, which only the host can split: its
+                // runtime compaction does that in the session (the store keeps every message).
+                tracing::info!(
+                    stop_reason = outcome.stop_reason.as_str(),
+                    "lossless: overflow inside the current turn; delegating to the runtime compaction"
+                );
+                return Ok(match self.host.delegate_compaction_to_runtime(params) {
+                    Ok(result) => {
+                        if result.is_compacted() {
+                            // The host's context changed: the next prompt starts anew.
+                            self.store.bump_epoch(conversation)?;
+                        }
+                        result
+                    }
+                    Err(err) => CompactResult::nothing_to_do(format!(
+                        "{why}; the runtime compaction was not available either: {}",
+                        err.message()
+                    )),
+                });
+            }
             return Ok(CompactResult::nothing_to_do(why));
         }
         let summary = self

@@ -592,6 +592,21 @@ impl Store {
         })
     }
 
+    /// Records that the context changed outside the engine's passes (a delegated compaction).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn bump_epoch(&self, conversation: i64) -> Result<(), EngineError> {
+        self.with(|conn| {
+            conn.execute(
+                "UPDATE conversations SET epoch = epoch + 1 WHERE id = ?1",
+                [conversation],
+            )
+            .map_err(db_error("epoch"))
+            .map(drop)
+        })
+    }
+
     /// Indexes the messages not yet in the full-text index (off the turn's path); how many.
     ///
     /// # Errors

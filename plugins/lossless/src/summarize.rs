@@ -212,7 +212,7 @@ fn cut(text: &str, max: usize) -> String {
     out
 }
 
-/// Identifier-like words (with a digit, or capitalised, at least 3 characters), most frequent
+/// Identifier-like words (with a digit or two capitals, at least 3 characters), most frequent
 /// first, ties by first appearance.
 fn keywords(input: &Input, max: usize) -> Vec<String> {
     let mut seen: Vec<(String, usize)> = Vec::new();
@@ -222,8 +222,11 @@ fn keywords(input: &Input, max: usize) -> Vec<String> {
             if word.chars().count() < 3 {
                 continue;
             }
-            let notable = word.chars().any(|c| c.is_ascii_digit())
-                || word.chars().next().is_some_and(char::is_uppercase);
+            // Identifiers: a digit or two capitals (HAT001, S61CZX, EWR); plain capitalised
+            // words are mostly sentence starts.
+            let notable = (word.chars().any(|c| c.is_ascii_digit())
+                || word.chars().filter(|c| c.is_uppercase()).count() >= 2)
+                && word != "Expand";
             if !notable {
                 continue;
             }
@@ -278,6 +281,10 @@ mod tests {
             .unwrap()
             .starts_with("Expand for details about: "));
         assert!(normal.contains("ZFA00"), "{normal}");
+        assert!(
+            normal.lines().last().unwrap().contains("HAT000"),
+            "{normal}"
+        );
         assert_eq!(offline(&input, Level::Normal), normal, "deterministic");
     }
 

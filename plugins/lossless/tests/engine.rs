@@ -243,6 +243,20 @@ fn an_irreducible_tail_stops_with_no_candidate_and_no_loop() {
             result.reason()
         );
     }
+    assert_eq!(f.host.delegated_compactions(), 0);
+    // A measured overflow that no pass can reduce is inside the current turn, which only the
+    // host can split: the engine hands that one to the runtime compaction.
+    f.engine
+        .compact_with(
+            &c,
+            CompactOptions {
+                token_budget: Some(4_096),
+                current_token_count: Some(30_000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(f.host.delegated_compactions(), 1);
     // The assembly keeps the one message (the model must see the turn) and says it may overflow.
     let assembled = f.engine.assemble(&c, Some(1_000)).unwrap();
     assert_eq!(assembled.messages.len(), 1);
