@@ -3,6 +3,9 @@
 //! (CJK-aware). Raw messages are references into the host's messages (never copies);
 //! summaries are new messages.
 //!
+//! A summary the host wrote over its own history (after a delegated compaction) counts as
+//! covered: the assembly stops there, and the engine's own summaries stand for that span.
+//!
 //! Cache stability: nothing here depends on the turn but the store and the budget, so from one
 //! turn to the next the assembled prompt only grows at its end — unless a compaction changed
 //! the summaries, or the raw part outgrew the budget (which the compaction debt prevents).
@@ -12,7 +15,7 @@ use pincer_plugin_api::{AssembleResult, ContextBuilder, EngineError, EntryIds, M
 
 use crate::compaction::render;
 use crate::groups::groups;
-use crate::store::{seq_of_entry, Store};
+use crate::store::{is_host_summary, seq_of_entry, Store};
 
 /// An assembly and what identifies it.
 pub struct Assembled {
@@ -45,6 +48,9 @@ pub fn assemble(
     let bounds = groups(messages, |m| m);
     // A host message is covered when the store holds it before the frontier.
     let covered = |index: usize| -> Result<bool, EngineError> {
+        if is_host_summary(&messages[index]) {
+            return Ok(true);
+        }
         if frontier == 0 {
             return Ok(false);
         }

@@ -120,8 +120,8 @@ pub fn context_tokens(store: &Store, conversation: i64) -> Result<u64, EngineErr
 pub struct Run<'a> {
     /// The store.
     pub store: &'a Store,
-    /// The host (its model, when it has one).
-    pub host: &'a Host,
+    /// The host (its model, when it has one); `None`: offline summaries only.
+    pub host: Option<&'a Host>,
     /// The conversation.
     pub conversation: i64,
     /// The knobs.

@@ -188,7 +188,7 @@ impl Lossless {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let run = Run {
             store: &self.store,
-            host: &self.host,
+            host: Some(&self.host),
             conversation,
             policy: self.policy(budget),
             instructions,

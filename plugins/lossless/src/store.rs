@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pincer_plugin_api::tokens::estimate_message_tokens;
-use pincer_plugin_api::{BlockKind, EngineError, Message};
+use pincer_plugin_api::{BlockKind, EngineError, Message, Role};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use sha2::{Digest as _, Sha256};
 
@@ -169,6 +169,15 @@ pub struct Incoming<'a> {
     pub message: &'a Message,
     /// The host's entry id.
     pub entry_id: Option<&'a str>,
+}
+
+/// Whether `message` is a summary the host wrote over its own history (a runtime compaction's
+/// or a branch's): never stored, never assembled — the store has the messages it stands for.
+pub fn is_host_summary(message: &Message) -> bool {
+    matches!(
+        message.role(),
+        Role::CompactionSummary | Role::BranchSummary
+    )
 }
 
 /// The identity of a message without an entry id: role, tool-call id and content hash.
@@ -382,6 +391,11 @@ impl Store {
                 .optional()
                 .map_err(db_error("newest message"))?;
             for item in incoming {
+                if is_host_summary(item.message) {
+                    // The host's own compaction summaries stand for messages already stored.
+                    result.duplicates += 1;
+                    continue;
+                }
                 let identity = identity_of(item.message);
                 let duplicate = match item.entry_id {
                     Some(entry) => tx

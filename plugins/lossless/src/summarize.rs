@@ -104,8 +104,8 @@ pub fn system_prompt(depth: i64, level: Level, target_words: u64) -> String {
 
 /// Summarises `input` at `level` with the host's model (when `mode` allows and it answers)
 /// or offline. Never fails: the offline summariser always answers.
-pub fn summarize(host: &Host, mode: Mode, input: &Input, level: Level) -> String {
-    if level != Level::Truncation && mode != Mode::Offline {
+pub fn summarize(host: Option<&Host>, mode: Mode, input: &Input, level: Level) -> String {
+    if let (Some(host), true) = (host, level != Level::Truncation && mode != Mode::Offline) {
         match with_model(host, input, level) {
             Ok(text) if !text.trim().is_empty() => return text,
             Ok(_) => tracing::warn!(
