@@ -10,10 +10,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::{HostInputs, ToolCallRequest};
+use pincer_host::engines::request::{
+    HostInputs, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
-use pincer_plugin_api::abi::latest::AbortController;
+use pincer_plugin_api::abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
 use pincer_tests::*;
 use serde_json::{json, Value};
 
@@ -553,4 +555,101 @@ fn bootstrap_imports_an_existing_session_once() {
     // The doctor view through the CLI agrees.
     let stats = tool(home.path(), "shared", "lcm_stats", json!({}));
     assert_eq!(stats["messages"], stored.len(), "{stats}");
+}
+
+fn spawn_request(parent: &str, child: &str, ttl_ms: Option<u64>) -> Arc<SubagentSpawnRequest> {
+    Arc::new(SubagentSpawnRequest {
+        parent_session_key: Arc::from(parent),
+        child_session_key: Arc::from(child),
+        context_mode: Some(SubagentContextMode::Fork),
+        parent_session_id: None,
+        parent_session_file: None,
+        child_session_id: None,
+        child_session_file: None,
+        ttl_ms,
+    })
+}
+
+fn grep_count(engine: &GuardedEngine, key: &str, query: &str) -> usize {
+    call(engine, key, "lcm_grep", json!({ "query": query }))["matches"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn a_subagent_reads_its_parents_store_only_while_its_grant_lives() {
+    let home = TempDir::new().unwrap();
+    let plugins = lossless_only(home.path());
+    let out = run_pincer(
+        home.path(),
+        &[
+            "run",
+            "--import",
+            example_conversation().to_str().unwrap(),
+            "--session",
+            "parent",
+            "--engine",
+            "lossless",
+            "--plugins-dir",
+            plugins.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({ "plugins": { "slots": { "contextEngine": "lossless" } } }).to_string(),
+    )
+    .unwrap();
+    let mut options = RuntimeOptions::new(PincerHome::new(home.path().to_owned()));
+    options.extra_plugin_dirs = vec![plugins];
+    let runtime = Runtime::open(options).unwrap();
+    let engine = runtime.resolve().unwrap().engine;
+    let word = "Seattle";
+    assert!(grep_count(&engine, "parent", word) > 0);
+    assert_eq!(grep_count(&engine, "child", word), 0, "no grant, no access");
+
+    // Granted, then ended: read access while the child lives, none after.
+    let grant = engine
+        .prepare_subagent_spawn(spawn_request("parent", "child", None))
+        .unwrap();
+    assert!(grant.unwrap().value.is_some(), "a rollback is offered");
+    assert!(grep_count(&engine, "child", word) > 0);
+    // No recursive grants: the child's own child sees nothing of the parent.
+    engine
+        .prepare_subagent_spawn(spawn_request("child", "grandchild", None))
+        .unwrap();
+    assert_eq!(grep_count(&engine, "grandchild", word), 0);
+    engine
+        .on_subagent_ended(Arc::new(SubagentEndedRequest {
+            child_session_key: Arc::from("child"),
+            reason: SubagentEndReason::Completed,
+        }))
+        .unwrap();
+    assert_eq!(
+        grep_count(&engine, "child", word),
+        0,
+        "revoked when the child ended"
+    );
+
+    // A failed spawn's rollback undoes the grant.
+    let handle = engine
+        .prepare_subagent_spawn(spawn_request("parent", "failed", None))
+        .unwrap()
+        .unwrap()
+        .value
+        .unwrap();
+    assert!(grep_count(&engine, "failed", word) > 0);
+    engine.rollback(handle).unwrap();
+    assert_eq!(grep_count(&engine, "failed", word), 0, "rolled back");
+
+    // A grant past its TTL reads nothing; results are capped at grantMaxResults (50) anyway.
+    engine
+        .prepare_subagent_spawn(spawn_request("parent", "brief", Some(1)))
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(grep_count(&engine, "brief", word), 0, "expired");
+    drop(engine);
+    runtime.shutdown();
 }

@@ -6,6 +6,10 @@
 //! has committed. The schema is versioned by `PRAGMA user_version`; [`MIGRATIONS`] brings any
 //! older database up to date inside one transaction.
 //!
+//! Every write transaction is `BEGIN IMMEDIATE`: it takes the write lock up front, where the
+//! busy timeout applies, so two processes sharing one database (a gateway and a CLI) wait for
+//! each other instead of failing a read-then-write upgrade with `SQLITE_BUSY`.
+//!
 //! Identity of a message (deduplication): the host's entry id when it gives one; otherwise
 //! role + tool-call id + content hash (a tool-call id alone is not an identity: τ-bench reuses
 //! them for distinct calls). A conversation is keyed by the host's session key (else the
@@ -17,7 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pincer_plugin_api::tokens::estimate_message_tokens;
 use pincer_plugin_api::{BlockKind, EngineError, Message, Role};
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use sha2::{Digest as _, Sha256};
 
 /// The schema version this build writes (`PRAGMA user_version`).
@@ -373,7 +377,7 @@ impl Store {
         incoming: &[Incoming<'_>],
     ) -> Result<Ingested, EngineError> {
         self.with(|conn| {
-            let tx = conn.transaction().map_err(db_error("begin ingest"))?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error("begin ingest"))?;
             let mut result = Ingested::default();
             let mut next_seq: i64 = tx
                 .query_row(
@@ -540,7 +544,9 @@ impl Store {
         level: &str,
     ) -> Result<i64, EngineError> {
         self.with(|conn| {
-            let tx = conn.transaction().map_err(db_error("begin leaf"))?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db_error("begin leaf"))?;
             let id = insert_summary(
                 &tx,
                 conversation,
@@ -581,7 +587,9 @@ impl Store {
         let last = children.last().map_or(0, |c| c.last_seq);
         let source: u64 = children.iter().map(|c| c.tokens).sum();
         self.with(|conn| {
-            let tx = conn.transaction().map_err(db_error("begin condensed"))?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db_error("begin condensed"))?;
             let id = insert_summary(
                 &tx,
                 conversation,
@@ -627,7 +635,7 @@ impl Store {
     /// Database errors.
     pub fn index_pending(&self) -> Result<usize, EngineError> {
         self.with(|conn| {
-            let tx = conn.transaction().map_err(db_error("begin index"))?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_error("begin index"))?;
             let pending: Vec<(i64, i64, String, Option<String>)> = {
                 let mut stmt = tx
                     .prepare_cached(
@@ -695,7 +703,9 @@ fn migrate(conn: &mut Connection) -> Result<(), EngineError> {
              elsewhere"
         )));
     }
-    let tx = conn.transaction().map_err(db_error("begin migration"))?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db_error("begin migration"))?;
     for (from, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         tx.execute_batch(sql).map_err(|err| {
             EngineError::failed(format!(
