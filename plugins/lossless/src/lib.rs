@@ -80,6 +80,22 @@ pub struct Lossless {
     store: Arc<Store>,
     /// One lock per conversation: heavy work on a conversation runs one at a time.
     work: Mutex<HashMap<i64, Arc<Mutex<()>>>>,
+    /// Prefix-stability counters per conversation, written by `afterTurn`, `maintain`,
+    /// `lcm_stats` and `dispose`.
+    assembly_stats: Mutex<HashMap<i64, AssemblyStats>>,
+}
+
+/// What prefix stability counts for one conversation.
+#[derive(Debug, Default)]
+struct AssemblyStats {
+    /// The last assembly's item identities.
+    last: Option<Vec<String>>,
+    /// The summaries' epoch it saw.
+    last_epoch: i64,
+    assemblies: i64,
+    stable: i64,
+    after_compaction: i64,
+    dirty: bool,
 }
 
 impl std::fmt::Debug for Lossless {
@@ -110,6 +126,7 @@ impl Lossless {
             host,
             store: Arc::new(store),
             work: Mutex::new(HashMap::new()),
+            assembly_stats: Mutex::new(HashMap::new()),
         })
     }
 
@@ -288,28 +305,85 @@ impl Lossless {
 
     /// Updates the prefix-stability counters with this assembly's signature.
     fn record_assembly(&self, conversation: i64, signature: &[String]) -> Result<(), EngineError> {
+        let epoch: i64 = self.store.with(|conn| {
+            conn.query_row(
+                "SELECT epoch FROM conversations WHERE id = ?1",
+                [conversation],
+                |r| r.get(0),
+            )
+            .map_err(db_error("epoch"))
+        })?;
+        let mut all = self
+            .assembly_stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stats = match all.entry(conversation) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.load_assembly_stats(conversation)?)
+            }
+        };
+        match &stats.last {
+            None => {}
+            Some(_) if stats.last_epoch != epoch => stats.after_compaction += 1,
+            Some(previous) => stats.stable += i64::from(signature.starts_with(previous)),
+        }
+        stats.assemblies += 1;
+        stats.last = Some(signature.to_vec());
+        stats.last_epoch = epoch;
+        stats.dirty = true;
+        Ok(())
+    }
+
+    fn load_assembly_stats(&self, conversation: i64) -> Result<AssemblyStats, EngineError> {
         self.store.with(|conn| {
-            let (last, last_epoch, epoch): (Option<String>, i64, i64) = conn
-                .query_row(
-                    "SELECT last_assembly, last_assembly_epoch, epoch FROM conversations WHERE id = ?1",
-                    [conversation],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .map_err(db_error("assembly stats"))?;
-            let (stable, compaction) = match last.and_then(|l| serde_json::from_str::<Vec<String>>(&l).ok()) {
-                None => (0, 0),
-                Some(_) if last_epoch != epoch => (0, 1),
-                Some(previous) => (i64::from(signature.starts_with(&previous)), 0),
-            };
-            conn.execute(
-                "UPDATE conversations SET last_assembly = ?1, last_assembly_epoch = ?2, \
-                 assemblies = assemblies + 1, stable_assemblies = stable_assemblies + ?3, \
-                 compaction_assemblies = compaction_assemblies + ?4 WHERE id = ?5",
-                params![serde_json::to_string(signature).unwrap_or_default(), epoch, stable, compaction, conversation],
+            conn.query_row(
+                "SELECT last_assembly, last_assembly_epoch, assemblies, stable_assemblies, compaction_assemblies \
+                 FROM conversations WHERE id = ?1",
+                [conversation],
+                |r| {
+                    let last: Option<String> = r.get(0)?;
+                    Ok(AssemblyStats {
+                        last: last.and_then(|l| serde_json::from_str(&l).ok()),
+                        last_epoch: r.get(1)?,
+                        assemblies: r.get(2)?,
+                        stable: r.get(3)?,
+                        after_compaction: r.get(4)?,
+                        dirty: false,
+                    })
+                },
             )
             .map_err(db_error("assembly stats"))
-            .map(drop)
         })
+    }
+
+    /// Writes the prefix-stability counters kept in memory since the last write (assembly
+    /// itself writes nothing: it stays off the disk on the turn's critical path).
+    fn flush_assembly_stats(&self) -> Result<(), EngineError> {
+        let mut all = self
+            .assembly_stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (conversation, stats) in all.iter_mut().filter(|(_, s)| s.dirty) {
+            self.store.with(|conn| {
+                conn.execute(
+                    "UPDATE conversations SET last_assembly = ?1, last_assembly_epoch = ?2, assemblies = ?3, \
+                     stable_assemblies = ?4, compaction_assemblies = ?5 WHERE id = ?6",
+                    params![
+                        serde_json::to_string(&stats.last).unwrap_or_default(),
+                        stats.last_epoch,
+                        stats.assemblies,
+                        stats.stable,
+                        stats.after_compaction,
+                        conversation
+                    ],
+                )
+                .map_err(db_error("assembly stats"))
+                .map(drop)
+            })?;
+            stats.dirty = false;
+        }
+        Ok(())
     }
 
     /// The doctor view of the store for `key`.
@@ -317,6 +391,7 @@ impl Lossless {
     /// # Errors
     /// Database errors.
     pub fn stats(&self, key: &str) -> Result<serde_json::Value, EngineError> {
+        self.flush_assembly_stats()?;
         self.store.index_pending()?;
         let conversation = self.store.find_conversation(key)?;
         let db_bytes = self
@@ -437,9 +512,10 @@ impl Engine for Lossless {
             .conversation(key(&params.host, params.session_id))?;
         let budget = self.config.effective_budget(params.token_budget);
         if let Some(budget) = budget {
+            // Written only when it changes: assembly stays off the disk on the critical path.
             self.store.with(|conn| {
                 conn.execute(
-                    "UPDATE conversations SET last_budget = ?1 WHERE id = ?2",
+                    "UPDATE conversations SET last_budget = ?1 WHERE id = ?2 AND last_budget IS NOT ?1",
                     params![budget as i64, conversation],
                 )
                 .map_err(db_error("budget"))
@@ -571,6 +647,7 @@ impl AfterTurn for Lossless {
         self.ingest_snapshot(conversation, params.messages, |i| {
             params.entry_ids.get(i).map(str::to_owned)
         })?;
+        self.flush_assembly_stats()?;
         self.record_debt(conversation, params.token_budget)
     }
 }
@@ -623,6 +700,7 @@ impl Bootstrap for Lossless {
 
 impl Maintain for Lossless {
     fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineError> {
+        self.flush_assembly_stats()?;
         let indexed = self.store.index_pending()?;
         let (rewritten, freed) =
             payloads::externalize(&self.store, self.config.large_payload_chars)?;
@@ -733,6 +811,7 @@ fn revoke(store: &Store, child: &str) -> Result<(), EngineError> {
 
 impl Dispose for Lossless {
     fn dispose(&self) -> Result<(), EngineError> {
+        self.flush_assembly_stats()?;
         // Leave the WAL folded into the database for whoever opens it next.
         self.store.with(|conn| {
             conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")

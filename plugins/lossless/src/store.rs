@@ -338,6 +338,9 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub fn conversation(&self, key: &str) -> Result<i64, EngineError> {
+        if let Some(id) = self.find_conversation(key)? {
+            return Ok(id);
+        }
         self.with(|conn| {
             conn.execute(
                 "INSERT OR IGNORE INTO conversations (key, created_at) VALUES (?1, ?2)",
