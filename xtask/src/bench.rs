@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: stage release builds of the plugins, then run the benchmarks of
 //! `pincer-host` (plugin boundary, message model), `pincer-tests` (sessions: open + context,
-//! durable appends) and `pincer-plugin-api` (token estimate) in one `cargo bench`.
+//! durable appends), `pincer-plugin-api` (token estimate) and `lossless` (its store, assembly
+//! and passes) in one `cargo bench`.
 //!
 //! The boundary benchmarks compare a call through the plugin boundary with the same engine
 //! linked statically, so the staged libraries must be optimized like the bench build.
@@ -16,7 +17,7 @@ use crate::build_plugins;
 use crate::workspace::Workspace;
 
 /// The packages whose benchmarks `cargo xtask bench` runs.
-const BENCH_PACKAGES: [&str; 3] = ["pincer-host", "pincer-tests", "pincer-plugin-api"];
+const BENCH_PACKAGES: [&str; 4] = ["pincer-host", "pincer-tests", "pincer-plugin-api", "lossless"];
 
 pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
     let staged = build_plugins::run(ws, build_plugins::Config { release: true })?;

@@ -87,6 +87,38 @@ const STEPS: &[Step] = &[
         expect: Expect::Success,
     },
     Step {
+        title: "the same conversation on lossless in a 512-token window: every message kept in SQLite, older spans summarised into a DAG",
+        args: &[
+            "--home", "{home}", "run", "--plugins-dir", "{plugins}", "--engine", "lossless",
+            "--context-window", "512", "--session", "demo:lossless", "--import", CONVERSATION,
+        ],
+        expect_refusal: false,
+    },
+    Step {
+        title: "lossless's doctor view of its store (pincer tool … lcm_stats)",
+        args: &[
+            "--home", "{home}", "tool", "--plugins-dir", "{plugins}", "--engine", "lossless",
+            "--session", "demo:lossless", "lcm_stats",
+        ],
+        expect_refusal: false,
+    },
+    Step {
+        title: "the first summary node: what it covers, its parents and children (lcm_describe)",
+        args: &[
+            "--home", "{home}", "tool", "--plugins-dir", "{plugins}", "--engine", "lossless",
+            "--session", "demo:lossless", "lcm_describe", "--args", r#"{"id":"s1"}"#,
+        ],
+        expect_refusal: false,
+    },
+    Step {
+        title: "the summary expanded back to its original messages (lcm_expand)",
+        args: &[
+            "--home", "{home}", "tool", "--plugins-dir", "{plugins}", "--engine", "lossless",
+            "--session", "demo:lossless", "lcm_expand", "--args", r#"{"id":"s1"}"#,
+        ],
+        expect_refusal: false,
+    },
+    Step {
         title: "assemble with sliding-window under a 400-token budget",
         args: &[
             "--home", "{home}", "assemble", "--plugins-dir", "{plugins}", "--engine",
