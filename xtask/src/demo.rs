@@ -92,7 +92,7 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "run", "--plugins-dir", "{plugins}", "--engine", "lossless",
             "--context-window", "512", "--session", "demo:lossless", "--import", CONVERSATION,
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "lossless's doctor view of its store (pincer tool … lcm_stats)",
@@ -100,7 +100,7 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "tool", "--plugins-dir", "{plugins}", "--engine", "lossless",
             "--session", "demo:lossless", "lcm_stats",
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "the first summary node: what it covers, its parents and children (lcm_describe)",
@@ -108,7 +108,7 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "tool", "--plugins-dir", "{plugins}", "--engine", "lossless",
             "--session", "demo:lossless", "lcm_describe", "--args", r#"{"id":"s1"}"#,
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "the summary expanded back to its original messages (lcm_expand)",
@@ -116,7 +116,7 @@ const STEPS: &[Step] = &[
             "--home", "{home}", "tool", "--plugins-dir", "{plugins}", "--engine", "lossless",
             "--session", "demo:lossless", "lcm_expand", "--args", r#"{"id":"s1"}"#,
         ],
-        expect_refusal: false,
+        expect: Expect::Success,
     },
     Step {
         title: "assemble with sliding-window under a 400-token budget",
