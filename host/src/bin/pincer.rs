@@ -27,7 +27,7 @@ use pincer_host::slot::quarantine::{
     QuarantineRecord,
 };
 use pincer_host::slot::requirements::HostDescriptor;
-use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
+use pincer_host::slot::runtime::{OpenLibraries, Resolution, Runtime, RuntimeOptions};
 use pincer_host::types::HostOperation;
 use pincer_plugin_api::abi::latest::{AbortController, EntryId};
 use pincer_plugin_api::{BlockKind, Content, Message};
@@ -63,6 +63,10 @@ enum Command {
         /// engine no configured host can run goes back to legacy) and say what changed.
         #[arg(long)]
         fix: bool,
+        /// Open every plugin's library, not only the selected engine's (opening runs the
+        /// library's code: its constructors).
+        #[arg(long)]
+        load: bool,
     },
     /// Runs the selected engine's `assemble` over a conversation file and shows what it kept.
     Assemble {
@@ -382,6 +386,7 @@ fn main() -> ExitCode {
             json,
             plugins_dirs,
             fix,
+            load,
         } => {
             if fix {
                 let commands = pincer_host::slot::manage::PluginCommands::new(
@@ -408,7 +413,12 @@ fn main() -> ExitCode {
                     Err(err) => return fail(err, 1),
                 }
             }
-            let runtime = match open(home, plugins_dirs, None) {
+            let libraries = if load {
+                OpenLibraries::All
+            } else {
+                OpenLibraries::Selected
+            };
+            let runtime = match open_with(home, plugins_dirs, None, libraries) {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
             };
@@ -618,10 +628,20 @@ fn check_engine(runtime: &Runtime, transcript: &Transcript, json: bool) -> ExitC
 
 type Overrides = (Option<String>, Option<serde_json::Value>);
 
+/// The runtime of a command: only the selected engine's library is opened.
 fn open(
     home: PincerHome,
     plugins_dirs: Vec<PathBuf>,
     overrides: Option<Overrides>,
+) -> Result<Runtime, ExitCode> {
+    open_with(home, plugins_dirs, overrides, OpenLibraries::Selected)
+}
+
+fn open_with(
+    home: PincerHome,
+    plugins_dirs: Vec<PathBuf>,
+    overrides: Option<Overrides>,
+    libraries: OpenLibraries,
 ) -> Result<Runtime, ExitCode> {
     let mut config = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config,
@@ -644,6 +664,7 @@ fn open(
     }
     let mut options = RuntimeOptions::new(home);
     options.extra_plugin_dirs = plugins_dirs;
+    options.open_libraries = libraries;
     // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
     // built-in one, over the session files, with the offline summariser.
     let options = with_builtin_compaction(options, &config.config);

@@ -49,6 +49,21 @@ pub struct RuntimeOptions {
     pub compactor: Option<Arc<dyn RuntimeCompactor>>,
     /// Directories handed to engine factories.
     pub dirs: EngineDirs,
+    /// Which plugin libraries are opened (all by default).
+    pub open_libraries: OpenLibraries,
+}
+
+/// Which plugin libraries a runtime opens. Every plugin is verified either way (manifest,
+/// permissions, claims, file, sha256, embedded record: nothing of it runs); opening runs its
+/// code (constructors at `dlopen`), so a command opens only what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenLibraries {
+    /// Every plugin found (an embedder's default; `pincer doctor --load`).
+    #[default]
+    All,
+    /// Only the plugin that declares the selected engine; the others are verified and listed
+    /// as `verified`, their engines not registered.
+    Selected,
 }
 
 impl RuntimeOptions {
@@ -59,6 +74,7 @@ impl RuntimeOptions {
             extra_plugin_dirs: Vec::new(),
             compactor: None,
             dirs: EngineDirs::default(),
+            open_libraries: OpenLibraries::All,
         }
     }
 }
@@ -74,15 +90,19 @@ pub enum PluginState {
     Rejected,
     /// Not loaded by configuration (`plugins.enabled`, `allow`, `deny`, `entries.<id>.enabled`).
     Disabled,
+    /// Verified without being opened: its engines are not the selected one
+    /// ([`OpenLibraries::Selected`]).
+    Verified,
 }
 
 impl PluginState {
-    /// `loaded`, `rejected` or `disabled`.
+    /// `loaded`, `rejected`, `disabled` or `verified`.
     pub const fn as_str(self) -> &'static str {
         match self {
             PluginState::Loaded => "loaded",
             PluginState::Rejected => "rejected",
             PluginState::Disabled => "disabled",
+            PluginState::Verified => "verified",
         }
     }
 }
@@ -220,6 +240,7 @@ pub struct Runtime {
     /// Live instances by engine id, with the registration generation they were created from.
     instances: Mutex<BTreeMap<String, (u64, Arc<EngineInstance>)>>,
     missing_plugin_dirs: Vec<PathBuf>,
+    open_libraries: OpenLibraries,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -279,6 +300,7 @@ impl Runtime {
             legacy,
             instances: Mutex::new(BTreeMap::new()),
             missing_plugin_dirs: Vec::new(),
+            open_libraries: options.open_libraries,
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
         // Engines that took an earlier process down stay quarantined (until cleared, or until
@@ -427,6 +449,22 @@ impl Runtime {
                     .join("; ")
             )),
             Ok(()) => {}
+        }
+        if self.open_libraries == OpenLibraries::Selected
+            && !status
+                .declared_engines
+                .iter()
+                .any(|e| e == self.config.config.selected_engine())
+        {
+            // Not needed by this command: everything checkable without running its code.
+            match loader.verify(dir) {
+                Ok(verified) => {
+                    status.status = PluginState::Verified;
+                    status.sha256 = Some(verified.verified.sha256_hex);
+                }
+                Err(err) => status.error = problem(err.code(), err.to_string()),
+            }
+            return status;
         }
         let library: Arc<LoadedLibrary> = match loader.load(dir) {
             Ok(library) => library,
@@ -629,7 +667,16 @@ impl Runtime {
             Ok(to_legacy(Some(fallback), Some(diagnostic)))
         };
         let Some(registration) = registration else {
-            let available = self.registry.ids();
+            // Registered engines, and those of plugins verified but not opened by this command.
+            let mut available = self.registry.ids();
+            available.extend(
+                self.plugins
+                    .iter()
+                    .filter(|p| p.status == PluginState::Verified)
+                    .flat_map(|p| p.declared_engines.iter().cloned()),
+            );
+            available.sort();
+            available.dedup();
             tracing::warn!(
                 target: "pincer::registry",
                 engine_id = selected,
