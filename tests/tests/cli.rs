@@ -17,7 +17,13 @@ fn doctor_json_lists_the_staged_plugins_as_loaded() {
     let home = TempDir::new().unwrap();
     let out = run_pincer(
         home.path(),
-        &["doctor", "--json", "--plugins-dir", &plugins_arg()],
+        &[
+            "doctor",
+            "--json",
+            "--load",
+            "--plugins-dir",
+            &plugins_arg(),
+        ],
     );
     assert_eq!(
         out.status.code(),

@@ -554,7 +554,10 @@ fn misspelled_manifest_keys_are_reported_and_security_ones_refuse_the_plugin() {
         );
     }
     let plugin = with_key("descripton", json!("typo"));
-    assert_eq!(plugin["status"], "loaded", "{plugin}");
+    assert_eq!(
+        plugin["status"], "verified",
+        "accepted (not selected, so not opened): {plugin}"
+    );
     assert_eq!(
         plugin["warnings"],
         json!(["pincer.plugin.json: unknown key \"descripton\" is ignored; did you mean \"description\"?"])
@@ -589,23 +592,98 @@ fn a_panic_in_a_thread_the_engine_spawned_reaches_the_log_with_engine_and_thread
     assert!(line.contains(r#"engine_id="hostile""#), "{line}");
 }
 
-// 2. Code that never should run (partly: what can be checked without running code is checked
-// before `dlopen`, and the sha256 `install` verified is recorded in the config).
+/// `pincer <args…>` with the hostile library's constructor writing `marker` (and calling
+/// `exit(7)` when `exit` is set).
+fn pincer_watching_constructor(home: &Path, args: &[&str], marker: &Path, exit: bool) -> Output {
+    let mut command = std::process::Command::new(pincer_bin());
+    command
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env_remove("PINCER_HOME")
+        .env_remove("PINCER_LOG")
+        .env("HOSTILE_CONSTRUCTOR_MARKER", marker);
+    if exit {
+        command.env("HOSTILE_CONSTRUCTOR_EXIT", "1");
+    }
+    command.output().expect("pincer runs")
+}
+
+// 2. Code that never should run: a command opens only the selected engine's library, doctor
+// opens libraries only with --load, and what can be checked without running code is.
+#[test]
+fn libraries_are_opened_only_when_needed_and_checked_before_their_constructor_runs() {
+    let work = TempDir::new().unwrap();
+    let marker = work.path().join("constructor-ran");
+    let plugins = work.path().join("plugins");
+    hostile_copy(&plugins);
+    copy_plugin(&staged_plugin("sliding-window"), &plugins, "sliding-window");
+    let plugins_arg = plugins.display().to_string();
+    let conversation = example_conversation().display().to_string();
+
+    // Another engine selected: hostile's library is verified, never opened — its constructor,
+    // even one that calls exit(7), does not run.
+    for selected in ["legacy", "sliding-window"] {
+        let home = home_with(json!({ "plugins": { "slots": { "contextEngine": selected } } }));
+        let assemble_args = [
+            "assemble",
+            "--json",
+            "--conversation",
+            &conversation,
+            "--plugins-dir",
+            &plugins_arg,
+        ];
+        let out = pincer_watching_constructor(home.path(), &assemble_args, &marker, true);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{selected}: {}",
+            stderr_text(&out)
+        );
+        assert_eq!(stdout_json(&out)["answeredBy"], selected);
+        let doctor_args = ["doctor", "--json", "--plugins-dir", &plugins_arg];
+        let out = pincer_watching_constructor(home.path(), &doctor_args, &marker, true);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{selected}: {}",
+            stderr_text(&out)
+        );
+        let plugin = find_by_id(&stdout_json(&out)["plugins"], "hostile");
+        assert_eq!(plugin["status"], "verified", "{plugin}");
+        assert!(plugin["sha256"].is_string(), "verified: {plugin}");
+        assert!(
+            !marker.exists(),
+            "{selected}: hostile's constructor never ran"
+        );
+    }
+    // `doctor --load` opens every library: now it runs.
+    let home = home_with(json!({}));
+    let out = pincer_watching_constructor(
+        home.path(),
+        &["doctor", "--json", "--load", "--plugins-dir", &plugins_arg],
+        &marker,
+        false,
+    );
+    let plugin = find_by_id(&stdout_json(&out)["plugins"], "hostile");
+    assert_eq!(plugin["status"], "loaded", "{plugin}");
+    assert!(marker.exists(), "opened, the constructor ran");
+    std::fs::remove_file(&marker).unwrap();
+}
+
+// 2, continued: a library that disagrees with its manifest or with its install is refused
+// before it is opened.
 #[test]
 fn a_library_that_disagrees_with_its_manifest_or_its_install_is_refused_before_its_constructor_runs(
 ) {
     let doctor_with_marker = |home: &Path, plugins: &Path, marker: &Path| -> Value {
-        let out = std::process::Command::new(pincer_bin())
-            .arg("--home")
-            .arg(home)
-            .args(["doctor", "--json", "--plugins-dir"])
-            .arg(plugins)
-            .env_remove("PINCER_HOME")
-            .env_remove("PINCER_LOG")
-            .env("HOSTILE_CONSTRUCTOR_MARKER", marker)
-            .output()
-            .expect("pincer runs");
-        stdout_json(&out)
+        let plugins = plugins.display().to_string();
+        stdout_json(&pincer_watching_constructor(
+            home,
+            &["doctor", "--json", "--load", "--plugins-dir", &plugins],
+            marker,
+            false,
+        ))
     };
     let home = home_with(json!({}));
     let work = TempDir::new().unwrap();

@@ -69,7 +69,7 @@ const SEGFAULTING_ASSEMBLE: &[&str] = &[
 
 const STEPS: &[Step] = &[
     Step {
-        title: "doctor: which plugins load",
+        title: "doctor: every plugin verified from its files, none opened (no engine of theirs is selected: their code does not run)",
         args: &["--home", "{home}", "doctor", "--plugins-dir", "{plugins}"],
         expect: Expect::Success,
     },
@@ -159,8 +159,8 @@ const STEPS: &[Step] = &[
         expect: Expect::Refusal,
     },
     Step {
-        title: "doctor: libraries that must never run (panic = abort, API 2.0, another ABI layout) are refused before any call",
-        args: &["--home", "{home}", "doctor", "--plugins-dir", "{variants}"],
+        title: "doctor --load: libraries that must never run (panic = abort, API 2.0, another ABI layout) are refused before any call",
+        args: &["--home", "{home}", "doctor", "--load", "--plugins-dir", "{variants}"],
         expect: Expect::Success,
     },
     Step {

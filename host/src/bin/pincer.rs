@@ -31,7 +31,7 @@ use pincer_host::slot::quarantine::{
     QuarantineRecord,
 };
 use pincer_host::slot::requirements::HostDescriptor;
-use pincer_host::slot::runtime::{Resolution, Runtime, RuntimeOptions};
+use pincer_host::slot::runtime::{OpenLibraries, Resolution, Runtime, RuntimeOptions};
 use pincer_host::types::HostOperation;
 use pincer_plugin_api::abi::latest::{AbortController, EntryId};
 use pincer_plugin_api::{BlockKind, Content, Message};
@@ -75,6 +75,10 @@ enum Command {
         /// engine no configured host can run goes back to legacy) and say what changed.
         #[arg(long)]
         fix: bool,
+        /// Open every plugin's library, not only the selected engine's (opening runs the
+        /// library's code: its constructors).
+        #[arg(long)]
+        load: bool,
     },
     /// Runs the selected engine's `assemble` over a conversation file and shows what it kept.
     Assemble {
@@ -407,6 +411,7 @@ fn main() -> ExitCode {
             json,
             plugins_dirs,
             fix,
+            load,
         } => {
             if fix {
                 let commands = pincer_host::slot::manage::PluginCommands::new(
@@ -433,7 +438,12 @@ fn main() -> ExitCode {
                     Err(err) => return fail(err, 1),
                 }
             }
-            let runtime = match open(home, plugins_dirs, None) {
+            let libraries = if load {
+                OpenLibraries::All
+            } else {
+                OpenLibraries::Selected
+            };
+            let runtime = match open_with(home, plugins_dirs, None, libraries, None) {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
             };
@@ -651,20 +661,22 @@ fn check_engine(runtime: &Runtime, transcript: &Transcript, json: bool) -> ExitC
 
 type Overrides = (Option<String>, Option<serde_json::Value>);
 
+/// The runtime of a command: only the selected engine's library is opened.
 fn open(
     home: PincerHome,
     plugins_dirs: Vec<PathBuf>,
     overrides: Option<Overrides>,
 ) -> Result<Runtime, ExitCode> {
-    open_with_model(home, plugins_dirs, overrides, None)
+    open_with(home, plugins_dirs, overrides, OpenLibraries::Selected, None)
 }
 
-/// As [`open`], with `llm` as the model engines' `llmComplete` reaches (else the config's
-/// `model.llmComplete`, else none).
-fn open_with_model(
+/// As [`open`], opening `libraries`, with `llm` as the model engines' `llmComplete` reaches
+/// (else the config's `model.llmComplete`, else none).
+fn open_with(
     home: PincerHome,
     plugins_dirs: Vec<PathBuf>,
     overrides: Option<Overrides>,
+    libraries: OpenLibraries,
     llm: Option<Arc<dyn pincer_host::model::ModelProvider>>,
 ) -> Result<Runtime, ExitCode> {
     let mut config = match LoadedConfig::load(&home.config_path()) {
@@ -688,6 +700,7 @@ fn open_with_model(
     }
     let mut options = RuntimeOptions::new(home);
     options.extra_plugin_dirs = plugins_dirs;
+    options.open_libraries = libraries;
     // The runtime's compaction (what `legacy.compact` and delegating engines reach): the
     // built-in one, over the session files, with the summariser the config names (offline by
     // default); and the model behind engines' `llmComplete`.

@@ -199,6 +199,16 @@ impl DoctorReport {
                 let _ = writeln!(out, "      warning: {warning}");
             }
         }
+        if self
+            .plugins
+            .iter()
+            .any(|p| p.status == crate::slot::runtime::PluginState::Verified)
+        {
+            let _ = writeln!(
+                out,
+                "  (\"verified\": checked without being opened, since no engine of it is selected; `pincer doctor --load` opens every library)"
+            );
+        }
         let _ = writeln!(out, "engines: {}", self.engines.join(", "));
         let _ = writeln!(
             out,

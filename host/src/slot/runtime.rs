@@ -53,6 +53,21 @@ pub struct RuntimeOptions {
     pub model: Option<Arc<dyn ModelClient>>,
     /// Directories handed to engine factories.
     pub dirs: EngineDirs,
+    /// Which plugin libraries are opened (all by default).
+    pub open_libraries: OpenLibraries,
+}
+
+/// Which plugin libraries a runtime opens. Every plugin is verified either way (manifest,
+/// permissions, claims, file, sha256, embedded record: nothing of it runs); opening runs its
+/// code (constructors at `dlopen`), so a command opens only what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenLibraries {
+    /// Every plugin found (an embedder's default; `pincer doctor --load`).
+    #[default]
+    All,
+    /// Only the plugin that declares the selected engine; the others are verified and listed
+    /// as `verified`, their engines not registered.
+    Selected,
 }
 
 impl RuntimeOptions {
@@ -64,6 +79,7 @@ impl RuntimeOptions {
             compactor: None,
             model: None,
             dirs: EngineDirs::default(),
+            open_libraries: OpenLibraries::All,
         }
     }
 }
@@ -79,15 +95,19 @@ pub enum PluginState {
     Rejected,
     /// Not loaded by configuration (`plugins.enabled`, `allow`, `deny`, `entries.<id>.enabled`).
     Disabled,
+    /// Verified without being opened: its engines are not the selected one
+    /// ([`OpenLibraries::Selected`]).
+    Verified,
 }
 
 impl PluginState {
-    /// `loaded`, `rejected` or `disabled`.
+    /// `loaded`, `rejected`, `disabled` or `verified`.
     pub const fn as_str(self) -> &'static str {
         match self {
             PluginState::Loaded => "loaded",
             PluginState::Rejected => "rejected",
             PluginState::Disabled => "disabled",
+            PluginState::Verified => "verified",
         }
     }
 }
@@ -229,6 +249,7 @@ pub struct Runtime {
     missing_plugin_dirs: Vec<PathBuf>,
     /// Generations, retired instances and kept libraries (`slot::reload`).
     pub(super) reload: ReloadState,
+    open_libraries: OpenLibraries,
 }
 
 /// The current instance of one engine id.
@@ -305,6 +326,7 @@ impl Runtime {
             instances: Mutex::new(BTreeMap::new()),
             missing_plugin_dirs: Vec::new(),
             reload: ReloadState::new(options.extra_plugin_dirs.clone(), cleanup),
+            open_libraries: options.open_libraries,
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
         // Engines that took an earlier process down stay quarantined (until cleared, or until
@@ -491,6 +513,22 @@ impl Runtime {
                 status.error = Some(refusal);
                 return status;
             }
+        }
+        if self.open_libraries == OpenLibraries::Selected
+            && !status
+                .declared_engines
+                .iter()
+                .any(|e| e == self.config().config.selected_engine())
+        {
+            // Not needed by this command: everything checkable without running its code.
+            match loader.verify(dir) {
+                Ok(verified) => {
+                    status.status = PluginState::Verified;
+                    status.sha256 = Some(verified.verified.sha256_hex);
+                }
+                Err(err) => status.error = problem(err.code(), err.to_string()),
+            }
+            return status;
         }
         let library: Arc<LoadedLibrary> = match loader.load(dir) {
             Ok(library) => library,
@@ -704,7 +742,16 @@ impl Runtime {
             Ok(to_legacy(Some(fallback), Some(diagnostic)))
         };
         let Some(registration) = registration else {
-            let available = self.registry.ids();
+            // Registered engines, and those of plugins verified but not opened by this command.
+            let mut available = self.registry.ids();
+            available.extend(
+                self.plugins_read()
+                    .iter()
+                    .filter(|p| p.status == PluginState::Verified)
+                    .flat_map(|p| p.declared_engines.iter().cloned()),
+            );
+            available.sort();
+            available.dedup();
             tracing::warn!(
                 target: "pincer::registry",
                 engine_id = selected,

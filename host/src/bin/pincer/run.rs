@@ -63,10 +63,11 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
     // A model the run talks to also serves the engines' `llmComplete`; a replay does not
     // (its answers belong to the transcript).
     let llm = plan.replay.is_none().then(|| Arc::clone(&plan.model));
-    let runtime = match super::open_with_model(
+    let runtime = match super::open_with(
         home.clone(),
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
+        pincer_host::slot::runtime::OpenLibraries::Selected,
         llm,
     ) {
         Ok(runtime) => runtime,

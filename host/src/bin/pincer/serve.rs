@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
+use pincer_host::slot::runtime::OpenLibraries;
 use pincer_host::gateway::server::{bind_socket, gateway_token, DEFAULT_BODY_LIMIT};
 use pincer_host::gateway::{client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
 use pincer_host::harness::{Harness, HarnessOptions};
@@ -111,11 +112,13 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         },
         None => None,
     };
-    // The gateway's model also serves the engines' `llmComplete`.
-    let runtime = match super::open_with_model(
+    // The gateway's model also serves the engines' `llmComplete`. A gateway serves for weeks
+    // and the slot may change under it: every plugin's library is opened.
+    let runtime = match super::open_with(
         home.clone(),
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
+        OpenLibraries::All,
         model.clone(),
     ) {
         Ok(runtime) => Arc::new(runtime),
