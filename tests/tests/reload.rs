@@ -394,6 +394,58 @@ fn unchanged_files_do_nothing_and_a_touch_through_the_watcher_reloads_nothing() 
     assert_eq!(setup.disposed().len(), 1);
 }
 
+/// Files written all the time beside the watched ones (a log in `$PINCER_HOME`, a scratch file
+/// in the plugins folder) do not hold a reload back: only events about the plugin's files and
+/// `pincer.json` restart the debounce.
+#[test]
+fn unrelated_files_written_without_pause_do_not_hold_a_reload_back() {
+    let setup = Setup::new(json!({}));
+    let runtime = setup.runtime();
+    assert_eq!(runtime.resolve().unwrap().engine.generation(), 1);
+    let (events, reloads) = mpsc::channel();
+    let watcher = PluginWatcher::start(
+        Arc::clone(&runtime),
+        WatchOptions {
+            debounce: Duration::from_millis(100),
+            on_reload: Some(Arc::new(move |event: &WatchEvent| {
+                if let WatchEvent::Plugin(Ok(outcome)) = event {
+                    let _ = events.send(outcome.engines["faulty"]);
+                }
+            })),
+        },
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let noise = {
+        let stop = Arc::clone(&stop);
+        let files = [
+            setup.home.path().join("gateway.log"),
+            setup.home.path().join("plugins").join("scratch.txt"),
+        ];
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for file in &files {
+                    std::fs::write(file, n.to_string()).unwrap();
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    setup.replace(1, Replace::Rename);
+    let generation = reloads.recv_timeout(Duration::from_secs(20));
+    stop.store(true, Ordering::Relaxed);
+    noise.join().unwrap();
+    assert_eq!(
+        generation,
+        Ok(2),
+        "the plugin was reloaded while other files kept changing"
+    );
+    drop(watcher);
+    runtime.shutdown();
+}
+
 #[test]
 fn broken_builds_are_refused_with_their_reason_and_the_old_generation_keeps_serving() {
     let setup = Setup::new(json!({}));

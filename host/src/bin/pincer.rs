@@ -7,10 +7,10 @@
 
 #[path = "pincer/run.rs"]
 mod run;
-#[path = "pincer/tool.rs"]
-mod tool;
 #[path = "pincer/serve.rs"]
 mod serve;
+#[path = "pincer/tool.rs"]
+mod tool;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher};
 
@@ -112,16 +112,22 @@ impl Targets {
         }
     }
 
-    /// Which plugins a changed path belongs to, and whether it is the config.
-    fn classify(&self, path: &Path, plugins: &mut BTreeSet<String>, config: &mut bool) {
+    /// Which plugins a changed path belongs to, and whether it is the config; whether it
+    /// concerns any of them (other files in the watched folders are none of the watcher's
+    /// business, and must not hold a reload back).
+    fn classify(&self, path: &Path, plugins: &mut BTreeSet<String>, config: &mut bool) -> bool {
+        let mut relevant = false;
         if path == self.config {
             *config = true;
+            relevant = true;
         }
         for (id, dir) in &self.plugins {
             if path.starts_with(dir) {
                 plugins.insert(id.clone());
+                relevant = true;
             }
         }
+        relevant
     }
 
     /// (Re)installs the watches: after a folder was replaced its old watch is gone.
@@ -185,20 +191,29 @@ impl PluginWatcher {
             .spawn(move || {
                 let mut plugins = BTreeSet::new();
                 let mut config = false;
+                // When the watched files will have been quiet for the debounce window; only
+                // events that concern them move it.
+                let mut quiet_at: Option<Instant> = None;
                 loop {
-                    let message = if plugins.is_empty() && !config {
-                        receiver.recv().map_err(|_| RecvTimeoutError::Disconnected)
-                    } else {
-                        receiver.recv_timeout(options.debounce)
+                    let message = match quiet_at {
+                        None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                        Some(at) => {
+                            receiver.recv_timeout(at.saturating_duration_since(Instant::now()))
+                        }
                     };
                     match message {
                         Ok(Message::Changed(paths)) => {
+                            let mut relevant = false;
                             for path in paths {
-                                targets.classify(&path, &mut plugins, &mut config);
+                                relevant |= targets.classify(&path, &mut plugins, &mut config);
+                            }
+                            if relevant {
+                                quiet_at = Some(Instant::now() + options.debounce);
                             }
                         }
                         Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                         Err(RecvTimeoutError::Timeout) => {
+                            quiet_at = None;
                             // Quiet for the debounce window: reload what changed.
                             let report = |event: WatchEvent| {
                                 log(&event);
