@@ -17,7 +17,12 @@ use crate::build_plugins;
 use crate::workspace::Workspace;
 
 /// The packages whose benchmarks `cargo xtask bench` runs.
-const BENCH_PACKAGES: [&str; 4] = ["pincer-host", "pincer-tests", "pincer-plugin-api", "lossless"];
+const BENCH_PACKAGES: [&str; 4] = [
+    "pincer-host",
+    "pincer-tests",
+    "pincer-plugin-api",
+    "lossless",
+];
 
 pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
     let staged = build_plugins::run(ws, build_plugins::Config { release: true })?;
