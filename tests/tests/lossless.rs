@@ -121,25 +121,28 @@ fn planted(task: &Value, fact: &str) -> Value {
     traj
 }
 
+/// The arguments of `pincer run --import traj --session key --engine engine` in a 4096-token
+/// window with the plugins of `plugins`.
+fn run_args<'a>(traj: &'a Path, key: &'a str, engine: &'a str, plugins: &'a Path) -> Vec<&'a str> {
+    vec![
+        "run",
+        "--import",
+        traj.to_str().unwrap(),
+        "--session",
+        key,
+        "--engine",
+        engine,
+        "--context-window",
+        WINDOW,
+        "--plugins-dir",
+        plugins.to_str().unwrap(),
+        "--json",
+    ]
+}
+
 fn run_import(home: &Path, traj: &Path, key: &str, engine: &str) -> std::process::Output {
     let plugins = staged_plugins_dir();
-    run_pincer(
-        home,
-        &[
-            "run",
-            "--import",
-            traj.to_str().unwrap(),
-            "--session",
-            key,
-            "--engine",
-            engine,
-            "--context-window",
-            WINDOW,
-            "--plugins-dir",
-            plugins.to_str().unwrap(),
-            "--json",
-        ],
-    )
+    run_pincer(home, &run_args(traj, key, engine, &plugins))
 }
 
 /// The staged `lossless` alone in a folder of its own (a host verifies every plugin it sees
@@ -171,23 +174,7 @@ fn replay(home: &Path, plugins: &Path, index: usize, task: &Value) -> Replayed {
     let fact = format!("LOCKER{index:03}ZQ");
     let traj = home.join(format!("task{index}.json"));
     std::fs::write(&traj, planted(task, &fact).to_string()).unwrap();
-    let out = run_pincer(
-        home,
-        &[
-            "run",
-            "--import",
-            traj.to_str().unwrap(),
-            "--session",
-            &key,
-            "--engine",
-            "lossless",
-            "--context-window",
-            WINDOW,
-            "--plugins-dir",
-            plugins.to_str().unwrap(),
-            "--json",
-        ],
-    );
+    let out = run_pincer(home, &run_args(&traj, &key, "lossless", plugins));
     let mut replayed = Replayed {
         index,
         fact,
@@ -306,20 +293,12 @@ fn every_tau_bench_task_replays_losslessly_in_a_4096_token_window() {
         let staged = staged_plugins_dir();
         let builtin = run_pincer(
             home.path(),
-            &[
-                "run",
-                "--import",
-                traj.to_str().unwrap(),
-                "--session",
+            &run_args(
+                &traj,
                 &format!("builtin:{}", r.index),
-                "--engine",
                 "sliding-window",
-                "--context-window",
-                WINDOW,
-                "--plugins-dir",
-                staged.to_str().unwrap(),
-                "--json",
-            ],
+                &staged,
+            ),
         );
         assert!(
             !builtin.status.success(),
@@ -452,20 +431,7 @@ fn a_run_killed_mid_turn_loses_no_acknowledged_message() {
     let mut child = Command::new(pincer_bin())
         .arg("--home")
         .arg(home.path())
-        .args([
-            "run",
-            "--import",
-            traj.to_str().unwrap(),
-            "--session",
-            "crash",
-            "--engine",
-            "lossless",
-            "--context-window",
-            WINDOW,
-            "--plugins-dir",
-            plugins.to_str().unwrap(),
-            "--json",
-        ])
+        .args(run_args(&traj, "crash", "lossless", &plugins))
         .env_remove("PINCER_HOME")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -41,23 +41,30 @@ fn conversation(n: usize) -> Conversation {
     (0..n).fold(Conversation::new(), |c, i| c.message(message(i)))
 }
 
-/// A store at `path` holding `n` messages of conversation `test-session` (the test engine's
-/// session), all but the newest 60 under leaf summaries of 100 messages each.
-fn populate(path: &std::path::Path, c: &Conversation, summarised: bool) {
-    let store = Store::open(Some(path)).unwrap();
-    let conversation = store.conversation("test-session").unwrap();
+/// A store (in memory for `None`) holding every message of `c` as conversation
+/// `test-session` (the test engine's session).
+fn stored(path: Option<&std::path::Path>, c: &Conversation) -> (Store, i64) {
+    let store = Store::open(path).unwrap();
+    let id = store.conversation("test-session").unwrap();
     let incoming: Vec<Incoming<'_>> = (0..c.len())
         .map(|i| Incoming {
             message: &c.messages()[i],
             entry_id: c.entry_id(i),
         })
         .collect();
-    store.ingest(conversation, &incoming).unwrap();
+    store.ingest(id, &incoming).unwrap();
+    (store, id)
+}
+
+/// A store at `path` holding `n` messages of conversation `test-session` (the test engine's
+/// session), all but the newest 60 under leaf summaries of 100 messages each.
+fn populate(path: &std::path::Path, c: &Conversation, summarised: bool) {
+    let (store, conversation) = stored(Some(path), c);
     if summarised {
         let covered = c.len().saturating_sub(60) as i64 / 100 * 100;
         for first in (0..covered).step_by(100) {
             store
-                .insert_leaf(conversation, first, first + 99, "summary of 100 messages: reservations ZQ…, flights HAT…\nExpand for details about: ZQ, HAT", 30, 2_000, "normal")
+                .insert_leaf(conversation, first..=first + 99, "summary of 100 messages: reservations ZQ…, flights HAT…\nExpand for details about: ZQ, HAT", 30, 2_000, "normal")
                 .unwrap();
         }
     }
@@ -123,15 +130,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("leaf_pass", |b| {
         b.iter_batched(
             || {
-                let store = Store::open(None).unwrap();
-                let id = store.conversation("test-session").unwrap();
-                let incoming: Vec<Incoming<'_>> = (0..pass_conv.len())
-                    .map(|i| Incoming {
-                        message: &pass_conv.messages()[i],
-                        entry_id: pass_conv.entry_id(i),
-                    })
-                    .collect();
-                store.ingest(id, &incoming).unwrap();
+                let (store, id) = stored(None, &pass_conv);
                 (store, id)
             },
             |(store, id)| {
@@ -153,15 +152,10 @@ fn bench(c: &mut Criterion) {
     c.bench_function("condensed_pass", |b| {
         b.iter_batched(
             || {
-                let store = Store::open(None).unwrap();
-                let id = store.conversation("test-session").unwrap();
-                let incoming: Vec<Incoming<'_>> = (0..pass_conv.len())
-                    .map(|i| Incoming { message: &pass_conv.messages()[i], entry_id: pass_conv.entry_id(i) })
-                    .collect();
-                store.ingest(id, &incoming).unwrap();
+                let (store, id) = stored(None, &pass_conv);
                 let text = "- m1 user: Please look up reservation ZQ00001 for the flight to Denver next week.\n".repeat(6);
                 for k in 0..4 {
-                    store.insert_leaf(id, k * 40, k * 40 + 39, &text, 150, 1_500, "normal").unwrap();
+                    store.insert_leaf(id, k * 40..=k * 40 + 39, &text, 150, 1_500, "normal").unwrap();
                 }
                 (store, id)
             },

@@ -224,8 +224,7 @@ impl Run<'_> {
         };
         let id = self.store.insert_leaf(
             self.conversation,
-            first,
-            last,
+            first..=last,
             &text,
             out_tokens,
             tokens,

@@ -159,14 +159,10 @@ impl Lossless {
         conversation: i64,
         fallback: Option<u64>,
     ) -> Result<Option<u64>, EngineError> {
-        let last: Option<i64> = self.store.with(|conn| {
-            conn.query_row(
-                "SELECT last_budget FROM conversations WHERE id = ?1",
-                [conversation],
-                |r| r.get(0),
-            )
-            .map_err(db_error("budget"))
-        })?;
+        let last: Option<i64> = self.store.value(
+            "SELECT last_budget FROM conversations WHERE id = ?1",
+            conversation,
+        )?;
         Ok(last
             .map(|b| b as u64)
             .or(self.config.effective_budget(fallback)))
@@ -234,15 +230,9 @@ impl Lossless {
     }
 
     fn debt(&self, conversation: i64) -> Result<u64, EngineError> {
-        self.store.with(|conn| {
-            conn.query_row(
-                "SELECT debt FROM conversations WHERE id = ?1",
-                [conversation],
-                |r| r.get::<_, i64>(0),
-            )
+        self.store
+            .value::<i64>("SELECT debt FROM conversations WHERE id = ?1", conversation)
             .map(|d| d as u64)
-            .map_err(db_error("debt"))
-        })
     }
 
     /// Whether the host's prompt cache is cold: no record of a call, or none within the TTL.
@@ -305,14 +295,10 @@ impl Lossless {
 
     /// Updates the prefix-stability counters with this assembly's signature.
     fn record_assembly(&self, conversation: i64, signature: &[String]) -> Result<(), EngineError> {
-        let epoch: i64 = self.store.with(|conn| {
-            conn.query_row(
-                "SELECT epoch FROM conversations WHERE id = ?1",
-                [conversation],
-                |r| r.get(0),
-            )
-            .map_err(db_error("epoch"))
-        })?;
+        let epoch: i64 = self.store.value(
+            "SELECT epoch FROM conversations WHERE id = ?1",
+            conversation,
+        )?;
         let mut all = self
             .assembly_stats
             .lock()
@@ -770,14 +756,10 @@ impl SubagentSpawn for Lossless {
         let Some(parent) = self.store.find_conversation(params.parent_session_key)? else {
             return Ok(None);
         };
-        let max_seq: i64 = self.store.with(|conn| {
-            conn.query_row(
-                "SELECT COALESCE(MAX(seq), -1) FROM messages WHERE conversation_id = ?1",
-                [parent],
-                |r| r.get(0),
-            )
-            .map_err(db_error("grant"))
-        })?;
+        let max_seq: i64 = self.store.value(
+            "SELECT COALESCE(MAX(seq), -1) FROM messages WHERE conversation_id = ?1",
+            parent,
+        )?;
         let ttl = params.ttl_ms.map_or(self.config.grant_ttl_ms, |t| {
             t.min(self.config.grant_ttl_ms)
         });

@@ -333,6 +333,18 @@ impl Store {
         f(&mut conn)
     }
 
+    /// The one value `sql` selects with `?1` bound to `id`.
+    ///
+    /// # Errors
+    /// Database errors (no row is one).
+    pub fn value<T: rusqlite::types::FromSql>(&self, sql: &str, id: i64) -> Result<T, EngineError> {
+        self.with(|conn| {
+            conn.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.query_row([id], |r| r.get(0)))
+                .map_err(|err| EngineError::failed(format!("lossless store: {sql}: {err}")))
+        })
+    }
+
     /// The conversation keyed `key`, created when new.
     ///
     /// # Errors
@@ -522,30 +534,26 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub fn message_count(&self, conversation: i64) -> Result<i64, EngineError> {
-        self.with(|conn| {
-            conn.query_row(
-                "SELECT COUNT(*) FROM messages WHERE conversation_id = ?1",
-                [conversation],
-                |r| r.get(0),
-            )
-            .map_err(db_error("count"))
-        })
+        self.value(
+            "SELECT COUNT(*) FROM messages WHERE conversation_id = ?1",
+            conversation,
+        )
     }
 
-    /// Writes a leaf summary over messages `first..=last` (one transaction).
+    /// Writes a leaf summary over the messages of `span` (seqs, one transaction).
     ///
     /// # Errors
     /// Database errors.
     pub fn insert_leaf(
         &self,
         conversation: i64,
-        first: i64,
-        last: i64,
+        span: std::ops::RangeInclusive<i64>,
         text: &str,
         tokens: u64,
         source_tokens: u64,
         level: &str,
     ) -> Result<i64, EngineError> {
+        let (first, last) = (*span.start(), *span.end());
         self.with(|conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)

@@ -101,6 +101,19 @@ fn assert_tool_pairs(messages: &[Message]) {
     assert!(open.is_empty(), "calls {open:?} without results at the end");
 }
 
+/// `compact` as the host calls it with `budget`.
+fn compact(f: &Fixture, c: &Conversation, budget: u64) -> pincer_plugin_api::CompactResult {
+    f.engine
+        .compact_with(
+            c,
+            CompactOptions {
+                token_budget: Some(budget),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+}
+
 fn tokens(assembled: &Assembled) -> u64 {
     assembled.messages.iter().map(estimate_message_tokens).sum()
 }
@@ -176,32 +189,14 @@ fn compaction_converges_with_a_stop_reason_and_never_claims_work_it_did_not_do()
     f.engine.after_turn(&c, 0).unwrap();
     let budget = 3_000;
     f.engine.assemble(&c, Some(budget)).unwrap(); // the budget compaction plans with
-    let first = f
-        .engine
-        .compact_with(
-            &c,
-            CompactOptions {
-                token_budget: Some(budget),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let first = compact(&f, &c, budget);
     assert!(first.is_compacted(), "{:?}", first.reason());
     let (before, after) = first.tokens().unwrap();
     assert!(after.unwrap() < before);
     // Again and again: each call either writes nodes or says why not; it never loops.
     let mut reasons = Vec::new();
     for _ in 0..5 {
-        let again = f
-            .engine
-            .compact_with(
-                &c,
-                CompactOptions {
-                    token_budget: Some(budget),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let again = compact(&f, &c, budget);
         if !again.is_compacted() {
             reasons.push(again.reason().unwrap().to_owned());
         }
