@@ -772,12 +772,15 @@ fn a_harness_turn_in_flight_finishes_on_its_generation_and_the_next_turn_takes_t
     // The rest of the first turn (afterTurn, ingest) ran on generation 1, before its dispose:
     // faulty fails any call after dispose, which would have quarantined it.
     assert!(runtime.quarantine().list().is_empty());
-    assert!(setup.disposed().is_empty());
-
-    harness.turn(&mut session, user("second")).unwrap();
-    // The second turn took generation 2, releasing generation 1, which is now disposed once.
+    assert_eq!(session.served_by().map(|s| s.generation), Some(1));
+    // The turn let its engine go when it ended: generation 1 is disposed once while the
+    // session sits idle (an idle session holds no generation).
     eventually("generation 1 is disposed", || setup.disposed().len() == 1);
     assert_eq!(faulty_status(&runtime).draining, 0);
+
+    harness.turn(&mut session, user("second")).unwrap();
+    assert_eq!(session.served_by().map(|s| s.generation), Some(2));
+    assert_eq!(setup.disposed().len(), 1);
     assert!(runtime.quarantine().list().is_empty());
     drop(session);
     drop(harness);

@@ -27,7 +27,7 @@ use crate::engines::request::{
 };
 use crate::engines::session_worker::WorkError;
 use crate::harness::runner::SessionRunner;
-use crate::harness::{Harness, HarnessError, HarnessSession};
+use crate::harness::{EngineServed, Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;
 use crate::slot::guarded::{GuardError, GuardedEngine};
 use crate::slot::reload::{ReloadError, ReloadOutcome};
@@ -49,9 +49,13 @@ pub struct Served {
 
 impl Served {
     fn of(engine: &GuardedEngine, result: &impl Serialize) -> Result<Served, GatewayError> {
+        Self::by(EngineServed::of(engine), result)
+    }
+
+    fn by(served: EngineServed, result: &impl Serialize) -> Result<Served, GatewayError> {
         Ok(Served {
-            engine_id: engine.id().to_owned(),
-            generation: generation_of(engine),
+            engine_id: served.engine_id,
+            generation: served.generation,
             result: serde_json::value::to_raw_value(result).map_err(|err| {
                 GatewayError::failed("internal", format!("the result did not serialize: {err}"))
             })?,
@@ -396,10 +400,10 @@ fn serve_session(
                 }
             };
             let report = harness.turn(session, prompt).map_err(harness_error)?;
-            let engine = session
-                .turn_engine()
+            let served = session
+                .served_by()
                 .cloned()
-                .unwrap_or_else(|| parts.source.current());
+                .unwrap_or_else(|| EngineServed::of(&parts.source.current()));
             let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
             let reply = snapshot
                 .messages
@@ -415,8 +419,8 @@ fn serve_session(
                 reply: Option<&'a Message>,
                 reply_text: Option<String>,
             }
-            Served::of(
-                &engine,
+            Served::by(
+                served,
                 &TurnResult {
                     report: &report,
                     reply,
@@ -611,11 +615,11 @@ fn serve_session(
             let report = harness
                 .compact_now(session, params.str("customInstructions")?)
                 .map_err(harness_error)?;
-            let engine = session
-                .turn_engine()
+            let served = session
+                .served_by()
                 .cloned()
-                .unwrap_or_else(|| parts.source.current());
-            Served::of(&engine, &report)
+                .unwrap_or_else(|| EngineServed::of(&parts.source.current()));
+            Served::by(served, &report)
         }
         GatewayMethod::AfterTurn => {
             let engine = parts.source.current();

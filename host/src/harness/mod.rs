@@ -183,8 +183,31 @@ pub struct HarnessSession {
     /// The active context, parsed once and extended as the harness appends (so a turn does
     /// not re-read the session); dropped when a compaction or reset changes it.
     context: Option<CachedContext>,
-    /// The engine of the turn in progress (taken from the harness's source when it starts).
+    /// The engine of the turn in progress (taken from the harness's source when it starts,
+    /// let go when it ends, so a replaced generation is not held by an idle session).
     engine: Option<Arc<GuardedEngine>>,
+    /// Which engine (and generation) the last turn, command or compaction ran on.
+    served_by: Option<EngineServed>,
+}
+
+/// An engine as it served an operation: its id and the generation of its instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineServed {
+    /// The engine id (the selected one; `legacy` may have answered for it).
+    pub engine_id: String,
+    /// The generation of its instance.
+    pub generation: u64,
+}
+
+impl EngineServed {
+    /// How `engine` serves.
+    pub fn of(engine: &GuardedEngine) -> Self {
+        EngineServed {
+            engine_id: engine.id().to_owned(),
+            generation: engine.generation(),
+        }
+    }
 }
 
 /// The messages of a session's active context with their entries.
@@ -214,8 +237,19 @@ impl HarnessSession {
     }
 
     /// The engine the last turn, command or compaction of this session ran on.
-    pub fn turn_engine(&self) -> Option<&Arc<GuardedEngine>> {
-        self.engine.as_ref()
+    pub fn served_by(&self) -> Option<&EngineServed> {
+        self.served_by.as_ref()
+    }
+
+    /// Takes `engine` for the operation starting now.
+    fn pin(&mut self, engine: &Arc<GuardedEngine>) {
+        self.served_by = Some(EngineServed::of(engine));
+        self.engine = Some(Arc::clone(engine));
+    }
+
+    /// Lets the operation's engine go (background maintenance keeps its own handle).
+    fn unpin(&mut self) {
+        self.engine = None;
     }
 
     /// After work on this session that never finished (an engine call stuck past its abort, or a
@@ -442,6 +476,7 @@ impl Harness {
                 background: None,
                 context: None,
                 engine: None,
+                served_by: None,
             }),
             _ => {
                 let cwd = std::env::current_dir()
@@ -462,6 +497,7 @@ impl Harness {
                     background: None,
                     context: None,
                     engine: None,
+                    served_by: None,
                 })
             }
         }
@@ -534,9 +570,13 @@ impl Harness {
     ) -> Result<CompactionReport, HarnessError> {
         self.settle(session);
         let engine = self.source.current();
-        session.engine = Some(Arc::clone(&engine));
-        engine.check_host(HostOperation::ManualCompact, &self.options.host)?;
-        let report = self.compact_with(session, "manual", None, instructions)?;
+        session.pin(&engine);
+        let report = engine
+            .check_host(HostOperation::ManualCompact, &self.options.host)
+            .map_err(HarnessError::from)
+            .and_then(|()| self.compact_with(session, "manual", None, instructions));
+        session.unpin();
+        let report = report?;
         self.commit(session)?;
         Ok(report)
     }
@@ -592,7 +632,19 @@ impl Harness {
     ) -> Result<TurnReport, HarnessError> {
         self.settle(session);
         let engine = self.source.current();
-        session.engine = Some(Arc::clone(&engine));
+        session.pin(&engine);
+        let report = self.turn_on(session, engine, prompt);
+        session.unpin();
+        report
+    }
+
+    /// [`Harness::turn`] on `engine`, pinned to the session for the turn.
+    fn turn_on(
+        &self,
+        session: &mut HarnessSession,
+        engine: Arc<GuardedEngine>,
+        prompt: Message,
+    ) -> Result<TurnReport, HarnessError> {
         if let Some(command) = SlashCommand::parse(&prompt.plain_text()) {
             return self.command(session, command);
         }

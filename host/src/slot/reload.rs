@@ -40,7 +40,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -855,14 +855,18 @@ impl Runtime {
 struct RuntimeSource {
     runtime: Arc<Runtime>,
     engine: Option<String>,
-    /// The guard last resolved and the reload epoch it was resolved at.
-    cached: Mutex<Option<(u64, Arc<GuardedEngine>)>>,
+    /// The guard last resolved and the reload epoch it was resolved at — held weakly: the
+    /// source must not keep a replaced generation alive after the last operation on it ended
+    /// (it is disposed then); while any operation holds the guard, it is reused.
+    cached: Mutex<Option<(u64, Weak<GuardedEngine>)>>,
 }
 
 impl EngineSource for RuntimeSource {
     fn current(&self) -> Arc<GuardedEngine> {
         let epoch = self.runtime.reload.epoch.load(Ordering::Acquire);
-        let last = lock(&self.cached).clone();
+        let last = lock(&self.cached)
+            .as_ref()
+            .and_then(|(at, guard)| Some((*at, guard.upgrade()?)));
         if let Some((at, guard)) = &last {
             if *at == epoch {
                 return Arc::clone(guard);
@@ -879,13 +883,14 @@ impl EngineSource for RuntimeSource {
                 // A fallback to legacy is not kept: the engine may come back without a reload
                 // (its quarantine cleared), and resolving a turn's engine is cheap.
                 if resolved.resolution.fallback.is_none() {
-                    *lock(&self.cached) = Some((epoch, Arc::clone(&guard)));
+                    *lock(&self.cached) = Some((epoch, Arc::downgrade(&guard)));
                 }
                 guard
             }
             Err(err) => {
-                // Strict policy and an unusable engine. The guard last served keeps
-                // answering (it applies the strict rule itself); with none, legacy.
+                // Strict policy and an unusable engine. The guard last served, while an
+                // operation still holds it, keeps answering (it applies the strict rule
+                // itself); with none, legacy.
                 tracing::warn!(error = %err, "context engine unavailable for the next operation");
                 match last {
                     Some((_, guard)) => guard,
