@@ -564,6 +564,95 @@ fn open_runtime_checks_the_configured_llm_complete_model() {
     runtime.shutdown();
 }
 
+/// A tool result over `plugins.resultLimits.maxToolResultBytes` breaks the contract: the engine
+/// is quarantined, the caller gets legacy's error result instead of the oversized content, and
+/// `health` names the cap.
+#[test]
+fn a_tool_result_over_its_cap_is_refused_and_quarantines_the_engine() {
+    let server = ChatServer::start();
+    server.reply_completion(
+        json!({"role": "assistant", "content": "hello"}),
+        "stop",
+        json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}),
+    );
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        format!(
+            r#"{{ model: {{ baseUrl: "{}" }}, plugins: {{ resultLimits: {{ maxToolResultBytes: 100 }} }} }}"#,
+            server.base_url
+        ),
+    )
+    .unwrap();
+    let plugins = pincer_tests::staged_plugins_dir();
+    let pincer = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--plugins-dir", plugins.to_str().unwrap()]);
+        pincer_tests::run_pincer(home.path(), &all)
+    };
+    let out = pincer(&[
+        "run",
+        "--prompt",
+        "hi",
+        "--model",
+        "openai:m",
+        "--session",
+        "t",
+        "--engine",
+        "faulty",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Within the cap: echoed.
+    let out = pincer(&[
+        "tool",
+        "faulty_echo",
+        "--session",
+        "t",
+        "--engine",
+        "faulty",
+        "--args",
+        r#"{"x":1}"#,
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Over it: refused, quarantined, legacy's error result.
+    let big = json!({ "x": "y".repeat(500) }).to_string();
+    let out = pincer(&[
+        "tool",
+        "faulty_echo",
+        "--session",
+        "t",
+        "--engine",
+        "faulty",
+        "--args",
+        &big,
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["isError"], true, "{printed}");
+    assert_eq!(printed["answeredBy"], "legacy", "{printed}");
+    assert!(!printed.to_string().contains(&"y".repeat(500)), "{printed}");
+    let health = pincer_tests::run_pincer(home.path(), &["health", "--json"]);
+    let health = String::from_utf8_lossy(&health.stdout).into_owned();
+    assert!(health.contains("maxToolResultBytes"), "{health}");
+}
+
 /// A model answering "prompt too long" makes the harness compact and retry, at most three
 /// times; the turn succeeds when the model then answers, and fails with the overflow after a
 /// fourth refusal.

@@ -227,7 +227,7 @@ pub struct PluginsConfig {
     pub result_limits: ResultLimits,
 }
 
-/// `plugins.resultLimits`: what an engine's `assemble` result may hold before the host
+/// `plugins.resultLimits`: what an engine's `assemble` and `callTool` results may hold before the host
 /// refuses it as a contract violation (and quarantines the engine). Engines are written by
 /// strangers: without caps, one result can grow the host by gigabytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,6 +240,8 @@ pub struct ResultLimits {
     pub max_new_message_chars: u64,
     /// Longest `systemPromptAddition`, in bytes. Default 256 KiB.
     pub max_system_prompt_addition_bytes: u64,
+    /// Longest `callTool` result content, in bytes. Default 8 MiB.
+    pub max_tool_result_bytes: u64,
 }
 
 impl Default for ResultLimits {
@@ -248,6 +250,7 @@ impl Default for ResultLimits {
             max_new_messages: 1024,
             max_new_message_chars: 8 << 20,
             max_system_prompt_addition_bytes: 256 << 10,
+            max_tool_result_bytes: 8 << 20,
         }
     }
 }

@@ -8,16 +8,24 @@
 //! `estimatedTokens` above the call's budget is not trusted — the host's own estimate of the
 //! assembled context replaces it, and a figure that differs is flagged in the log.
 //!
+//! `callTool`: the content within `plugins.resultLimits.maxToolResultBytes` (it goes to the
+//! model and into the session). `compact`: the summary within the new-message budget and the
+//! reason within [`MAX_REASON_BYTES`] (both reach the session file, logs and terminals).
+//!
 //! Also the crash journal's side of a guarded call ([`CallTrust`]): the tag that marks the
 //! engine as in flight while its code runs.
 
-use pincer_plugin_api::abi::latest::{AssembleResult, AssembledItem};
+use pincer_plugin_api::abi::latest::{
+    AssembleResult, AssembledItem, CompactResult, ToolCallResult,
+};
 use pincer_plugin_api::abi::ROption;
 use pincer_plugin_api::tokens::estimate_message_tokens;
+#[cfg(test)]
+use std::sync::Arc;
 
 use crate::config::ResultLimits;
 use crate::engines::crash_journal::{self, InCall, JournalTag};
-use crate::engines::request::AssembleRequest;
+use crate::engines::request::{AssembleRequest, CompactRequest, ToolCallRequest};
 use crate::types::Method;
 
 /// What a guard needs to hold an engine to the contract: the result caps, and the crash
@@ -131,4 +139,107 @@ fn own_estimate(result: &AssembleResult, input: &[pincer_plugin_api::Message]) -
             AssembledItem::New(message) => estimate_message_tokens(message),
         })
         .sum()
+}
+
+/// The longest `reason` a `compact` result may give, in bytes.
+pub const MAX_REASON_BYTES: usize = 64 << 10;
+
+/// The contract check of a `callTool` result.
+///
+/// # Errors
+/// What broke the contract, as the quarantine reason.
+pub fn check_tool_result(
+    request: &ToolCallRequest,
+    result: &mut ToolCallResult,
+    limits: &ResultLimits,
+) -> Result<(), String> {
+    let bytes = result.content.len() as u64;
+    if bytes > limits.max_tool_result_bytes {
+        return Err(format!(
+            "tool {} returned {bytes} bytes, more than plugins.resultLimits.maxToolResultBytes ({}): page large results (raise the cap in pincer.json only for an engine you trust)",
+            request.tool_name, limits.max_tool_result_bytes
+        ));
+    }
+    Ok(())
+}
+
+/// The contract check of a `compact` result.
+///
+/// # Errors
+/// What broke the contract, as the quarantine reason.
+pub fn check_compact(
+    _request: &CompactRequest,
+    result: &mut CompactResult,
+    limits: &ResultLimits,
+) -> Result<(), String> {
+    if let ROption::RSome(reason) = &result.reason {
+        if reason.len() > MAX_REASON_BYTES {
+            return Err(format!(
+                "the compact result's reason is {} bytes, more than {MAX_REASON_BYTES}",
+                reason.len()
+            ));
+        }
+    }
+    let summary = result
+        .result
+        .as_ref()
+        .into_option()
+        .and_then(|details| details.summary.as_ref().into_option());
+    if let Some(summary) = summary {
+        if summary.len() as u64 > limits.max_new_message_chars {
+            return Err(format!(
+                "the compaction summary is {} bytes, more than plugins.resultLimits.maxNewMessageChars ({})",
+                summary.len(),
+                limits.max_new_message_chars
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pincer_plugin_api::abi::latest::CompactionDetails;
+
+    fn compacted(summary: usize, reason: usize) -> CompactResult {
+        CompactResult {
+            ok: true,
+            compacted: true,
+            reason: ROption::RSome("r".repeat(reason).into()),
+            result: ROption::RSome(CompactionDetails {
+                summary: ROption::RSome("s".repeat(summary).into()),
+                first_kept_entry_id: ROption::RNone,
+                tokens_before: 10,
+                tokens_after: ROption::RNone,
+                details_json: ROption::RNone,
+                session_id: ROption::RNone,
+                session_file: ROption::RNone,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_compact_result_beyond_its_caps_breaks_the_contract() {
+        let request = CompactRequest::manual(
+            Arc::from("s"),
+            Arc::from("/tmp/s.jsonl"),
+            Arc::from(Vec::new()),
+            Arc::from(Vec::new()),
+            crate::engines::request::HostInputs::default(),
+        );
+        let limits = ResultLimits {
+            max_new_message_chars: 100,
+            ..ResultLimits::default()
+        };
+        assert_eq!(
+            check_compact(&request, &mut compacted(100, 10), &limits),
+            Ok(())
+        );
+        let err = check_compact(&request, &mut compacted(101, 10), &limits).unwrap_err();
+        assert!(err.contains("maxNewMessageChars (100)"), "{err}");
+        let err =
+            check_compact(&request, &mut compacted(1, MAX_REASON_BYTES + 1), &limits).unwrap_err();
+        assert!(err.contains("reason"), "{err}");
+    }
 }

@@ -59,7 +59,7 @@ use crate::engines::request::{
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::{self, OnStuck, WorkError};
-use crate::slot::contract::{check_assemble, CallTrust};
+use crate::slot::contract::{check_assemble, check_compact, check_tool_result, CallTrust};
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
 
@@ -324,7 +324,8 @@ macro_rules! guarded_method {
 
 guarded_method!(AssembleRequest => AssembleResult, Assemble, assemble, check: check_assemble);
 guarded_method!(IngestRequest => IngestResult, Ingest, ingest);
-guarded_method!(CompactRequest => CompactResult, Compact, compact, fail_closed: true);
+guarded_method!(CompactRequest => CompactResult, Compact, compact, fail_closed: true,
+    check: check_compact);
 guarded_method!(BootstrapRequest => BootstrapResult, Bootstrap, bootstrap,
 optional: OptionalMethods::BOOTSTRAP,
 canned: BootstrapResult {
@@ -364,6 +365,14 @@ impl GuardedMethod for ToolCallRequest {
             |host| mask.apply(Method::CallTool, &host),
             |p| engine.call_tool(p),
         )
+    }
+
+    fn check_result(
+        &self,
+        output: &mut ToolCallResult,
+        limits: &ResultLimits,
+    ) -> Result<(), String> {
+        check_tool_result(self, output, limits)
     }
 
     fn fallback(
