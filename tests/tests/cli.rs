@@ -41,7 +41,11 @@ fn doctor_json_lists_the_staged_plugins_as_loaded() {
         .iter()
         .map(|e| e.as_str().unwrap())
         .collect();
-    assert_eq!(engines, ["faulty", "legacy", "sliding-window"], "sorted");
+    assert_eq!(
+        engines,
+        ["faulty", "legacy", "lossless", "sliding-window"],
+        "sorted"
+    );
 }
 
 #[test]
