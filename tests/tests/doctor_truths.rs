@@ -116,7 +116,7 @@ fn an_unregistered_engine_is_recorded_as_not_registered_and_logged() {
     assert_eq!(report["quarantine"][0]["reason"], "not registered");
     assert_eq!(
         report["contextEngine"]["reason"],
-        "Context engine \"nope\" is not registered. Available engines: faulty, legacy, sliding-window",
+        "Context engine \"nope\" is not registered. Available engines: faulty, legacy, lossless, sliding-window",
         "the available engines go to the diagnostic"
     );
     assert!(
