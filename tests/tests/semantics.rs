@@ -268,7 +268,7 @@ fn an_unregistered_engine_is_quarantined_as_resolve_and_legacy_answers() {
     );
     assert_eq!(
         resolved.resolution.reason.as_deref(),
-        Some("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, sliding-window"),
+        Some("Context engine \"lossless-claw\" is not registered. Available engines: faulty, legacy, lossless, sliding-window"),
         "the available engines go to the diagnostic"
     );
 }
