@@ -281,6 +281,22 @@ impl Lossless {
         self.store.ingest(conversation, &incoming)
     }
 
+    /// Stores the host's snapshot for the session of `host` / `session_id`: its conversation
+    /// and what was written.
+    fn take_snapshot(
+        &self,
+        host: &HostParams<'_>,
+        session_id: &str,
+        messages: &[Message],
+        entry_ids: &pincer_plugin_api::EntryIds<'_>,
+    ) -> Result<(i64, store::Ingested), EngineError> {
+        let conversation = self.store.conversation(key(host, session_id))?;
+        let done = self.ingest_snapshot(conversation, messages, |i| {
+            entry_ids.get(i).map(str::to_owned)
+        })?;
+        Ok((conversation, done))
+    }
+
     /// Records debt when the context passed `compactThreshold` of the planning budget.
     fn record_debt(&self, conversation: i64, host_budget: Option<u64>) -> Result<(), EngineError> {
         let Some(budget) = self.planning_budget(conversation, host_budget)? else {
@@ -536,14 +552,14 @@ impl Engine for Lossless {
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
         params.host.check_abort()?;
-        let conversation = self
-            .store
-            .conversation(key(&params.host, params.session_id))?;
         // What the host has that the store lacks is taken in first: nothing is summarised
         // that is not stored.
-        self.ingest_snapshot(conversation, params.messages, |i| {
-            params.entry_ids.get(i).map(str::to_owned)
-        })?;
+        let (conversation, _) = self.take_snapshot(
+            &params.host,
+            params.session_id,
+            params.messages,
+            &params.entry_ids,
+        )?;
         let Some(budget) = self.planning_budget(conversation, params.token_budget)? else {
             return Ok(CompactResult::nothing_to_do(
                 "no_candidate: no token budget known to compact towards",
@@ -613,12 +629,12 @@ impl IngestBatch for Lossless {
         &self,
         params: &IngestBatchParams<'_>,
     ) -> Result<IngestBatchResult, EngineError> {
-        let conversation = self
-            .store
-            .conversation(key(&params.host, params.session_id))?;
-        let done = self.ingest_snapshot(conversation, params.messages, |i| {
-            params.entry_ids.get(i).map(str::to_owned)
-        })?;
+        let (_, done) = self.take_snapshot(
+            &params.host,
+            params.session_id,
+            params.messages,
+            &params.entry_ids,
+        )?;
         Ok(IngestBatchResult {
             ingested_count: done.added as u64,
         })
@@ -627,12 +643,12 @@ impl IngestBatch for Lossless {
 
 impl AfterTurn for Lossless {
     fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineError> {
-        let conversation = self
-            .store
-            .conversation(key(&params.host, params.session_id))?;
-        self.ingest_snapshot(conversation, params.messages, |i| {
-            params.entry_ids.get(i).map(str::to_owned)
-        })?;
+        let (conversation, _) = self.take_snapshot(
+            &params.host,
+            params.session_id,
+            params.messages,
+            &params.entry_ids,
+        )?;
         self.flush_assembly_stats()?;
         self.record_debt(conversation, params.token_budget)
     }
