@@ -10,22 +10,25 @@
 //!
 //! `callTool`: the content within `plugins.resultLimits.maxToolResultBytes` (it goes to the
 //! model and into the session). `compact`: the summary within the new-message budget and the
-//! reason within [`MAX_REASON_BYTES`] (both reach the session file, logs and terminals).
+//! reason within [`MAX_REASON_BYTES`] (both reach the session file, logs and terminals);
+//! `bootstrap` and `maintain`: their reasons too.
 //!
 //! Also the crash journal's side of a guarded call ([`CallTrust`]): the tag that marks the
 //! engine as in flight while its code runs.
 
 use pincer_plugin_api::abi::latest::{
-    AssembleResult, AssembledItem, CompactResult, ToolCallResult,
+    AssembleResult, AssembledItem, BootstrapResult, CompactResult, MaintainResult, ToolCallResult,
 };
-use pincer_plugin_api::abi::ROption;
+use pincer_plugin_api::abi::{ROption, RString};
 use pincer_plugin_api::tokens::estimate_message_tokens;
 #[cfg(test)]
 use std::sync::Arc;
 
 use crate::config::ResultLimits;
 use crate::engines::crash_journal::{self, InCall, JournalTag};
-use crate::engines::request::{AssembleRequest, CompactRequest, ToolCallRequest};
+use crate::engines::request::{
+    AssembleRequest, BootstrapRequest, CompactRequest, MaintainRequest, ToolCallRequest,
+};
 use crate::types::Method;
 
 /// What a guard needs to hold an engine to the contract: the result caps, and the crash
@@ -172,14 +175,7 @@ pub fn check_compact(
     result: &mut CompactResult,
     limits: &ResultLimits,
 ) -> Result<(), String> {
-    if let ROption::RSome(reason) = &result.reason {
-        if reason.len() > MAX_REASON_BYTES {
-            return Err(format!(
-                "the compact result's reason is {} bytes, more than {MAX_REASON_BYTES}",
-                reason.len()
-            ));
-        }
-    }
+    check_reason("compact", &result.reason)?;
     let summary = result
         .result
         .as_ref()
@@ -195,6 +191,41 @@ pub fn check_compact(
         }
     }
     Ok(())
+}
+
+/// `reason` of a `method` result within [`MAX_REASON_BYTES`].
+fn check_reason(method: &str, reason: &ROption<RString>) -> Result<(), String> {
+    match reason {
+        ROption::RSome(reason) if reason.len() > MAX_REASON_BYTES => Err(format!(
+            "the {method} result's reason is {} bytes, more than {MAX_REASON_BYTES}",
+            reason.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The contract check of a `bootstrap` result: its reason within [`MAX_REASON_BYTES`].
+///
+/// # Errors
+/// What broke the contract, as the quarantine reason.
+pub fn check_bootstrap(
+    _request: &BootstrapRequest,
+    result: &mut BootstrapResult,
+    _limits: &ResultLimits,
+) -> Result<(), String> {
+    check_reason("bootstrap", &result.reason)
+}
+
+/// The contract check of a `maintain` result: its reason within [`MAX_REASON_BYTES`].
+///
+/// # Errors
+/// What broke the contract, as the quarantine reason.
+pub fn check_maintain(
+    _request: &MaintainRequest,
+    result: &mut MaintainResult,
+    _limits: &ResultLimits,
+) -> Result<(), String> {
+    check_reason("maintain", &result.reason)
 }
 
 #[cfg(test)]
@@ -217,6 +248,15 @@ mod tests {
                 session_file: ROption::RNone,
             }),
         }
+    }
+
+    #[test]
+    fn bootstrap_and_maintain_reasons_beyond_their_cap_break_the_contract() {
+        let at = |n: usize| ROption::RSome(RString::from("x".repeat(n)));
+        assert_eq!(check_reason("maintain", &at(MAX_REASON_BYTES)), Ok(()));
+        assert_eq!(check_reason("maintain", &ROption::RNone), Ok(()));
+        let err = check_reason("bootstrap", &at(MAX_REASON_BYTES + 1)).unwrap_err();
+        assert!(err.contains("bootstrap result's reason"), "{err}");
     }
 
     #[test]

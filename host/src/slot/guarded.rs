@@ -59,7 +59,9 @@ use crate::engines::request::{
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::{self, OnStuck, WorkError};
-use crate::slot::contract::{check_assemble, check_compact, check_tool_result, CallTrust};
+use crate::slot::contract::{
+    check_assemble, check_bootstrap, check_compact, check_maintain, check_tool_result, CallTrust,
+};
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
 
@@ -332,7 +334,8 @@ canned: BootstrapResult {
     bootstrapped: false,
     imported_messages: ROption::RNone,
     reason: ROption::RSome(DOWNGRADED_REASON.into()),
-});
+},
+check: check_bootstrap);
 guarded_method!(IngestBatchRequest => IngestBatchResult, IngestBatch, ingest_batch,
     optional: OptionalMethods::INGEST_BATCH,
     canned: IngestBatchResult { ingested_count: 0 });
@@ -346,7 +349,8 @@ canned: MaintainResult {
     bytes_freed: 0,
     rewritten_entries: 0,
     reason: ROption::RSome(DOWNGRADED_REASON.into()),
-});
+},
+check: check_maintain);
 
 /// `callTool`: `legacy` declares no tools, so the model gets an error result.
 impl GuardedMethod for ToolCallRequest {
