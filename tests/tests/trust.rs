@@ -269,6 +269,68 @@ fn a_crash_inside_an_engine_is_remembered_and_panics_on_every_path_are_contained
 }
 
 /// The pid in a crash record's reason.
+/// Stopping the process (Ctrl-C, `kill`) while an engine's call is in flight is the operator's
+/// doing, not the engine's crash: the next run does not quarantine the engine. A SIGKILL, which
+/// nothing can mark, still counts as a death in the call.
+#[test]
+fn a_process_stopped_by_the_operator_mid_call_does_not_quarantine_the_engine() {
+    let plugins = staged_plugins_dir();
+    for (signal, quarantines) in [("INT", false), ("TERM", false), ("KILL", true)] {
+        let home = home_with(json!({
+            "plugins": {
+                "slots": { "contextEngine": "faulty" },
+                "entries": { "faulty": { "config": { "assemble": "hang", "hangMs": 60_000 } } },
+                "callTimeoutsMs": { "assemble": 120_000 },
+            }
+        }));
+        let conversation = example_conversation();
+        let mut child = std::process::Command::new(pincer_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(["assemble", "--conversation"])
+            .arg(&conversation)
+            .arg("--plugins-dir")
+            .arg(&plugins)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // In the call once its journal holds the engine's tag.
+        let journal = home
+            .path()
+            .join("state/crash-journal")
+            .join(format!("{}.slots", child.id()));
+        let start = std::time::Instant::now();
+        while !std::fs::read(&journal)
+            .map(|bytes| bytes.windows(6).any(|w| w == b"faulty"))
+            .unwrap_or(false)
+        {
+            assert!(start.elapsed().as_secs() < 30, "the call never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let killed = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        assert!(!child.wait().unwrap().success());
+        let report = stdout_json(&run_pincer(
+            home.path(),
+            &[
+                "doctor",
+                "--json",
+                "--plugins-dir",
+                plugins.to_str().unwrap(),
+            ],
+        ));
+        let crashed = report["quarantine"]
+            .as_array()
+            .is_some_and(|records| records.iter().any(|r| r["engineId"] == "faulty"));
+        assert_eq!(crashed, quarantines, "SIG{signal}: {report}");
+    }
+}
+
 fn first_pid(report: &Value) -> u64 {
     quarantined(report, "hostile")["pid"].as_u64().unwrap()
 }

@@ -405,6 +405,12 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_logging(&cli.log);
+    // Ctrl-C or `kill` during an engine call is the operator's stop, not the engine's crash:
+    // the crash journal is told, so the next run does not quarantine the engine. (The gateway
+    // handles these signals itself and shuts down gracefully.)
+    if !matches!(cli.command, Command::Serve(_)) {
+        pincer_host::engines::crash_journal::install_stop_handlers();
+    }
     let home = PincerHome::resolve(cli.home.as_deref());
     match cli.command {
         Command::Doctor {

@@ -33,6 +33,9 @@ const SLOT_BYTES: usize = 128;
 const HEADER_BYTES: usize = 64;
 const FILE_BYTES: usize = HEADER_BYTES + SLOTS * SLOT_BYTES;
 const MAGIC: &[u8; 8] = b"PINCERJ1";
+/// Header offset of the signal that stopped the process (0: none): a process the operator
+/// stopped (Ctrl-C, `kill`, a service manager) did not crash, whatever engine was running.
+const STOPPED_BY: usize = 8;
 /// The longest engine id kept (plugin and engine ids are at most 128 characters; a longer one
 /// is kept cut, which still names it).
 const ID_BYTES: usize = 80;
@@ -331,6 +334,19 @@ fn read_slots(bytes: &[u8], pid: u32) -> Vec<Crash> {
     if bytes.len() < FILE_BYTES || &bytes[..MAGIC.len()] != MAGIC {
         return Vec::new();
     }
+    let stopped_by = u32::from_ne_bytes(
+        bytes[STOPPED_BY..STOPPED_BY + 4]
+            .try_into()
+            .expect("four bytes"),
+    );
+    if stopped_by != 0 {
+        tracing::debug!(
+            pid,
+            signal = stopped_by,
+            "a process stopped by a signal did not crash"
+        );
+        return Vec::new();
+    }
     (0..SLOTS)
         .filter_map(|i| {
             let slot = &bytes[HEADER_BYTES + i * SLOT_BYTES..][..SLOT_BYTES];
@@ -373,6 +389,41 @@ fn decode_hex32(hex: &str) -> Option<[u8; 32]> {
         out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
     }
     Some(out)
+}
+
+/// Makes `SIGINT`, `SIGTERM` and `SIGHUP` leave a mark in this process's journal before the
+/// process dies of them as it would have: a later process then knows the engine in flight was
+/// stopped by the operator (Ctrl-C, `kill`, a service manager), not crashed, and does not
+/// quarantine it. For processes that do not handle these signals themselves (the CLI's
+/// commands; `pincer serve` shuts down gracefully instead). Only async-signal-safe work: one
+/// store into the mapping, then the default action.
+pub fn install_stop_handlers() {
+    extern "C" fn on_stop(signal: libc::c_int) {
+        if let Some(journal) = global() {
+            // SAFETY: inside the mapping (the header); a plain store.
+            unsafe {
+                std::ptr::write_volatile(
+                    journal.base.add(STOPPED_BY).cast::<u32>(),
+                    u32::try_from(signal).unwrap_or(u32::MAX),
+                );
+            }
+        }
+        // SAFETY: restore the default action and re-raise: the process dies of the signal.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+    }
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installing a handler that does only async-signal-safe work.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            action.sa_flags = libc::SA_ONSTACK;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
 }
 
 /// On `SIGABRT` (Rust's stack-overflow handler and allocation-failure path both abort), names
