@@ -244,6 +244,27 @@ pub fn stderr_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The entry ids of the `message` records of session `key` (agent `main`) in `home`, in file
+/// order; a line that does not parse (a torn last line after a kill) is skipped, as readers
+/// skip it.
+pub fn session_message_ids(home: &Path, key: &str) -> Vec<String> {
+    use serde_json::Value;
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join("agents/main/sessions/sessions.json")).unwrap(),
+    )
+    .unwrap();
+    let id = index[key]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("session {key} is indexed: {index}"));
+    std::fs::read_to_string(home.join(format!("agents/main/sessions/{id}.jsonl")))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["type"] == "message")
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// A process's standard output as JSON; panics with both streams when it is not.
 #[track_caller]
 pub fn stdout_json(out: &Output) -> serde_json::Value {

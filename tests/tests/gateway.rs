@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use pincer_host::gateway::client;
 use pincer_host::gateway::CallRequest;
 use pincer_tests::chat_server::ChatServer;
-use pincer_tests::{pincer_bin, staged_plugins_dir, workspace_root};
+use pincer_tests::{pincer_bin, session_message_ids, staged_plugins_dir, workspace_root};
 use serde_json::{json, Value};
 
 /// A running `pincer serve`.
@@ -149,24 +149,6 @@ fn queue_replies(server: &ChatServer, n: usize) {
             json!({"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}),
         );
     }
-}
-
-/// The entry ids of the session's message entries, in file order.
-fn session_message_ids(home: &Path, key: &str) -> Vec<String> {
-    let index: Value = serde_json::from_str(
-        &std::fs::read_to_string(home.join("agents/main/sessions/sessions.json")).unwrap(),
-    )
-    .unwrap();
-    let id = index[key]["sessionId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("session {key} is indexed: {index}"));
-    std::fs::read_to_string(home.join(format!("agents/main/sessions/{id}.jsonl")))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v["type"] == "message")
-        .map(|v| v["id"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 fn text_of(message: &Value) -> String {

@@ -265,6 +265,21 @@ fn pincer_run_replays_a_transcript_through_sliding_window() {
     );
 }
 
+/// A home whose pincer.json names `server` as the model's server, with `more` (JSON5 members,
+/// each ending in a comma) beside it.
+fn home_with_model(server: &ChatServer, more: &str) -> tempfile::TempDir {
+    let home = tempfile::TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        format!(
+            r#"{{ {more} model: {{ baseUrl: "{}" }} }}"#,
+            server.base_url
+        ),
+    )
+    .unwrap();
+    home
+}
+
 /// `pincer run --prompt … --model openai:NAME` talks to the server named in pincer.json's
 /// `model.baseUrl`: the session gets the prompt and the answer, the index the usage.
 #[test]
@@ -275,12 +290,7 @@ fn pincer_run_prompt_talks_to_an_openai_compatible_server() {
         "stop",
         json!({"prompt_tokens": 42, "completion_tokens": 6, "total_tokens": 48}),
     );
-    let home = tempfile::TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        format!(r#"{{ model: {{ baseUrl: "{}" }} }}"#, server.base_url),
-    )
-    .unwrap();
+    let home = home_with_model(&server, "");
     let out = pincer_tests::run_pincer(
         home.path(),
         &[
@@ -330,17 +340,11 @@ fn pincer_run_prompt_talks_to_an_openai_compatible_server() {
 fn a_configured_model_writes_compaction_summaries_and_answers_engines_llm_complete() {
     let server = ChatServer::start();
     let usage = json!({"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12});
-    let home = tempfile::TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        format!(
-            r#"{{ model: {{ baseUrl: "{}" }},
-                 agents: {{ defaults: {{ compaction: {{ model: "openai:summarizer" }} }} }},
-                 plugins: {{ entries: {{ faulty: {{ config: {{ askModel: "Say hi." }} }} }} }} }}"#,
-            server.base_url
-        ),
-    )
-    .unwrap();
+    let home = home_with_model(
+        &server,
+        r#"agents: { defaults: { compaction: { model: "openai:summarizer" } } },
+           plugins: { entries: { faulty: { config: { askModel: "Say hi." } } } },"#,
+    );
     let plugins = pincer_tests::staged_plugins_dir();
     let run = |args: &[&str]| {
         let mut all = vec!["run", "--model", "openai:chat", "--json"];
@@ -461,12 +465,7 @@ fn pincer_tool_calls_an_engine_tool_on_a_session() {
         "stop",
         json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}),
     );
-    let home = tempfile::TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        format!(r#"{{ model: {{ baseUrl: "{}" }} }}"#, server.base_url),
-    )
-    .unwrap();
+    let home = home_with_model(&server, "");
     let plugins = pincer_tests::staged_plugins_dir();
     let pincer = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -575,15 +574,10 @@ fn a_tool_result_over_its_cap_is_refused_and_quarantines_the_engine() {
         "stop",
         json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}),
     );
-    let home = tempfile::TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        format!(
-            r#"{{ model: {{ baseUrl: "{}" }}, plugins: {{ resultLimits: {{ maxToolResultBytes: 100 }} }} }}"#,
-            server.base_url
-        ),
-    )
-    .unwrap();
+    let home = home_with_model(
+        &server,
+        "plugins: { resultLimits: { maxToolResultBytes: 100 } },",
+    );
     let plugins = pincer_tests::staged_plugins_dir();
     let pincer = |args: &[&str]| {
         let mut all = args.to_vec();
@@ -722,12 +716,7 @@ fn overflow_is_recovered_by_at_most_three_compactions() {
 #[test]
 fn turns_call_the_engine_in_openclaws_order_and_engine_tools_go_through_call_tool() {
     let server = ChatServer::start();
-    let home = tempfile::TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        format!(r#"{{ model: {{ baseUrl: "{}" }} }}"#, server.base_url),
-    )
-    .unwrap();
+    let home = home_with_model(&server, "");
     let plugins = pincer_tests::staged_plugins_dir();
     let run = |prompt: &str| {
         server.reply_completion(

@@ -28,24 +28,6 @@ fn db_path(home: &Path) -> PathBuf {
         .join("lossless.db")
 }
 
-/// Entry ids of the session's `message` records, in file order.
-fn session_message_ids(home: &Path, key: &str) -> Vec<String> {
-    let index: Value = serde_json::from_str(
-        &std::fs::read_to_string(home.join("agents/main/sessions/sessions.json")).unwrap(),
-    )
-    .unwrap();
-    let id = index[key]["sessionId"]
-        .as_str()
-        .expect("the session is indexed");
-    std::fs::read_to_string(home.join(format!("agents/main/sessions/{id}.jsonl")))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|r| r["type"] == "message")
-        .map(|r| r["id"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// Entry ids of the stored messages of conversation `key`, in seq order (SQLite's own view).
 fn stored_ids(home: &Path, key: &str) -> Vec<Option<String>> {
     let conn = rusqlite::Connection::open(db_path(home)).unwrap();

@@ -29,7 +29,7 @@ use crate::engines::session_worker::WorkError;
 use crate::harness::runner::SessionRunner;
 use crate::harness::{EngineServed, Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;
-use crate::slot::guarded::{GuardError, GuardedEngine};
+use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
 use crate::slot::reload::{ReloadError, ReloadOutcome};
 use crate::slot::runtime::Runtime;
 use crate::slot::source::EngineSource;
@@ -658,17 +658,14 @@ fn serve_session(
                 .map_err(guard_error(method))?;
             Served::of(
                 &engine,
-                &match answer {
-                    None => serde_json::json!({ "called": false }),
-                    Some(g) => serde_json::json!({
-                        "called": true,
-                        "changed": g.value.changed,
-                        "bytesFreed": g.value.bytes_freed,
-                        "rewrittenEntries": g.value.rewritten_entries,
-                        "reason": g.value.reason.as_ref().map(|r| r.as_str()).into_option(),
-                        "answeredBy": g.answer.answered_by,
-                    }),
-                },
+                &called_with(answer, |value| {
+                    serde_json::json!({
+                        "changed": value.changed,
+                        "bytesFreed": value.bytes_freed,
+                        "rewrittenEntries": value.rewritten_entries,
+                        "reason": value.reason.as_ref().map(|r| r.as_str()).into_option(),
+                    })
+                }),
             )
         }
         GatewayMethod::CallTool => {
@@ -690,15 +687,12 @@ fn serve_session(
                 .map_err(guard_error(method))?;
             Served::of(
                 &engine,
-                &match answer {
-                    None => serde_json::json!({ "called": false }),
-                    Some(g) => serde_json::json!({
-                        "called": true,
-                        "content": g.value.content.as_str(),
-                        "isError": g.value.is_error,
-                        "answeredBy": g.answer.answered_by,
-                    }),
-                },
+                &called_with(answer, |value| {
+                    serde_json::json!({
+                        "content": value.content.as_str(),
+                        "isError": value.is_error,
+                    })
+                }),
             )
         }
         GatewayMethod::PrepareSubagentSpawn => {
@@ -791,6 +785,18 @@ fn serve_session(
 /// `{called, answeredBy}` of a method without a result.
 fn called(answered_by: Option<impl Serialize>) -> Value {
     serde_json::json!({ "called": answered_by.is_some(), "answeredBy": answered_by })
+}
+
+/// The answer of an optional method with a result: `{"called": false}` when the engine has
+/// none, else the result's `fields` with `called` and `answeredBy`.
+fn called_with<T>(answer: Option<Guarded<T>>, fields: impl FnOnce(&T) -> Value) -> Value {
+    let Some(guarded) = answer else {
+        return serde_json::json!({ "called": false });
+    };
+    let mut value = fields(&guarded.value);
+    value["called"] = Value::Bool(true);
+    value["answeredBy"] = serde_json::json!(guarded.answer.answered_by);
+    value
 }
 
 /// The message `value` given as `field` of `method`.
