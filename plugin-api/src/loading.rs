@@ -471,3 +471,11 @@ mod tests {
         assert_eq!(err.code(), "dlopen_failed");
     }
 }
+
+/// A rollback object made by the host (an isolated engine's rollback runs in its worker), in
+/// the shape `prepareSubagentSpawn` returns.
+pub fn host_spawn_rollback<T: crate::abi::latest::SpawnRollbackAbi + 'static>(
+    rollback: T,
+) -> crate::abi::latest::SpawnRollbackBox {
+    crate::abi::latest::SpawnRollbackAbi_TO::from_value(rollback, TD_Opaque)
+}

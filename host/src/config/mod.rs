@@ -134,6 +134,51 @@ pub struct EntryConfig {
     /// afterwards (manifest and all) is refused before it is opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Where the plugin's engines run: `"in-process"` (the default) or `"process"`, a worker
+    /// process of their own, so that a crash costs one call, not the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+    /// Limits of an isolated engine's worker (`memoryBytes`, `openFiles`, `stackBytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<serde_json::Value>,
+    /// Whether an isolated engine's worker sandboxes itself (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<bool>,
+}
+
+/// Where a plugin's engines run (`plugins.entries.<id>.isolation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    /// In the host's process (the default): the fastest calls, but a crash of the engine is a
+    /// crash of the host.
+    #[default]
+    InProcess,
+    /// In a worker process of its own: a crash, an `exit`, a stack overflow or a runaway
+    /// allocation costs the call in flight, not the host.
+    Process,
+}
+
+/// The environment variable that sets the isolation of every plugin whose entry does not
+/// name one (`process` runs a whole test suite isolated).
+pub const ISOLATION_ENV: &str = "PINCER_ISOLATION";
+
+impl Isolation {
+    /// The config's spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Isolation::InProcess => "in-process",
+            Isolation::Process => "process",
+        }
+    }
+
+    /// The default for plugins whose entry names none: `$PINCER_ISOLATION`, else in-process.
+    pub fn default_from_env() -> Self {
+        match std::env::var(ISOLATION_ENV).as_deref() {
+            Ok("process") => Isolation::Process,
+            _ => Isolation::InProcess,
+        }
+    }
 }
 
 /// `plugins.load`.
@@ -390,6 +435,16 @@ impl Config {
             .as_deref()
             .map(str::trim)
             .is_some_and(|s| !s.is_empty() && s != SLOT_NONE)
+    }
+
+    /// Where plugin `plugin_id`'s engines run: its entry's `isolation`, else
+    /// [`Isolation::default_from_env`].
+    pub fn isolation_of(&self, plugin_id: &str) -> Isolation {
+        self.plugins
+            .entries
+            .get(plugin_id)
+            .and_then(|e| e.isolation)
+            .unwrap_or_else(Isolation::default_from_env)
     }
 
     /// Why plugin `plugin_id` is off by configuration, or `None` when it may be used.

@@ -2,9 +2,10 @@
 //! code. Everything above this trait (the instance, the guard, the slot) calls through it and
 //! never names a library or an FFI object.
 //!
-//! Today there is one implementation, [`InProcess`]: an engine object living in this process
-//! (a verified plugin library's, or one linked into the host like `legacy`). A child-process
-//! backend (an isolation tier) plugs in here without touching callers. Hot reload does not
+//! Two implementations: [`InProcess`], an engine object living in this process (a verified
+//! plugin library's, or one linked into the host like `legacy`), and
+//! [`ProcessBackend`](super::isolation::process::ProcessBackend), the same library's engine in
+//! a worker process of its own (the isolation tier). Hot reload does not
 //! swap a backend: it makes a new instance (a new generation) beside the old one and retires
 //! the old one whole (`slot::reload`).
 //!
@@ -14,7 +15,7 @@
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
-    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CompactParams, CompactResult, EngineBox, EngineError, EngineInfo, IngestBatchParams,
     IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult,
     SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams, ToolCallParams, ToolCallResult,
@@ -93,6 +94,62 @@ pub trait EngineBackend: Send + Sync + 'static {
     /// # Errors
     /// The engine's error.
     fn dispose(&self) -> Result<(), EngineCallError>;
+    /// The worker process, for an isolated engine; `None` in process.
+    fn isolation(&self) -> Option<WorkerInfo> {
+        None
+    }
+}
+
+/// An isolated engine's worker, as `health` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerInfo {
+    /// Its process id.
+    pub pid: u32,
+    /// The protections it applied to itself.
+    pub protections: String,
+    /// Why it is gone, if it is.
+    pub death: Option<String>,
+}
+
+thread_local! {
+    /// The abort signal of the guarded call running on this thread (see [`CallAbortScope`]).
+    static CALL_ABORT: std::cell::Cell<*const AbortSignal> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Makes a guarded call's abort signal known to the backend for the scope of the call, as the
+/// host holds it (before host parameters are projected for the engine): a worker backend
+/// watches it to abort, then end, a call whose engine ignores it.
+pub struct CallAbortScope {
+    previous: *const AbortSignal,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl CallAbortScope {
+    /// Sets `signal` as this thread's call abort until the scope drops.
+    #[inline]
+    pub fn enter(signal: &AbortSignal) -> Self {
+        let previous = CALL_ABORT.with(|c| c.replace(signal as *const AbortSignal));
+        CallAbortScope {
+            previous,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for CallAbortScope {
+    #[inline]
+    fn drop(&mut self) {
+        CALL_ABORT.with(|c| c.set(self.previous));
+    }
+}
+
+/// The abort signal of the guarded call running on this thread, if any.
+pub fn current_call_abort<'a>() -> Option<&'a AbortSignal> {
+    let ptr = CALL_ABORT.with(|c| c.get());
+    // SAFETY: set only by a live `CallAbortScope`, whose borrow of the signal outlives the
+    // call that reads it on this thread (the scope restores the previous value on drop).
+    unsafe { ptr.as_ref() }
 }
 
 fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError> {

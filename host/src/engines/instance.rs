@@ -37,11 +37,14 @@ pub enum CallErrorKind {
     InvalidConfig,
     /// The call ran past its deadline.
     TimedOut,
+    /// The engine's worker process died (a signal, an exit, a broken protocol): isolated
+    /// engines only.
+    Crashed,
 }
 
 impl CallErrorKind {
     /// A stable snake_case code (`failed`, `panicked`, `aborted`, `not_implemented`,
-    /// `invalid_config`, `timed_out`): the serialized form.
+    /// `invalid_config`, `timed_out`, `crashed`): the serialized form.
     pub const fn code(self) -> &'static str {
         match self {
             CallErrorKind::Failed => "failed",
@@ -50,6 +53,7 @@ impl CallErrorKind {
             CallErrorKind::NotImplemented => "not_implemented",
             CallErrorKind::InvalidConfig => "invalid_config",
             CallErrorKind::TimedOut => "timed_out",
+            CallErrorKind::Crashed => "crashed",
         }
     }
 }
@@ -307,6 +311,55 @@ impl EngineInstance {
             },
             Some(Arc::clone(library)),
         )
+    }
+
+    /// Creates engine `engine_id` of an isolated `library` in a worker process of its own
+    /// (see [`super::isolation`]).
+    ///
+    /// # Errors
+    /// The worker could not start, or the factory failed (its error, or how the worker died).
+    pub fn from_isolated_library(
+        library: &Arc<LoadedLibrary>,
+        engine_id: &str,
+        config: &serde_json::Value,
+        dirs: &EngineDirs,
+        host: HostServicesArc,
+        confinement: super::isolation::settings::Confinement,
+    ) -> Result<Self, EngineCallError> {
+        let facts = library.facts();
+        let start = super::isolation::process::WorkerStart {
+            library: library.copy_path().to_owned(),
+            expected: super::isolation::protocol::ExpectedLibrary {
+                plugin_id: facts.plugin_id.clone(),
+                plugin_version: facts.plugin_version.clone(),
+                api_version: facts.api_version.clone(),
+                engine_ids: facts.engine_ids.clone(),
+                panic_unwind: facts.panic_unwind,
+            },
+            engine_id: engine_id.to_owned(),
+            config_json: config.to_string(),
+            agent_dir: dirs.agent_dir.clone(),
+            workspace_dir: dirs.workspace_dir.clone(),
+            plugin_dir: Some(library.manifest().dir.to_string_lossy().into_owned()),
+            state_dir: dirs
+                .engine_state_dir(engine_id)
+                .map(|d| d.to_string_lossy().into_owned()),
+            confinement,
+            settings: super::isolation::settings::WorkerSettings::from_environment(),
+        };
+        let backend = super::isolation::process::ProcessBackend::start(start, host)?;
+        Self::with_backend(
+            Box::new(backend),
+            EngineOrigin::Plugin {
+                plugin_id: library.manifest().id.clone(),
+                library: library.copy_path().display().to_string(),
+            },
+        )
+    }
+
+    /// The worker process of an isolated engine; `None` in process.
+    pub fn worker(&self) -> Option<super::backend::WorkerInfo> {
+        self.backend.isolation()
     }
 
     /// The engine's info.

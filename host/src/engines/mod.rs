@@ -1,5 +1,5 @@
 //! Engines as the host runs them: one live [`EngineInstance`] behind the
-//! [`EngineBackend`] seam (today in-process; later a child process or a reloadable one),
+//! [`EngineBackend`] seam (in process, or in a worker process: [`isolation`]),
 //! owned requests a bounded call can borrow from, bounded calls themselves (handed off to a
 //! pooled worker, or inline on a session worker under one watchdog), the host services
 //! engines see, the engines built into the host (`legacy`), and the crash journal that
@@ -12,6 +12,7 @@ pub mod backend;
 pub mod bounded;
 pub mod crash_journal;
 pub mod instance;
+pub mod isolation;
 pub mod legacy;
 pub mod request;
 pub mod services;

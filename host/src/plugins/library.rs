@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use super::cache;
 use super::verify;
+use crate::config::Isolation;
 use crate::plugins::manifest::{read_manifest, ManifestError, PluginManifest, MANIFEST_FILE_NAME};
 
 /// The `pincer-plugin-api` version this host is built against.
@@ -215,7 +216,8 @@ pub struct LoadedLibrary {
     facts: LibraryFacts,
     copy_path: PathBuf,
     sha256: String,
-    opened: OpenedLibrary,
+    /// `None` for an isolated plugin: its code is never opened in this process.
+    opened: Option<OpenedLibrary>,
 }
 
 impl std::fmt::Debug for LoadedLibrary {
@@ -248,6 +250,13 @@ impl LoadedLibrary {
         &self.sha256
     }
 
+    /// Whether the library is run in worker processes only (`isolation: "process"`): then
+    /// none of its code runs in this process, and its facts are what its bytes said (the
+    /// worker checks them against the loaded code).
+    pub fn is_isolated(&self) -> bool {
+        self.opened.is_none()
+    }
+
     /// Creates the FFI object of engine `engine_id` with `config` (already validated against
     /// the manifest's schema by the caller) and the host's services. The object must not
     /// outlive this library: [`crate::engines`] keeps an `Arc` of it next to the object.
@@ -274,7 +283,13 @@ impl LoadedLibrary {
             workspace_dir: opt_str(dirs.workspace_dir.as_deref()),
             plugin_dir: ROption::RSome(RStr::from_str(&plugin_dir)),
         };
-        self.opened.new_engine(&params, host)
+        match &self.opened {
+            Some(opened) => opened.new_engine(&params, host),
+            None => Err(EngineError::failed(format!(
+                "plugin \"{}\" runs isolated: its engines are created in worker processes",
+                self.manifest.id
+            ))),
+        }
     }
 }
 
@@ -392,6 +407,9 @@ pub struct Loader {
     limits: verify::VerifyLimits,
     /// sha256 by plugin id, as `pincer plugins install` recorded them in the config.
     installed_pins: std::collections::BTreeMap<String, String>,
+    /// Where each plugin's engines run; [`Isolation::Process`] libraries are never opened
+    /// here.
+    isolation: (Isolation, std::collections::BTreeMap<String, Isolation>),
 }
 
 impl Loader {
@@ -401,7 +419,28 @@ impl Loader {
             cache_dir,
             limits: verify::VerifyLimits::default(),
             installed_pins: std::collections::BTreeMap::new(),
+            isolation: (Isolation::InProcess, std::collections::BTreeMap::new()),
         }
+    }
+
+    /// Where plugins' engines run: `per_plugin`, else `default`. [`Loader::load_verified`]
+    /// makes an isolated plugin's private copy but never opens it in this process.
+    pub fn with_isolation(
+        mut self,
+        default: Isolation,
+        per_plugin: impl IntoIterator<Item = (String, Isolation)>,
+    ) -> Self {
+        self.isolation = (default, per_plugin.into_iter().collect());
+        self
+    }
+
+    /// Where plugin `plugin_id`'s engines run.
+    pub fn isolation_of(&self, plugin_id: &str) -> Isolation {
+        self.isolation
+            .1
+            .get(plugin_id)
+            .copied()
+            .unwrap_or(self.isolation.0)
     }
 
     /// Also checks each plugin's library against the sha256 `pincer plugins install` recorded
@@ -493,6 +532,17 @@ impl Loader {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| manifest.library.clone());
         let copy_path = cache::cache_copy(&self.cache_dir, &verified, &file_name)?;
+        if self.isolation_of(&manifest.id) == Isolation::Process {
+            // Nothing of it runs here: a worker opens the copy and checks the loaded code
+            // against these facts.
+            return Ok(Arc::new(LoadedLibrary {
+                facts: LibraryFacts::from(&embedded),
+                manifest,
+                copy_path,
+                sha256: verified.sha256_hex,
+                opened: None,
+            }));
+        }
         // SAFETY: `copy_path` is the private copy of bytes that passed verification.
         let opened = unsafe { open_library(&copy_path) }.map_err(|source| {
             if let OpenError::LayoutMismatch { full, .. } = &source {
@@ -528,7 +578,7 @@ impl Loader {
             facts,
             copy_path,
             sha256: verified.sha256_hex,
-            opened,
+            opened: Some(opened),
         }))
     }
 }

@@ -51,6 +51,7 @@ use serde::Serialize;
 
 use super::projection::HostParamMask;
 use crate::config::{CallTimeouts, FallbackPolicy, ResultLimits};
+use crate::engines::backend::CallAbortScope;
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::crash_journal::JournalTag;
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
@@ -265,7 +266,9 @@ fn trusted_call<R: GuardedMethod>(
     trust: &CallTrust,
 ) -> Result<R::Output, EngineCallError> {
     let in_call = trust.enter(R::METHOD);
+    let scope = CallAbortScope::enter(abort);
     let mut output = request.call(engine, abort, mask)?;
+    drop(scope);
     drop(in_call);
     request
         .check_result(&mut output, &trust.limits)
@@ -472,7 +475,8 @@ impl std::fmt::Debug for GuardedEngine {
 /// read-only signal, and even an engine that forges it (writing through a raw pointer) cannot
 /// make its failure pass for an abort: the evidence is the controller's own record.
 fn is_abort(err: &EngineCallError, abort: &AbortController) -> bool {
-    if !abort.fired() {
+    // A dead worker is a crash, even when its death came after an abort ("SIGABRT").
+    if !abort.fired() || err.kind == CallErrorKind::Crashed {
         // An engine cannot opt out of quarantine by calling its failures aborts.
         return false;
     }

@@ -377,14 +377,20 @@ impl Runtime {
     /// changed on disk since is refused before it is opened (also on reload: an installed
     /// plugin is replaced by installing it again).
     pub(super) fn loader(&self) -> Loader {
-        Loader::new(self.home.cache_dir()).with_installed_pins(
-            self.config()
-                .config
-                .plugins
-                .entries
-                .iter()
-                .filter_map(|(id, entry)| Some((id.clone(), entry.sha256.clone()?))),
-        )
+        let config = self.config();
+        let entries = &config.config.plugins.entries;
+        Loader::new(self.home.cache_dir())
+            .with_installed_pins(
+                entries
+                    .iter()
+                    .filter_map(|(id, entry)| Some((id.clone(), entry.sha256.clone()?))),
+            )
+            .with_isolation(
+                crate::config::Isolation::default_from_env(),
+                entries
+                    .iter()
+                    .filter_map(|(id, entry)| Some((id.clone(), entry.isolation?))),
+            )
     }
 
     /// Every enabled plugin's engine ids among `dirs`, from manifests alone, before any
@@ -600,6 +606,28 @@ impl Runtime {
     /// The shared legacy instance.
     pub fn legacy(&self) -> &Arc<EngineInstance> {
         &self.legacy
+    }
+
+    /// What an isolated engine's worker applies to itself: the entry's `limits` and
+    /// `sandbox`, and the directories it may write (its state and workspace directories).
+    fn confinement_of(
+        &self,
+        plugin_id: &str,
+        dirs: &crate::plugins::library::EngineDirs,
+        engine_id: &str,
+    ) -> crate::engines::isolation::settings::Confinement {
+        let config = self.config();
+        let entry = config.config.plugins.entries.get(plugin_id);
+        let mut writable_dirs: Vec<PathBuf> = dirs
+            .engine_state_dir(engine_id)
+            .into_iter()
+            .collect();
+        writable_dirs.extend(dirs.workspace_dir.as_ref().map(PathBuf::from));
+        crate::engines::isolation::settings::Confinement {
+            limits: entry.and_then(|e| e.limits.clone()),
+            writable_dirs,
+            sandbox: entry.and_then(|e| e.sandbox).unwrap_or(true),
+        }
     }
 
     fn services_for(&self, engine_id: &str) -> HostServices {
@@ -910,16 +938,31 @@ impl Runtime {
                     };
                     let library = Arc::clone(library);
                     let engine_id = engine_id.clone();
-                    Box::new(move || {
-                        let _in_call = trust.enter(Method::Factory);
-                        EngineInstance::from_library(
-                            &library,
-                            &engine_id,
-                            &config,
-                            &dirs,
-                            services.into_abi(),
-                        )
-                    })
+                    if library.is_isolated() {
+                        // Nothing runs here: a crash of the worker is not the host's.
+                        let confinement = self.confinement_of(&library.manifest().id, &dirs, &engine_id);
+                        Box::new(move || {
+                            EngineInstance::from_isolated_library(
+                                &library,
+                                &engine_id,
+                                &config,
+                                &dirs,
+                                services.into_abi(),
+                                confinement,
+                            )
+                        })
+                    } else {
+                        Box::new(move || {
+                            let _in_call = trust.enter(Method::Factory);
+                            EngineInstance::from_library(
+                                &library,
+                                &engine_id,
+                                &config,
+                                &dirs,
+                                services.into_abi(),
+                            )
+                        })
+                    }
                 }
             };
         let window = self.timeouts().calls.for_method(Method::Factory);

@@ -1,0 +1,1243 @@
+//! The host side: [`ProcessBackend`], an [`EngineBackend`] whose engine runs in a worker
+//! process (`pincer engine-worker`) of its own.
+//!
+//! **Starting.** Sockets for the control channel and each lane, and a shared page for the
+//! lanes' abort words, are placed at fixed descriptors in the child; the handshake, the
+//! start request and the engine's `info` follow (bounded by the start timeout). A worker that
+//! dies while starting (a library constructor that calls `exit`, a factory that crashes) is
+//! a failed factory with the reason.
+//!
+//! **A call** takes a free lane, resets its abort word, writes the call and pumps the lane
+//! (non-blocking, with `poll`) until the reply: logs are forwarded to the host's `tracing`,
+//! services (`llmComplete`, delegated compaction) are answered on the calling thread. The
+//! call's abort (the one the guard holds, before any projection of host parameters) is
+//! watched: once it fires, the lane's abort word is set — the engine sees its `AbortSignal`
+//! fire — and if no reply comes within the grace period the worker is killed (`SIGKILL`).
+//!
+//! **Death.** A worker that exits, is killed by a signal, or breaks the protocol fails the
+//! call in flight with [`CallErrorKind::Crashed`] and a reason naming what happened
+//! (`engine worker killed by SIGSEGV during assemble`, `… exited with status 3 …`,
+//! `… exceeded its memory limit …`, `… overflowed its stack …`, `… broke its sandbox …`),
+//! read from its exit status and the tail of its stderr; every later call fails at once with
+//! the same reason. The guard quarantines the engine as for any failure; a new worker is a
+//! new generation (`Runtime::reload_plugin`), never this one restarted behind its back.
+//!
+//! **Messages by delta** (see [`super::protocol`]): per session the host remembers the entry
+//! ids the worker holds and sends the messages after the common prefix.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use pincer_plugin_api::abi::latest::{
+    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams,
+    BootstrapResult, CompactParams, CompactResult, EngineError, EntryId, HostServicesArc,
+    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest,
+    MaintainParams, MaintainResult, Message, SpawnRollbackAbi, SpawnRollbackBox,
+    SubagentContextMode, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
+    ToolCallResult,
+};
+use pincer_plugin_api::abi::{RResult, RSlice, RString};
+
+use super::protocol::{
+    self, Call, CallFrame, CallReply, ExpectedLibrary, FrameError, HostFrame, ServiceReply,
+    ServiceRequest, StartRequest, SyncedMessages, WorkerFrame, WireModel, CONTROL_FD,
+    FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
+};
+use super::settings::{Confinement, WorkerSettings};
+use super::wire;
+use crate::engines::backend::{current_call_abort, EngineBackend};
+use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor};
+use crate::types::Method;
+
+/// How many sessions' messages a worker holds at most (the least recently used go first).
+const HELD_SESSIONS: usize = 64;
+/// How much of a worker's stderr is kept to explain its death.
+const STDERR_TAIL_BYTES: usize = 8 << 10;
+
+/// What the host needs to start a worker for one engine.
+pub struct WorkerStart {
+    /// The verified private copy of the library.
+    pub library: std::path::PathBuf,
+    /// What its bytes said it is.
+    pub expected: ExpectedLibrary,
+    /// The engine to create.
+    pub engine_id: String,
+    /// Its config.
+    pub config_json: String,
+    /// `agentDir`.
+    pub agent_dir: Option<String>,
+    /// `workspaceDir`.
+    pub workspace_dir: Option<String>,
+    /// `pluginDir`.
+    pub plugin_dir: Option<String>,
+    /// The engine's state directory.
+    pub state_dir: Option<String>,
+    /// The confinement the worker applies.
+    pub confinement: Confinement,
+    /// How to start it.
+    pub settings: WorkerSettings,
+}
+
+/// An engine in a worker process.
+pub struct ProcessBackend {
+    worker: Arc<Worker>,
+}
+
+struct Worker {
+    engine_id: String,
+    pid: u32,
+    services: HostServicesArc,
+    child: Mutex<Option<Child>>,
+    /// Why the worker is gone; set once.
+    death: Mutex<Option<String>>,
+    dead: AtomicBool,
+    lanes: Mutex<Vec<Lane>>,
+    lane_free: Condvar,
+    shared: SharedPage,
+    control: Mutex<UnixStream>,
+    stderr_tail: Arc<Mutex<VecDeque<u8>>>,
+    stderr_done: Arc<(Mutex<bool>, Condvar)>,
+    synced: Mutex<SyncState>,
+    abort_grace: Duration,
+    protections: String,
+    info: Mutex<Option<protocol::WireInfo>>,
+}
+
+struct Lane {
+    index: usize,
+    stream: UnixStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+}
+
+/// The shared page of abort words (one per lane), mapped read-write by the host.
+struct SharedPage {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the page is only accessed through atomic byte operations.
+unsafe impl Send for SharedPage {}
+// SAFETY: as above.
+unsafe impl Sync for SharedPage {}
+
+impl SharedPage {
+    fn word(&self, lane: usize) -> &AtomicU8 {
+        assert!(lane * LANE_STRIDE < self.len);
+        // SAFETY: in bounds (checked), and the mapping lives as long as `self`.
+        unsafe { &*(self.ptr.add(lane * LANE_STRIDE) as *const AtomicU8) }
+    }
+}
+
+impl Drop for SharedPage {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this page made.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// What the worker holds of each session: the entry ids of its messages.
+#[derive(Default)]
+struct SyncState {
+    sessions: HashMap<String, HeldIds>,
+    clock: u64,
+    forget: Vec<String>,
+}
+
+struct HeldIds {
+    ids: Vec<EntryId>,
+    used: u64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn crashed(message: impl Into<String>) -> EngineCallError {
+    EngineCallError::new(CallErrorKind::Crashed, message)
+}
+
+fn socket_pair() -> std::io::Result<(UnixStream, UnixStream)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: two fresh descriptors we own.
+    Ok(unsafe { (UnixStream::from_raw_fd(fds[0]), UnixStream::from_raw_fd(fds[1])) })
+}
+
+/// A close-on-exec duplicate of `fd` numbered above every descriptor the child is given, so
+/// that `dup2` into place in the child never overwrites a source.
+fn dup_high(fd: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: duplicating a descriptor we own.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 256) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+fn shared_page(lanes: usize) -> std::io::Result<(SharedPage, OwnedFd)> {
+    let len = lanes * LANE_STRIDE;
+    // SAFETY: a plain memfd_create with a static name.
+    let fd = unsafe { libc::memfd_create(c"pincer-engine-abort".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sizing our own memfd.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: mapping our own memfd of `len` bytes.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((
+        SharedPage {
+            ptr: ptr as *mut u8,
+            len,
+        },
+        fd,
+    ))
+}
+
+/// The name of a signal, as operators know it.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_owned()
+}
+
+/// Why a worker ended, from its exit status and the tail of its stderr; `during` names the
+/// call in flight (`during assemble`, `while starting`).
+pub fn death_reason(status: Option<ExitStatus>, stderr_tail: &str, during: &str) -> String {
+    if let Some(line) = stderr_tail
+        .lines()
+        .rev()
+        .find_map(|l| l.split_once(super::SANDBOX_VIOLATION_PREFIX).map(|(_, call)| call.trim()))
+    {
+        return format!("engine worker broke its sandbox (system call {line}) {during}");
+    }
+    if stderr_tail.contains("memory allocation of") && stderr_tail.contains("failed") {
+        let detail = stderr_tail
+            .lines()
+            .rev()
+            .find(|l| l.contains("memory allocation of"))
+            .unwrap_or_default()
+            .trim();
+        return format!("engine worker exceeded its memory limit ({detail}) {during}");
+    }
+    if stderr_tail.contains("has overflowed its stack") {
+        return format!("engine worker overflowed its stack {during}");
+    }
+    match status {
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("engine worker exited with status {code} {during}"),
+            (None, Some(signal)) => {
+                format!("engine worker killed by {} {during}", signal_name(signal))
+            }
+            _ => format!("engine worker ended ({status}) {during}"),
+        },
+        None => format!("engine worker stopped answering {during}"),
+    }
+}
+
+fn during(method: Method) -> String {
+    format!("during {method}")
+}
+
+impl ProcessBackend {
+    /// Starts a worker and its engine; `services` answers the engine's host services.
+    ///
+    /// # Errors
+    /// Why the worker could not start, or its engine could not be created (the factory's own
+    /// error, or how the worker died).
+    pub fn start(start: WorkerStart, services: HostServicesArc) -> Result<Self, EngineCallError> {
+        let lanes_n = start.settings.lanes.clamp(1, 64);
+        let io = |what: &str, e: std::io::Error| {
+            EngineCallError::new(
+                CallErrorKind::Failed,
+                format!("cannot start the engine worker ({what}): {e}"),
+            )
+        };
+        let (page, page_fd) = shared_page(lanes_n).map_err(|e| io("shared page", e))?;
+        let (control, control_child) = socket_pair().map_err(|e| io("socket", e))?;
+        let mut lanes = Vec::with_capacity(lanes_n);
+        let mut child_fds: Vec<(OwnedFd, RawFd)> = Vec::new();
+        child_fds.push((dup_high(page_fd.as_raw_fd()).map_err(|e| io("dup", e))?, SHARED_FD));
+        child_fds.push((
+            dup_high(control_child.as_raw_fd()).map_err(|e| io("dup", e))?,
+            CONTROL_FD,
+        ));
+        drop(control_child);
+        for index in 0..lanes_n {
+            let (host_end, child_end) = socket_pair().map_err(|e| io("socket", e))?;
+            child_fds.push((
+                dup_high(child_end.as_raw_fd()).map_err(|e| io("dup", e))?,
+                FIRST_LANE_FD + index as RawFd,
+            ));
+            host_end
+                .set_nonblocking(true)
+                .map_err(|e| io("socket", e))?;
+            lanes.push(Lane {
+                index,
+                stream: host_end,
+                inbuf: Vec::new(),
+                out: Vec::new(),
+            });
+        }
+        drop(page_fd);
+        let placements: Vec<(RawFd, RawFd)> =
+            child_fds.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
+        let mut command = Command::new(&start.settings.program);
+        command
+            .arg("engine-worker")
+            .env(LANES_ENV, lanes_n.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: only async-signal-safe calls (dup2) between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                for &(from, to) in &placements {
+                    if libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| {
+            io(
+                &format!("running {}", start.settings.program.display()),
+                e,
+            )
+        })?;
+        drop(child_fds);
+        let pid = child.id();
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_done = Arc::new((Mutex::new(false), Condvar::new()));
+        if let Some(stderr) = child.stderr.take() {
+            spawn_stderr_reader(
+                stderr,
+                start.engine_id.clone(),
+                Arc::clone(&stderr_tail),
+                Arc::clone(&stderr_done),
+            );
+        }
+        let worker = Worker {
+            engine_id: start.engine_id.clone(),
+            pid,
+            services,
+            child: Mutex::new(Some(child)),
+            death: Mutex::new(None),
+            dead: AtomicBool::new(false),
+            lanes: Mutex::new(lanes),
+            lane_free: Condvar::new(),
+            shared: page,
+            control: Mutex::new(control),
+            stderr_tail,
+            stderr_done,
+            synced: Mutex::new(SyncState::default()),
+            abort_grace: start.settings.abort_grace,
+            protections: String::new(),
+            info: Mutex::new(None),
+        };
+        let mut worker = worker;
+        match worker.handshake(&start) {
+            Ok(ready) => {
+                worker.protections = ready.protections;
+                *lock(&worker.info) = Some(ready.info);
+            }
+            Err(error) => {
+                worker.kill_and_reap();
+                return Err(error);
+            }
+        }
+        let worker = Arc::new(worker);
+        Worker::spawn_control_reader(&worker);
+        Ok(ProcessBackend { worker })
+    }
+
+    /// The worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.worker.pid
+    }
+
+    /// The protections the worker applied, one line.
+    pub fn protections(&self) -> &str {
+        &self.worker.protections
+    }
+
+    /// Why the worker is gone, if it is.
+    pub fn death(&self) -> Option<String> {
+        lock(&self.worker.death).clone()
+    }
+
+    /// The round trip of an empty call (benchmarks).
+    ///
+    /// # Errors
+    /// When the worker is gone.
+    pub fn ping(&self) -> Result<(), EngineCallError> {
+        self.worker.call(Method::Info, Call::Ping).map(|_| ())
+    }
+}
+
+impl Drop for ProcessBackend {
+    fn drop(&mut self) {
+        self.worker.shutdown();
+    }
+}
+
+fn spawn_stderr_reader(
+    mut stderr: std::process::ChildStderr,
+    engine_id: String,
+    tail: Arc<Mutex<VecDeque<u8>>>,
+    done: Arc<(Mutex<bool>, Condvar)>,
+) {
+    let _ = std::thread::Builder::new()
+        .name("engine-worker-stderr".into())
+        .spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut line = Vec::new();
+            loop {
+                match stderr.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        {
+                            let mut t = lock(&tail);
+                            t.extend(&buf[..n]);
+                            while t.len() > STDERR_TAIL_BYTES {
+                                t.pop_front();
+                            }
+                        }
+                        for &b in &buf[..n] {
+                            if b == b'\n' || line.len() >= 2048 {
+                                let text = String::from_utf8_lossy(&line);
+                                let text = crate::types::sanitize_text(&text, 2048);
+                                tracing::warn!(target: "pincer::plugin", engine_id = %engine_id, "engine worker stderr: {text}");
+                                line.clear();
+                            } else {
+                                line.push(b);
+                            }
+                        }
+                    }
+                }
+            }
+            let (flag, cv) = &*done;
+            *lock(flag) = true;
+            cv.notify_all();
+        });
+}
+
+impl Worker {
+    fn stderr_text(&self) -> String {
+        let tail = lock(&self.stderr_tail);
+        let (a, b) = tail.as_slices();
+        let mut bytes = a.to_vec();
+        bytes.extend_from_slice(b);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn wait_stderr(&self, limit: Duration) {
+        let (flag, cv) = &*self.stderr_done;
+        let deadline = Instant::now() + limit;
+        let mut done = lock(flag);
+        while !*done {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            done = cv
+                .wait_timeout(done, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Waits for the child (at most `limit`, then kills it) and returns its status.
+    fn reap(&self, limit: Duration) -> Option<ExitStatus> {
+        let mut child = lock(&self.child);
+        let child_ref = child.as_mut()?;
+        let deadline = Instant::now() + limit;
+        loop {
+            match child_ref.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(None) => {
+                    let _ = child_ref.kill();
+                    return child_ref.wait().ok();
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn kill_and_reap(&self) {
+        if let Some(child) = lock(&self.child).as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Records the worker's death (once) and returns the reason.
+    fn record_death(&self, during: &str, killed_reason: Option<String>) -> String {
+        let mut death = lock(&self.death);
+        if let Some(reason) = death.as_ref() {
+            return reason.clone();
+        }
+        let reason = match killed_reason {
+            Some(reason) => {
+                self.kill_and_reap();
+                reason
+            }
+            None => {
+                let status = self.reap(Duration::from_millis(500));
+                self.wait_stderr(Duration::from_millis(200));
+                death_reason(status, &self.stderr_text(), during)
+            }
+        };
+        tracing::error!(engine_id = %self.engine_id, pid = self.pid, "{reason}");
+        self.dead.store(true, Ordering::Release);
+        *death = Some(reason.clone());
+        reason
+    }
+
+    fn handshake(&mut self, start: &WorkerStart) -> Result<protocol::ReadyReport, EngineCallError> {
+        let mut control = lock(&self.control).try_clone().map_err(|e| {
+            EngineCallError::new(CallErrorKind::Failed, format!("engine worker: {e}"))
+        })?;
+        let timeout = start.settings.start_timeout;
+        let _ = control.set_read_timeout(Some(timeout));
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        let fail = |worker: &Worker, err: FrameError| -> EngineCallError {
+            match err {
+                FrameError::Io(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    crashed(worker.record_death(
+                        "while starting",
+                        Some(format!(
+                            "engine worker did not start within {} ms (killed)",
+                            timeout.as_millis()
+                        )),
+                    ))
+                }
+                FrameError::Closed | FrameError::Io(_) => {
+                    crashed(worker.record_death("while starting", None))
+                }
+                other => crashed(worker.record_death(
+                    "while starting",
+                    Some(format!("engine worker broke the protocol while starting: {other}")),
+                )),
+            }
+        };
+        protocol::read_frame(&mut control, &mut buf).map_err(|e| fail(self, e))?;
+        match protocol::decode::<WorkerFrame>(&buf).map_err(|e| fail(self, e))? {
+            WorkerFrame::Hello { protocol: v, .. } if v == PROTOCOL_VERSION => {}
+            WorkerFrame::Hello {
+                protocol: v,
+                pincer_version,
+            } => {
+                return Err(crashed(self.record_death(
+                    "while starting",
+                    Some(format!(
+                        "engine worker speaks protocol {v} (pincer {pincer_version}), this host speaks {PROTOCOL_VERSION}: use the pincer binary of this host ({})",
+                        start.settings.program.display()
+                    )),
+                )))
+            }
+            other => {
+                return Err(fail(
+                    self,
+                    FrameError::Malformed(format!("expected Hello, got {other:?}")),
+                ))
+            }
+        }
+        let request = StartRequest {
+            library: start.library.display().to_string(),
+            expected: start.expected.clone(),
+            engine_id: start.engine_id.clone(),
+            config_json: start.config_json.clone(),
+            agent_dir: start.agent_dir.clone(),
+            workspace_dir: start.workspace_dir.clone(),
+            plugin_dir: start.plugin_dir.clone(),
+            state_dir: start.state_dir.clone(),
+            max_log_level: self.services.max_log_level() as u8,
+            confinement_json: serde_json::to_string(&start.confinement).unwrap_or_default(),
+        };
+        protocol::encode(&HostFrame::Start(Box::new(request)), &mut out)
+            .and_then(|()| control.write_all(&out).map_err(FrameError::from))
+            .map_err(|e| fail(self, e))?;
+        loop {
+            protocol::read_frame(&mut control, &mut buf).map_err(|e| fail(self, e))?;
+            match protocol::decode::<WorkerFrame>(&buf).map_err(|e| fail(self, e))? {
+                WorkerFrame::Ready(ready) => {
+                    let _ = control.set_read_timeout(None);
+                    return Ok(*ready);
+                }
+                WorkerFrame::StartFailed(error) => {
+                    self.kill_and_reap();
+                    return Err(EngineCallError::from(wire::engine_error(error)));
+                }
+                WorkerFrame::Log(log) => wire::with_log(&log, |r| self.services.log(r)),
+                other => {
+                    return Err(fail(
+                        self,
+                        FrameError::Malformed(format!("expected Ready, got {other:?}")),
+                    ))
+                }
+            }
+        }
+    }
+
+    fn spawn_control_reader(worker: &Arc<Worker>) {
+        let Ok(mut control) = lock(&worker.control).try_clone() else {
+            return;
+        };
+        let weak = Arc::downgrade(worker);
+        let _ = std::thread::Builder::new()
+            .name("engine-worker-control".into())
+            .spawn(move || {
+                let mut buf = Vec::new();
+                loop {
+                    let read = protocol::read_frame(&mut control, &mut buf);
+                    let Some(worker) = weak.upgrade() else { return };
+                    match read.and_then(|()| protocol::decode::<WorkerFrame>(&buf)) {
+                        Ok(WorkerFrame::Log(log)) => {
+                            wire::with_log(&log, |r| worker.services.log(r))
+                        }
+                        Ok(_) => {}
+                        Err(FrameError::Closed) | Err(FrameError::Io(_)) => {
+                            if !worker.dead.load(Ordering::Acquire) {
+                                worker.record_death("between calls", None);
+                            }
+                            return;
+                        }
+                        Err(err) => {
+                            worker.record_death(
+                                "between calls",
+                                Some(format!("engine worker broke the protocol: {err}")),
+                            );
+                            return;
+                        }
+                    }
+                }
+            });
+    }
+
+    /// Ends the worker: `Shutdown`, a short wait, then `SIGKILL`; always reaped.
+    fn shutdown(&self) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            let mut out = Vec::new();
+            if protocol::encode(&HostFrame::Shutdown, &mut out).is_ok() {
+                let _ = lock(&self.control).write_all(&out);
+            }
+        }
+        let _ = self.reap(Duration::from_millis(500));
+        let mut death = lock(&self.death);
+        if death.is_none() {
+            *death = Some("engine worker was shut down".to_owned());
+        }
+    }
+
+    fn take_lane(&self) -> Lane {
+        let mut lanes = lock(&self.lanes);
+        loop {
+            if let Some(lane) = lanes.pop() {
+                return lane;
+            }
+            lanes = self.lane_free.wait(lanes).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn put_lane(&self, lane: Lane) {
+        lock(&self.lanes).push(lane);
+        self.lane_free.notify_one();
+    }
+
+    fn call(&self, method: Method, call: Call) -> Result<CallReply, EngineCallError> {
+        if self.dead.load(Ordering::Acquire) {
+            let reason = lock(&self.death)
+                .clone()
+                .unwrap_or_else(|| "engine worker was shut down".to_owned());
+            return Err(crashed(format!("engine worker is not running: {reason}")));
+        }
+        let forget = std::mem::take(&mut lock(&self.synced).forget);
+        let mut lane = self.take_lane();
+        let result = self.exchange(&mut lane, method, CallFrame { forget, call });
+        self.put_lane(lane);
+        result
+    }
+
+    /// One call on `lane`: write it, then serve logs and services until the reply.
+    fn exchange(
+        &self,
+        lane: &mut Lane,
+        method: Method,
+        frame: CallFrame,
+    ) -> Result<CallReply, EngineCallError> {
+        let abort = current_call_abort();
+        let word = self.shared.word(lane.index);
+        word.store(0, Ordering::Release);
+        lane.inbuf.clear();
+        if let Err(err) = protocol::encode(&HostFrame::Call(Box::new(frame)), &mut lane.out) {
+            return Err(EngineCallError::new(
+                CallErrorKind::Failed,
+                format!("cannot send {method} to the engine worker: {err}"),
+            ));
+        }
+        let mut written = 0usize;
+        let mut aborted_at: Option<Instant> = None;
+        let mut chunk = [0u8; 64 << 10];
+        loop {
+            // Write what is pending.
+            while written < lane.out.len() {
+                match lane.stream.write(&lane.out[written..]) {
+                    Ok(0) => return Err(self.died(method, None)),
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return Err(self.died(method, None)),
+                }
+            }
+            // Read what has come, and handle each whole frame.
+            loop {
+                match lane.stream.read(&mut chunk) {
+                    Ok(0) => return Err(self.died(method, None)),
+                    Ok(n) => lane.inbuf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return Err(self.died(method, None)),
+                }
+            }
+            while lane.inbuf.len() >= 4 {
+                let len = u32::from_le_bytes(lane.inbuf[..4].try_into().unwrap_or([0; 4])) as usize;
+                if len > protocol::MAX_FRAME_BYTES {
+                    return Err(self.broke(method, FrameError::TooLarge(len)));
+                }
+                if lane.inbuf.len() < 4 + len {
+                    break;
+                }
+                let decoded = protocol::decode::<WorkerFrame>(&lane.inbuf[4..4 + len]);
+                let frame = match decoded {
+                    Ok(frame) => frame,
+                    Err(err) => return Err(self.broke(method, err)),
+                };
+                lane.inbuf.drain(..4 + len);
+                match frame {
+                    WorkerFrame::Reply(Ok(reply)) => return Ok(*reply),
+                    WorkerFrame::Reply(Err(error)) => {
+                        return Err(EngineCallError::from(wire::engine_error(error)))
+                    }
+                    WorkerFrame::Log(log) => wire::with_log(&log, |r| self.services.log(r)),
+                    WorkerFrame::Service(request) => {
+                        let reply = self.serve(request, abort);
+                        let mut out = Vec::new();
+                        if protocol::encode(&HostFrame::ServiceReply(reply), &mut out).is_err() {
+                            return Err(self.broke(
+                                method,
+                                FrameError::Malformed("an unanswerable service".into()),
+                            ));
+                        }
+                        // Queue the reply behind anything still pending.
+                        lane.out.drain(..written);
+                        written = 0;
+                        lane.out.extend_from_slice(&out);
+                    }
+                    other => {
+                        return Err(self.broke(
+                            method,
+                            FrameError::Malformed(format!("{other:?} on a lane")),
+                        ))
+                    }
+                }
+            }
+            // The call's abort: fire the engine's signal, then give it the grace period.
+            if aborted_at.is_none() && abort.is_some_and(AbortSignal::is_aborted) {
+                word.store(1, Ordering::Release);
+                aborted_at = Some(Instant::now());
+            }
+            if let Some(at) = aborted_at {
+                if at.elapsed() >= self.abort_grace {
+                    let reason = format!(
+                        "engine worker ignored the abort of {method} for {} ms and was killed (SIGKILL)",
+                        self.abort_grace.as_millis()
+                    );
+                    let reason = self.record_death(&during(method), Some(reason));
+                    return Err(EngineCallError::new(CallErrorKind::TimedOut, reason));
+                }
+            }
+            let timeout_ms = match (aborted_at, abort) {
+                (Some(at), _) => {
+                    (self.abort_grace.saturating_sub(at.elapsed()).as_millis() as i32).max(1)
+                }
+                (None, Some(_)) => 5,
+                (None, None) => 1000,
+            };
+            let mut events = libc::POLLIN;
+            if written < lane.out.len() {
+                events |= libc::POLLOUT;
+            }
+            let mut fd = libc::pollfd {
+                fd: lane.stream.as_raw_fd(),
+                events,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut fd, 1, timeout_ms) };
+            if self.dead.load(Ordering::Acquire) && fd.revents == 0 {
+                return Err(self.died(method, None));
+            }
+        }
+    }
+
+    fn died(&self, method: Method, killed: Option<String>) -> EngineCallError {
+        crashed(self.record_death(&during(method), killed))
+    }
+
+    fn broke(&self, method: Method, err: FrameError) -> EngineCallError {
+        let reason = format!("engine worker broke the protocol during {method}: {err}");
+        crashed(self.record_death(&during(method), Some(reason)))
+    }
+
+    /// Answers a host service the engine called.
+    fn serve(&self, request: ServiceRequest, abort: Option<&AbortSignal>) -> ServiceReply {
+        match request {
+            ServiceRequest::LlmComplete {
+                system_prompt,
+                messages,
+                max_tokens,
+                temperature,
+            } => {
+                let result = wire::parse_messages(&messages.json)
+                    .map_err(wire::worker_failure)
+                    .and_then(|messages| {
+                        let request = LlmCompleteRequest {
+                            system_prompt: wire::borrow_opt(&system_prompt),
+                            messages: RSlice::from_slice(&messages),
+                            max_tokens: max_tokens.into(),
+                            temperature: temperature.into(),
+                            abort_signal: abort.into(),
+                        };
+                        self.services
+                            .llm_complete(&request)
+                            .into_result()
+                            .map(|r| wire::messages_json(std::slice::from_ref(&r.message)))
+                            .map(|json| json[1..json.len() - 1].to_owned())
+                            .map_err(|e| wire::wire_error(&e))
+                    });
+                ServiceReply::LlmComplete(result)
+            }
+            ServiceRequest::DelegateCompaction { params, messages } => {
+                let result = wire::parse_messages(&messages.json)
+                    .map_err(wire::worker_failure)
+                    .and_then(|parsed| {
+                        let ids = wire::abi_ids(messages.ids);
+                        let signal = abort.unwrap_or(AbortSignal::never());
+                        wire::with_compact(&params, &parsed, &ids, signal, |p| {
+                            self.services.delegate_compaction_to_runtime(p).into_result()
+                        })
+                        .map_err(wire::worker_failure)?
+                        .map(|r| wire::wire_compact_result(&r))
+                        .map_err(|e| wire::wire_error(&e))
+                    });
+                ServiceReply::DelegateCompaction(result)
+            }
+        }
+    }
+
+    /// What to send of `messages` for `session`, by entry ids against what the worker holds.
+    fn sync(&self, session: &str, messages: &[Message], ids: &[EntryId]) -> SyncedMessages {
+        let with_ids = !ids.is_empty() && ids.len() == messages.len();
+        let mut state = lock(&self.synced);
+        if session.is_empty() || !with_ids {
+            if !session.is_empty() {
+                if state.sessions.remove(session).is_some() {
+                    state.forget.push(session.to_owned());
+                }
+            }
+            return SyncedMessages {
+                session: String::new(),
+                keep: 0,
+                append_json: wire::messages_json(messages),
+                append_ids: wire::wire_ids(ids),
+                with_ids,
+            };
+        }
+        state.clock += 1;
+        let now = state.clock;
+        if !state.sessions.contains_key(session) && state.sessions.len() >= HELD_SESSIONS {
+            if let Some(oldest) = state
+                .sessions
+                .iter()
+                .min_by_key(|(_, held)| held.used)
+                .map(|(k, _)| k.clone())
+            {
+                state.sessions.remove(&oldest);
+                state.forget.push(oldest);
+            }
+        }
+        let held = state.sessions.entry(session.to_owned()).or_insert(HeldIds {
+            ids: Vec::new(),
+            used: now,
+        });
+        held.used = now;
+        // The common prefix, by entry id; a message of no entry ends it.
+        let keep = held
+            .ids
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a.as_str().is_some() && a == b)
+            .count();
+        held.ids.truncate(keep);
+        held.ids.extend_from_slice(&ids[keep..]);
+        SyncedMessages {
+            session: session.to_owned(),
+            keep: keep as u64,
+            append_json: wire::messages_json(&messages[keep..]),
+            append_ids: wire::wire_ids(&ids[keep..]),
+            with_ids,
+        }
+    }
+
+    /// Forgets what the worker holds of `session` (after a failed call its copy is unknown).
+    fn unsync(&self, session: &str) {
+        let mut state = lock(&self.synced);
+        if state.sessions.remove(session).is_some() {
+            state.forget.push(session.to_owned());
+        }
+    }
+
+    /// A call carrying a session's messages: on failure, the worker's copy is not trusted.
+    fn synced_call(
+        &self,
+        method: Method,
+        session: &str,
+        call: impl FnOnce(SyncedMessages) -> Call,
+        messages: &[Message],
+        ids: &[EntryId],
+    ) -> Result<CallReply, EngineCallError> {
+        let synced = self.sync(session, messages, ids);
+        let result = self.call(method, call(synced));
+        if result.is_err() {
+            self.unsync(session);
+        }
+        result
+    }
+}
+
+fn unexpected(method: Method, reply: &CallReply) -> EngineCallError {
+    EngineCallError::new(
+        CallErrorKind::Failed,
+        format!("engine worker answered {method} with {reply:?}"),
+    )
+}
+
+fn wire_model(params: &AssembleParams<'_>) -> Option<WireModel> {
+    params.model.into_option().map(|m| WireModel {
+        provider: wire::owned_opt(m.provider),
+        id: wire::owned(m.id),
+        context_window: m.context_window.into_option(),
+    })
+}
+
+impl EngineBackend for ProcessBackend {
+    fn describe(&self) -> Result<EngineDescriptor, EngineCallError> {
+        let info = lock(&self.worker.info).take().ok_or_else(|| {
+            EngineCallError::new(CallErrorKind::Failed, "engine worker sent no info")
+        })?;
+        let info = wire::info(info).map_err(|e| {
+            EngineCallError::new(CallErrorKind::Failed, format!("engine worker info: {e}"))
+        })?;
+        Ok(EngineDescriptor::from_abi(&info))
+    }
+
+    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
+        let call = Call::Ingest {
+            session_id: wire::owned(params.session_id),
+            message_json: serde_json::to_string(params.message).unwrap_or_default(),
+            entry_id: params.entry_id.as_str().map(str::to_owned),
+            is_heartbeat: params.is_heartbeat,
+            host: wire::wire_host(&params.host),
+        };
+        match self.worker.call(Method::Ingest, call)? {
+            CallReply::Ingest(ingested) => Ok(IngestResult { ingested }),
+            other => Err(unexpected(Method::Ingest, &other)),
+        }
+    }
+
+    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
+        let session = params.session_id.as_str();
+        let reply = self.worker.synced_call(
+            Method::Assemble,
+            session,
+            |messages| Call::Assemble {
+                session_id: session.to_owned(),
+                messages,
+                token_budget: params.token_budget.into_option(),
+                available_tools: params
+                    .available_tools
+                    .iter()
+                    .map(|t| t.as_str().to_owned())
+                    .collect(),
+                citations_mode: wire::owned_opt(params.citations_mode),
+                model: wire_model(params),
+                host: wire::wire_host(&params.host),
+            },
+            params.messages.as_slice(),
+            params.entry_ids.as_slice(),
+        )?;
+        match reply {
+            CallReply::Assemble(assembled) => wire::assembled(assembled).map_err(|e| {
+                EngineCallError::new(
+                    CallErrorKind::Failed,
+                    format!("engine worker sent an assemble result with {e}"),
+                )
+            }),
+            other => Err(unexpected(Method::Assemble, &other)),
+        }
+    }
+
+    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
+        let session = params.session_id.as_str();
+        let reply = self.worker.synced_call(
+            Method::Compact,
+            session,
+            |messages| Call::Compact {
+                params: Box::new(wire::wire_compact(params)),
+                messages,
+            },
+            params.messages.as_slice(),
+            params.entry_ids.as_slice(),
+        )?;
+        match reply {
+            CallReply::Compact(result) => Ok(wire::compact_result(result)),
+            other => Err(unexpected(Method::Compact, &other)),
+        }
+    }
+
+    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
+        let call = Call::Bootstrap {
+            session_id: wire::owned(params.session_id),
+            session_file: wire::owned(params.session_file),
+            host: wire::wire_host(&params.host),
+        };
+        match self.worker.call(Method::Bootstrap, call)? {
+            CallReply::Bootstrap(bootstrapped, imported, reason) => Ok(BootstrapResult {
+                bootstrapped,
+                imported_messages: imported.into(),
+                reason: reason.map(RString::from).into(),
+            }),
+            other => Err(unexpected(Method::Bootstrap, &other)),
+        }
+    }
+
+    fn ingest_batch(
+        &self,
+        params: &IngestBatchParams<'_>,
+    ) -> Result<IngestBatchResult, EngineCallError> {
+        let call = Call::IngestBatch {
+            session_id: wire::owned(params.session_id),
+            messages: wire::whole(params.messages, params.entry_ids),
+            is_heartbeat: params.is_heartbeat,
+            host: wire::wire_host(&params.host),
+        };
+        match self.worker.call(Method::IngestBatch, call)? {
+            CallReply::IngestBatch(ingested_count) => Ok(IngestBatchResult { ingested_count }),
+            other => Err(unexpected(Method::IngestBatch, &other)),
+        }
+    }
+
+    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
+        let session = params.session_id.as_str();
+        let reply = self.worker.synced_call(
+            Method::AfterTurn,
+            session,
+            |messages| Call::AfterTurn {
+                session_id: session.to_owned(),
+                session_file: wire::owned(params.session_file),
+                messages,
+                pre_prompt_message_count: params.pre_prompt_message_count,
+                auto_compaction_summary: wire::owned_opt(params.auto_compaction_summary),
+                is_heartbeat: params.is_heartbeat,
+                token_budget: params.token_budget.into_option(),
+                host: wire::wire_host(&params.host),
+            },
+            params.messages.as_slice(),
+            params.entry_ids.as_slice(),
+        )?;
+        match reply {
+            CallReply::Done => Ok(()),
+            other => Err(unexpected(Method::AfterTurn, &other)),
+        }
+    }
+
+    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
+        let call = Call::Maintain {
+            session_id: wire::owned(params.session_id),
+            session_file: wire::owned(params.session_file),
+            reason: wire::owned(params.reason),
+            host: wire::wire_host(&params.host),
+        };
+        match self.worker.call(Method::Maintain, call)? {
+            CallReply::Maintain(changed, bytes_freed, rewritten_entries, reason) => {
+                Ok(MaintainResult {
+                    changed,
+                    bytes_freed,
+                    rewritten_entries,
+                    reason: reason.map(RString::from).into(),
+                })
+            }
+            other => Err(unexpected(Method::Maintain, &other)),
+        }
+    }
+
+    fn prepare_subagent_spawn(
+        &self,
+        params: &SubagentSpawnParams<'_>,
+    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
+        let call = Call::PrepareSubagentSpawn {
+            parent_session_key: wire::owned(params.parent_session_key),
+            child_session_key: wire::owned(params.child_session_key),
+            context_mode: params.context_mode.into_option().map(|m| match m {
+                SubagentContextMode::Isolated => 0,
+                SubagentContextMode::Fork => 1,
+            }),
+            parent_session_id: wire::owned_opt(params.parent_session_id),
+            parent_session_file: wire::owned_opt(params.parent_session_file),
+            child_session_id: wire::owned_opt(params.child_session_id),
+            child_session_file: wire::owned_opt(params.child_session_file),
+            ttl_ms: params.ttl_ms.into_option(),
+        };
+        match self.worker.call(Method::PrepareSubagentSpawn, call)? {
+            CallReply::Spawned(None) => Ok(None),
+            CallReply::Spawned(Some(handle)) => Ok(Some(
+                pincer_plugin_api::loading::host_spawn_rollback(WorkerRollback {
+                    worker: Arc::clone(&self.worker),
+                    handle,
+                    used: AtomicBool::new(false),
+                }),
+            )),
+            other => Err(unexpected(Method::PrepareSubagentSpawn, &other)),
+        }
+    }
+
+    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
+        let call = Call::OnSubagentEnded {
+            child_session_key: wire::owned(params.child_session_key),
+            reason: params.reason as u8,
+        };
+        match self.worker.call(Method::OnSubagentEnded, call)? {
+            CallReply::Done => Ok(()),
+            other => Err(unexpected(Method::OnSubagentEnded, &other)),
+        }
+    }
+
+    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
+        let call = Call::CallTool {
+            session_id: wire::owned(params.session_id),
+            tool_name: wire::owned(params.tool_name),
+            arguments_json: wire::owned(params.arguments_json),
+            host: wire::wire_host(&params.host),
+        };
+        match self.worker.call(Method::CallTool, call)? {
+            CallReply::Tool(content, is_error) => Ok(ToolCallResult {
+                content: content.into(),
+                is_error,
+            }),
+            other => Err(unexpected(Method::CallTool, &other)),
+        }
+    }
+
+    fn dispose(&self) -> Result<(), EngineCallError> {
+        let result = match self.worker.call(Method::Dispose, Call::Dispose)? {
+            CallReply::Done => Ok(()),
+            other => Err(unexpected(Method::Dispose, &other)),
+        };
+        self.worker.shutdown();
+        result
+    }
+
+    fn isolation(&self) -> Option<crate::engines::backend::WorkerInfo> {
+        Some(crate::engines::backend::WorkerInfo {
+            pid: self.worker.pid,
+            protections: self.worker.protections.clone(),
+            death: lock(&self.worker.death).clone(),
+        })
+    }
+}
+
+/// The rollback `prepareSubagentSpawn` returned, living in the worker.
+struct WorkerRollback {
+    worker: Arc<Worker>,
+    handle: u64,
+    used: AtomicBool,
+}
+
+impl SpawnRollbackAbi for WorkerRollback {
+    fn rollback(&self) -> RResult<(), EngineError> {
+        self.used.store(true, Ordering::Release);
+        match self.worker.call(Method::Rollback, Call::Rollback {
+            handle: self.handle,
+        }) {
+            Ok(_) => RResult::ROk(()),
+            Err(e) => RResult::RErr(EngineError::failed(e.message)),
+        }
+    }
+}
+
+impl Drop for WorkerRollback {
+    fn drop(&mut self) {
+        if !self.used.load(Ordering::Acquire) && !self.worker.dead.load(Ordering::Acquire) {
+            let _ = self.worker.call(Method::Rollback, Call::DropRollback {
+                handle: self.handle,
+            });
+        }
+    }
+}

@@ -1,0 +1,715 @@
+//! The worker side: `pincer engine-worker`, one process per isolated engine instance.
+//!
+//! It says hello, takes its start request, confines itself ([`super::confine`]), opens the
+//! verified private copy of the library (checking that the loaded code says what its bytes
+//! said), creates the engine, and then serves calls: one thread per lane, each running the
+//! engine's calls of its lane in order, with the engine's `AbortSignal` living in the page the
+//! host shares. The main thread reads the control socket: a `Shutdown`, or the host's end
+//! closing (the host died), ends the process at once.
+//!
+//! Host services work as in process: logs go back as frames (on the call's lane, or on the
+//! control socket from the engine's own threads), `llmComplete` and
+//! `delegateCompactionToRuntime` are asked of the host on the call's lane, and the token
+//! estimate is the shared one (`pincer_plugin_api::tokens`), computed here.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pincer_plugin_api::abi::latest::{
+    AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactResult,
+    EngineBox, EngineError, EntryId, ExtensionRef, FactoryParams, HostServicesAbi,
+    IngestBatchParams, IngestParams, LlmCompleteRequest, LlmCompleteResponse, LogLevel,
+    LogRecord, MaintainParams, Message, ModelRef, SpawnRollbackBox, SubagentContextMode,
+    SubagentEndReason, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
+};
+use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
+use pincer_plugin_api::loading::{host_services, open_library};
+use pincer_plugin_api::tokens;
+
+use super::protocol::{
+    self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
+    SyncedMessages, WholeMessages, WireError, WorkerFrame, CONTROL_FD, FIRST_LANE_FD,
+    LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
+};
+use super::settings::Confinement;
+use super::wire;
+
+/// The worker's exit status when it cannot speak the protocol at all (descriptors missing).
+pub const WORKER_SETUP_FAILED: i32 = 120;
+
+/// Runs the worker; returns the process's exit status.
+pub fn main() -> i32 {
+    let lanes: usize = match std::env::var(LANES_ENV).ok().and_then(|v| v.parse().ok()) {
+        Some(n) if (1..=64).contains(&n) => n,
+        _ => {
+            eprintln!("pincer engine-worker: started without {LANES_ENV}: this mode is for the pincer host only");
+            return WORKER_SETUP_FAILED;
+        }
+    };
+    // SAFETY: the host placed a socket at CONTROL_FD (checked by the handshake right after:
+    // anything else fails to read or write).
+    let control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    let shared = match map_shared(lanes) {
+        Ok(shared) => shared,
+        Err(err) => {
+            eprintln!("pincer engine-worker: cannot map the shared page: {err}");
+            return WORKER_SETUP_FAILED;
+        }
+    };
+    match run(control, shared, lanes) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("pincer engine-worker: {err}");
+            WORKER_SETUP_FAILED
+        }
+    }
+}
+
+fn map_shared(lanes: usize) -> std::io::Result<&'static [u8]> {
+    let len = lanes * LANE_STRIDE;
+    // SAFETY: mapping a descriptor the host passed; the mapping is never unmapped, so the
+    // `'static` slice (only ever read through atomics) stays valid.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            SHARED_FD,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: see above; `len` bytes are mapped.
+    Ok(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
+}
+
+fn send(stream: &mut UnixStream, frame: &WorkerFrame, out: &mut Vec<u8>) -> Result<(), FrameError> {
+    protocol::encode(frame, out)?;
+    stream.write_all(out)?;
+    Ok(())
+}
+
+fn run(mut control: UnixStream, shared: &'static [u8], lanes: usize) -> Result<(), FrameError> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    send(
+        &mut control,
+        &WorkerFrame::Hello {
+            protocol: PROTOCOL_VERSION,
+            pincer_version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        &mut out,
+    )?;
+    protocol::read_frame(&mut control, &mut buf)?;
+    let start = match protocol::decode::<HostFrame>(&buf)? {
+        HostFrame::Start(start) => start,
+        other => return Err(FrameError::Malformed(format!("expected Start, got {other:?}"))),
+    };
+    let control_writer = Arc::new(Mutex::new(control.try_clone()?));
+    let (engine, protections, stack) = match start_engine(&start, &control_writer) {
+        Ok(started) => started,
+        Err(error) => {
+            send(&mut control, &WorkerFrame::StartFailed(error), &mut out)?;
+            return Ok(());
+        }
+    };
+    let info = match engine.info().into_result() {
+        Ok(info) => wire::wire_info(&info),
+        Err(err) => {
+            send(&mut control, &WorkerFrame::StartFailed(wire::wire_error(&err)), &mut out)?;
+            return Ok(());
+        }
+    };
+    let state = Arc::new(WorkerState {
+        engine,
+        sessions: Mutex::new(HashMap::new()),
+        rollbacks: Mutex::new(HashMap::new()),
+        next_rollback: AtomicU64::new(1),
+    });
+    for lane in 0..lanes {
+        // SAFETY: the host placed lane sockets at FIRST_LANE_FD.. (as many as LANES_ENV says).
+        let stream = unsafe { UnixStream::from_raw_fd(FIRST_LANE_FD + lane as i32) };
+        let state = Arc::clone(&state);
+        let signal = lane_signal(shared, lane);
+        std::thread::Builder::new()
+            .name(format!("engine-lane-{lane}"))
+            .stack_size(stack)
+            .spawn(move || serve_lane(stream, &state, signal))?;
+    }
+    send(
+        &mut control,
+        &WorkerFrame::Ready(Box::new(protocol::ReadyReport {
+            info,
+            pid: std::process::id(),
+            protections,
+        })),
+        &mut out,
+    )?;
+    // The control socket: a shutdown, or the host's end closing, ends the process. Nothing
+    // is dropped on the way out (the engine was disposed by the host, or the host is gone).
+    loop {
+        match protocol::read_frame(&mut control, &mut buf) {
+            Ok(()) => {
+                if let Ok(HostFrame::Shutdown) = protocol::decode::<HostFrame>(&buf) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = std::io::stderr().flush();
+    // SAFETY: ends the process without running destructors (lane threads may be mid-call).
+    unsafe { libc::_exit(0) }
+}
+
+fn lane_signal(shared: &'static [u8], lane: usize) -> &'static AbortSignal {
+    let word = &shared[lane * LANE_STRIDE];
+    // SAFETY: `AbortSignal` is `#[repr(C)]` around one `AtomicBool` (size 1, align 1); the
+    // byte lives in a `'static` shared mapping the host writes with atomic stores.
+    unsafe { &*(word as *const u8 as *const AbortSignal) }
+}
+
+type Started = (EngineBox, String, usize);
+
+fn start_engine(
+    start: &StartRequest,
+    control: &Arc<Mutex<UnixStream>>,
+) -> Result<Started, WireError> {
+    let confinement: Confinement = serde_json::from_str(&start.confinement_json)
+        .map_err(|e| wire::worker_failure(format!("a start request that does not parse: {e}")))?;
+    let (protections, stack) = super::confine_worker(&confinement).map_err(wire::worker_failure)?;
+    // SAFETY: the verified private copy the host made of the bytes it checked.
+    let opened = unsafe { open_library(Path::new(&start.library)) }
+        .map_err(|e| wire::worker_failure(format!("cannot open {}: {e}", start.library)))?;
+    let lib = opened.manifest();
+    let loaded = protocol::ExpectedLibrary {
+        plugin_id: lib.plugin_id.to_string(),
+        plugin_version: lib.plugin_version.to_string(),
+        api_version: lib.api_version.to_string(),
+        engine_ids: lib.engine_ids.iter().map(|s| s.to_string()).collect(),
+        panic_unwind: lib.panic_unwind,
+    };
+    drop(lib);
+    if loaded != start.expected {
+        return Err(wire::worker_failure(format!(
+            "the loaded library says it is {loaded:?} but its bytes said {:?}",
+            start.expected
+        )));
+    }
+    let services = WorkerServices {
+        control: Arc::clone(control),
+        max_level: wire::log_level(start.max_log_level),
+    };
+    let params = FactoryParams {
+        engine_id: RStr::from_str(&start.engine_id),
+        config_json: RStr::from_str(&start.config_json),
+        agent_dir: wire::borrow_opt(&start.agent_dir),
+        workspace_dir: wire::borrow_opt(&start.workspace_dir),
+        plugin_dir: wire::borrow_opt(&start.plugin_dir),
+        state_dir: wire::borrow_opt(&start.state_dir),
+    };
+    let engine = opened
+        .new_engine(&params, host_services(services))
+        .map_err(|e| wire::wire_error(&e))?;
+    // The library stays loaded for the life of the process.
+    std::mem::forget(opened);
+    Ok((engine, protections, stack))
+}
+
+/// A session's messages as this worker holds them.
+#[derive(Default)]
+struct Held {
+    messages: Vec<Message>,
+    ids: Vec<EntryId>,
+    with_ids: bool,
+}
+
+struct WorkerState {
+    engine: EngineBox,
+    sessions: Mutex<HashMap<String, Arc<Mutex<Held>>>>,
+    rollbacks: Mutex<HashMap<u64, SpawnRollbackBox>>,
+    next_rollback: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The messages of a call: held for its session, or only for this call.
+enum Messages {
+    Session(Arc<Mutex<Held>>),
+    Once(Held),
+}
+
+impl WorkerState {
+    fn sync(&self, synced: SyncedMessages) -> Result<Messages, String> {
+        let append = wire::parse_messages(&synced.append_json)?;
+        let ids = wire::abi_ids(synced.append_ids);
+        if ids.len() != append.len() && synced.with_ids {
+            return Err("entry ids that do not match the messages".into());
+        }
+        if synced.session.is_empty() {
+            return Ok(Messages::Once(Held {
+                messages: append,
+                ids,
+                with_ids: synced.with_ids,
+            }));
+        }
+        let held = Arc::clone(lock(&self.sessions).entry(synced.session).or_default());
+        {
+            let mut h = lock(&held);
+            let keep = usize::try_from(synced.keep).unwrap_or(usize::MAX);
+            if keep > h.messages.len() {
+                return Err(format!(
+                    "asked to keep {keep} messages of {} held",
+                    h.messages.len()
+                ));
+            }
+            h.messages.truncate(keep);
+            h.ids.truncate(keep);
+            h.messages.extend(append);
+            h.ids.extend(ids);
+            h.with_ids = synced.with_ids;
+        }
+        Ok(Messages::Session(held))
+    }
+}
+
+fn with_messages<R>(messages: &Messages, f: impl FnOnce(&[Message], &[EntryId]) -> R) -> R {
+    let run = |h: &Held| f(&h.messages, if h.with_ids { &h.ids } else { &[] });
+    match messages {
+        Messages::Session(held) => run(&lock(held)),
+        Messages::Once(held) => run(held),
+    }
+}
+
+thread_local! {
+    /// The lane this thread serves, for the host services an engine calls during a call.
+    static LANE: RefCell<Option<LaneIo>> = const { RefCell::new(None) };
+}
+
+struct LaneIo {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+}
+
+fn serve_lane(mut stream: UnixStream, state: &WorkerState, signal: &'static AbortSignal) {
+    if let Ok(clone) = stream.try_clone() {
+        LANE.with(|lane| {
+            *lane.borrow_mut() = Some(LaneIo {
+                stream: clone,
+                buf: Vec::new(),
+                out: Vec::new(),
+            })
+        });
+    }
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        if protocol::read_frame(&mut stream, &mut buf).is_err() {
+            return;
+        }
+        let reply = match protocol::decode::<HostFrame>(&buf) {
+            Ok(HostFrame::Call(frame)) => {
+                if !frame.forget.is_empty() {
+                    let mut sessions = lock(&state.sessions);
+                    for session in &frame.forget {
+                        sessions.remove(session);
+                    }
+                }
+                let call = frame.call;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    dispatch(state, call, signal)
+                }))
+                .unwrap_or_else(|_| {
+                    Err(wire::worker_failure(
+                        "the engine worker failed while handling the call",
+                    ))
+                })
+            }
+            Ok(other) => Err(wire::worker_failure(format!(
+                "a frame out of place on a lane: {other:?}"
+            ))),
+            Err(err) => Err(wire::worker_failure(err.to_string())),
+        };
+        if send(&mut stream, &WorkerFrame::Reply(reply.map(Box::new)), &mut out).is_err() {
+            return;
+        }
+    }
+}
+
+fn engine_result<T>(result: RResult<T, EngineError>) -> Result<T, WireError> {
+    result.into_result().map_err(|e| wire::wire_error(&e))
+}
+
+fn bad(message: String) -> WireError {
+    wire::worker_failure(format!("engine worker: {message}"))
+}
+
+fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<CallReply, WireError> {
+    let engine = &state.engine;
+    match call {
+        Call::Ping => Ok(CallReply::Done),
+        Call::Ingest {
+            session_id,
+            message_json,
+            entry_id,
+            is_heartbeat,
+            host,
+        } => {
+            let message = wire::parse_message(&message_json).map_err(bad)?;
+            let entry_id = EntryId::from(entry_id);
+            wire::with_host(&host, signal, |host| {
+                engine.ingest(&IngestParams {
+                    session_id: RStr::from_str(&session_id),
+                    message: &message,
+                    entry_id: &entry_id,
+                    is_heartbeat,
+                    host,
+                })
+            })
+            .map_err(bad)
+            .and_then(engine_result)
+            .map(|r| CallReply::Ingest(r.ingested))
+        }
+        Call::IngestBatch {
+            session_id,
+            messages,
+            is_heartbeat,
+            host,
+        } => {
+            let (messages, ids) = whole_messages(messages)?;
+            wire::with_host(&host, signal, |host| {
+                engine.ingest_batch(&IngestBatchParams {
+                    session_id: RStr::from_str(&session_id),
+                    messages: RSlice::from_slice(&messages),
+                    entry_ids: RSlice::from_slice(&ids),
+                    is_heartbeat,
+                    host,
+                })
+            })
+            .map_err(bad)
+            .and_then(engine_result)
+            .map(|r| CallReply::IngestBatch(r.ingested_count))
+        }
+        Call::Assemble {
+            session_id,
+            messages,
+            token_budget,
+            available_tools,
+            citations_mode,
+            model,
+            host,
+        } => {
+            let messages = state.sync(messages).map_err(bad)?;
+            let tools: Vec<RStr<'_>> = available_tools.iter().map(|t| RStr::from_str(t)).collect();
+            let model = model.as_ref().map(|m| ModelRef {
+                provider: wire::borrow_opt(&m.provider),
+                id: RStr::from_str(&m.id),
+                context_window: m.context_window.into(),
+            });
+            with_messages(&messages, |messages, ids| {
+                wire::with_host(&host, signal, |host| {
+                    engine.assemble(&AssembleParams {
+                        session_id: RStr::from_str(&session_id),
+                        messages: RSlice::from_slice(messages),
+                        entry_ids: RSlice::from_slice(ids),
+                        token_budget: token_budget.into(),
+                        available_tools: RSlice::from_slice(&tools),
+                        citations_mode: wire::borrow_opt(&citations_mode),
+                        model: model.into(),
+                        host,
+                    })
+                })
+            })
+            .map_err(bad)
+            .and_then(engine_result)
+            .map(|r| CallReply::Assemble(wire::wire_assembled(&r)))
+        }
+        Call::Compact { params, messages } => {
+            let messages = state.sync(messages).map_err(bad)?;
+            with_messages(&messages, |messages, ids| {
+                wire::with_compact(&params, messages, ids, signal, |p| engine.compact(p))
+            })
+            .map_err(bad)
+            .and_then(engine_result)
+            .map(|r| CallReply::Compact(wire::wire_compact_result(&r)))
+        }
+        Call::Bootstrap {
+            session_id,
+            session_file,
+            host,
+        } => wire::with_host(&host, signal, |host| {
+            engine.bootstrap(&BootstrapParams {
+                session_id: RStr::from_str(&session_id),
+                session_file: RStr::from_str(&session_file),
+                host,
+            })
+        })
+        .map_err(bad)
+        .and_then(engine_result)
+        .map(|r| {
+            CallReply::Bootstrap(
+                r.bootstrapped,
+                r.imported_messages.into_option(),
+                r.reason.into_option().map(|s| s.to_string()),
+            )
+        }),
+        Call::AfterTurn {
+            session_id,
+            session_file,
+            messages,
+            pre_prompt_message_count,
+            auto_compaction_summary,
+            is_heartbeat,
+            token_budget,
+            host,
+        } => {
+            let messages = state.sync(messages).map_err(bad)?;
+            with_messages(&messages, |messages, ids| {
+                wire::with_host(&host, signal, |host| {
+                    engine.after_turn(&AfterTurnParams {
+                        session_id: RStr::from_str(&session_id),
+                        session_file: RStr::from_str(&session_file),
+                        messages: RSlice::from_slice(messages),
+                        entry_ids: RSlice::from_slice(ids),
+                        pre_prompt_message_count,
+                        auto_compaction_summary: wire::borrow_opt(&auto_compaction_summary),
+                        is_heartbeat,
+                        token_budget: token_budget.into(),
+                        host,
+                    })
+                })
+            })
+            .map_err(bad)
+            .and_then(engine_result)
+            .map(|()| CallReply::Done)
+        }
+        Call::Maintain {
+            session_id,
+            session_file,
+            reason,
+            host,
+        } => wire::with_host(&host, signal, |host| {
+            engine.maintain(&MaintainParams {
+                session_id: RStr::from_str(&session_id),
+                session_file: RStr::from_str(&session_file),
+                reason: RStr::from_str(&reason),
+                host,
+            })
+        })
+        .map_err(bad)
+        .and_then(engine_result)
+        .map(|r| {
+            CallReply::Maintain(
+                r.changed,
+                r.bytes_freed,
+                r.rewritten_entries,
+                r.reason.into_option().map(|s| s.to_string()),
+            )
+        }),
+        Call::PrepareSubagentSpawn {
+            parent_session_key,
+            child_session_key,
+            context_mode,
+            parent_session_id,
+            parent_session_file,
+            child_session_id,
+            child_session_file,
+            ttl_ms,
+        } => {
+            let result = engine.prepare_subagent_spawn(&SubagentSpawnParams {
+                parent_session_key: RStr::from_str(&parent_session_key),
+                child_session_key: RStr::from_str(&child_session_key),
+                context_mode: context_mode
+                    .map(|m| {
+                        if m == 1 {
+                            SubagentContextMode::Fork
+                        } else {
+                            SubagentContextMode::Isolated
+                        }
+                    })
+                    .into(),
+                parent_session_id: wire::borrow_opt(&parent_session_id),
+                parent_session_file: wire::borrow_opt(&parent_session_file),
+                child_session_id: wire::borrow_opt(&child_session_id),
+                child_session_file: wire::borrow_opt(&child_session_file),
+                ttl_ms: ttl_ms.into(),
+            });
+            let rollback = engine_result(result)?.into_option();
+            Ok(CallReply::Spawned(rollback.map(|r| {
+                let handle = state.next_rollback.fetch_add(1, Ordering::Relaxed);
+                lock(&state.rollbacks).insert(handle, r);
+                handle
+            })))
+        }
+        Call::OnSubagentEnded {
+            child_session_key,
+            reason,
+        } => {
+            let reason = match reason {
+                0 => SubagentEndReason::Deleted,
+                1 => SubagentEndReason::Completed,
+                2 => SubagentEndReason::Swept,
+                _ => SubagentEndReason::Released,
+            };
+            engine_result(engine.on_subagent_ended(&SubagentEndedParams {
+                child_session_key: RStr::from_str(&child_session_key),
+                reason,
+            }))
+            .map(|()| CallReply::Done)
+        }
+        Call::CallTool {
+            session_id,
+            tool_name,
+            arguments_json,
+            host,
+        } => wire::with_host(&host, signal, |host| {
+            engine.call_tool(&ToolCallParams {
+                session_id: RStr::from_str(&session_id),
+                tool_name: RStr::from_str(&tool_name),
+                arguments_json: RStr::from_str(&arguments_json),
+                host,
+            })
+        })
+        .map_err(bad)
+        .and_then(engine_result)
+        .map(|r| CallReply::Tool(r.content.to_string(), r.is_error)),
+        Call::Rollback { handle } => {
+            let rollback = lock(&state.rollbacks).remove(&handle);
+            match rollback {
+                Some(r) => engine_result(r.rollback()).map(|()| CallReply::Done),
+                None => Err(bad(format!("no rollback {handle}"))),
+            }
+        }
+        Call::DropRollback { handle } => {
+            lock(&state.rollbacks).remove(&handle);
+            Ok(CallReply::Done)
+        }
+        Call::Dispose => {
+            lock(&state.rollbacks).clear();
+            lock(&state.sessions).clear();
+            engine_result(engine.dispose()).map(|()| CallReply::Done)
+        }
+    }
+}
+
+fn whole_messages(messages: WholeMessages) -> Result<(Vec<Message>, Vec<EntryId>), WireError> {
+    let parsed = wire::parse_messages(&messages.json).map_err(bad)?;
+    let ids = wire::abi_ids(messages.ids);
+    if !ids.is_empty() && ids.len() != parsed.len() {
+        return Err(bad("entry ids that do not match the messages".into()));
+    }
+    Ok((parsed, ids))
+}
+
+/// Host services inside the worker.
+struct WorkerServices {
+    control: Arc<Mutex<UnixStream>>,
+    max_level: LogLevel,
+}
+
+/// Asks the host a service on this thread's lane.
+fn ask_host(request: ServiceRequest) -> Result<ServiceReply, EngineError> {
+    LANE.with(|lane| {
+        let mut lane = lane.borrow_mut();
+        let Some(io) = lane.as_mut() else {
+            return Err(EngineError::failed(
+                "this host service is only available on the thread of a call in an isolated engine",
+            ));
+        };
+        let failed = |e: FrameError| EngineError::failed(format!("the host did not answer: {e}"));
+        send(&mut io.stream, &WorkerFrame::Service(request), &mut io.out).map_err(failed)?;
+        protocol::read_frame(&mut io.stream, &mut io.buf).map_err(failed)?;
+        match protocol::decode::<HostFrame>(&io.buf).map_err(failed)? {
+            HostFrame::ServiceReply(reply) => Ok(reply),
+            other => Err(EngineError::failed(format!(
+                "the host answered a service with {other:?}"
+            ))),
+        }
+    })
+}
+
+impl HostServicesAbi for WorkerServices {
+    fn log(&self, record: &LogRecord<'_>) {
+        let frame = WorkerFrame::Log(wire::wire_log(record));
+        let sent_on_lane = LANE.with(|lane| match lane.try_borrow_mut() {
+            Ok(mut lane) => match lane.as_mut() {
+                Some(io) => {
+                    let _ = send(&mut io.stream, &frame, &mut io.out);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        });
+        if !sent_on_lane {
+            let mut out = Vec::new();
+            let _ = send(&mut lock(&self.control), &frame, &mut out);
+        }
+    }
+
+    fn max_log_level(&self) -> LogLevel {
+        self.max_level
+    }
+
+    fn llm_complete(
+        &self,
+        request: &LlmCompleteRequest<'_>,
+    ) -> RResult<LlmCompleteResponse, EngineError> {
+        let asked = ServiceRequest::LlmComplete {
+            system_prompt: wire::owned_opt(request.system_prompt),
+            messages: wire::whole(request.messages, RSlice::from_slice(&[])),
+            max_tokens: request.max_tokens.into_option(),
+            temperature: request.temperature.into_option(),
+        };
+        let result = match ask_host(asked) {
+            Ok(ServiceReply::LlmComplete(Ok(json))) => wire::parse_message(&json)
+                .map(|message| LlmCompleteResponse { message })
+                .map_err(EngineError::failed),
+            Ok(ServiceReply::LlmComplete(Err(err))) => Err(wire::engine_error(err)),
+            Ok(other) => Err(EngineError::failed(format!(
+                "the host answered llmComplete with {other:?}"
+            ))),
+            Err(err) => Err(err),
+        };
+        result.into()
+    }
+
+    fn delegate_compaction_to_runtime(
+        &self,
+        params: &CompactParams<'_>,
+    ) -> RResult<CompactResult, EngineError> {
+        let asked = ServiceRequest::DelegateCompaction {
+            params: Box::new(wire::wire_compact(params)),
+            messages: wire::whole(params.messages, params.entry_ids),
+        };
+        let result = match ask_host(asked) {
+            Ok(ServiceReply::DelegateCompaction(Ok(r))) => Ok(wire::compact_result(r)),
+            Ok(ServiceReply::DelegateCompaction(Err(err))) => Err(wire::engine_error(err)),
+            Ok(other) => Err(EngineError::failed(format!(
+                "the host answered delegateCompactionToRuntime with {other:?}"
+            ))),
+            Err(err) => Err(err),
+        };
+        result.into()
+    }
+
+    fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
+        tokens::estimate_tokens(messages.as_slice())
+    }
+
+    fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
+        ROption::RNone
+    }
+}
