@@ -144,6 +144,12 @@ pub struct EntryConfig {
     /// Whether an isolated engine's worker sandboxes itself (default `true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<bool>,
+    /// How often an isolated engine whose worker died is restarted (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// The backoff before its first restart, doubled for each next one (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_backoff_ms: Option<u64>,
 }
 
 /// Where a plugin's engines run (`plugins.entries.<id>.isolation`).

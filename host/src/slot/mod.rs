@@ -5,7 +5,7 @@
 //! projection (§6.1), host requirements (§5) and the `runtimeSettings` of an operation (§7),
 //! where long-running work takes its engine from (`EngineSource`), hot reload of plugins and of
 //! the config with generations drained before they are disposed (`reload`) and the file watcher
-//! that triggers them (`watch`), and the operator's commands on plugins and the slot
+//! that triggers them (`watch`), restarts of isolated engines whose worker died (`restart`), and the operator's commands on plugins and the slot
 //! with OpenClaw's slot rules (§11).
 
 pub mod contract;
@@ -16,6 +16,7 @@ pub mod quarantine;
 pub mod registry;
 pub mod reload;
 pub mod requirements;
+pub mod restart;
 pub mod runtime;
 pub mod runtime_settings;
 pub mod source;

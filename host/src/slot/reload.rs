@@ -346,7 +346,7 @@ impl ReloadState {
         }
     }
 
-    fn bump(&self) {
+    pub(super) fn bump(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -532,7 +532,11 @@ impl Runtime {
             .verify(&status.dir)
             .map_err(|err| refused(err.code(), err.to_string()))?;
         let fingerprint = fingerprint(&status.dir, &verified.verified.sha256_hex);
+        // An isolated engine whose worker died is started again even from unchanged files:
+        // the operator's way back after its restarts ran out.
+        let worker_dead = status.engines.iter().any(|e| self.worker_dead(e));
         if status.status == PluginState::Loaded
+            && !worker_dead
             && lock(&self.reload.fingerprints).get(plugin_id) == Some(&fingerprint)
         {
             return Ok(ReloadOutcome {
@@ -642,6 +646,9 @@ impl Runtime {
                 entry.warnings = manifest.unknown_key_warnings();
                 entry.warnings.extend(warnings);
             }
+        }
+        for engine_id in engines.keys() {
+            self.forget_restarts(engine_id);
         }
         self.reload.bump();
         tracing::info!(plugin = %plugin_id, sha256 = %library.sha256(), generations = ?engines, "plugin reloaded");

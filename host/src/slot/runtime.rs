@@ -250,6 +250,8 @@ pub struct Runtime {
     /// Generations, retired instances and kept libraries (`slot::reload`).
     pub(super) reload: ReloadState,
     open_libraries: OpenLibraries,
+    /// Restarts of isolated engines whose worker died (`slot::restart`).
+    pub(super) restarts: Mutex<BTreeMap<String, crate::slot::restart::RestartRecord>>,
 }
 
 /// The current instance of one engine id.
@@ -327,6 +329,7 @@ impl Runtime {
             missing_plugin_dirs: Vec::new(),
             reload: ReloadState::new(options.extra_plugin_dirs.clone(), cleanup),
             open_libraries: options.open_libraries,
+            restarts: Mutex::new(BTreeMap::new()),
         };
         runtime.load_plugins(&options.extra_plugin_dirs);
         // Engines that took an earlier process down stay quarantined (until cleared, or until
@@ -737,6 +740,11 @@ impl Runtime {
                 Some(Fallback::Disabled),
                 Some(DisabledBy::PluginsOff.to_string()),
             ));
+        }
+        if self.quarantine.get(selected).is_some() {
+            // An isolated engine whose worker died comes back as a new worker after its
+            // backoff (which clears its quarantine).
+            self.restart_dead_worker(selected);
         }
         if let Some(record) = self.quarantine.get(selected) {
             if policy == FallbackPolicy::Strict {

@@ -99,6 +99,7 @@ struct Worker {
     death: Mutex<Option<String>>,
     dead: AtomicBool,
     lanes: Mutex<Vec<Lane>>,
+    lanes_total: usize,
     lane_free: Condvar,
     shared: SharedPage,
     control: Mutex<UnixStream>,
@@ -377,6 +378,7 @@ impl ProcessBackend {
             death: Mutex::new(None),
             dead: AtomicBool::new(false),
             lanes: Mutex::new(lanes),
+            lanes_total: lanes_n,
             lane_free: Condvar::new(),
             shared: page,
             control: Mutex::new(control),
@@ -654,6 +656,15 @@ impl Worker {
                         }
                         Ok(_) => {}
                         Err(FrameError::Closed) | Err(FrameError::Io(_)) => {
+                            // A call in flight names its method in the reason: leave the
+                            // record to it, unless it never comes.
+                            let deadline = Instant::now() + Duration::from_secs(2);
+                            while worker.lanes_busy() > 0
+                                && !worker.dead.load(Ordering::Acquire)
+                                && Instant::now() < deadline
+                            {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
                             if !worker.dead.load(Ordering::Acquire) {
                                 worker.record_death("between calls", None);
                             }
@@ -673,6 +684,12 @@ impl Worker {
 
     /// Ends the worker: `Shutdown`, a short wait, then `SIGKILL`; always reaped.
     fn shutdown(&self) {
+        {
+            let mut death = lock(&self.death);
+            if death.is_none() {
+                *death = Some("engine worker was shut down".to_owned());
+            }
+        }
         if !self.dead.swap(true, Ordering::AcqRel) {
             let mut out = Vec::new();
             if protocol::encode(&HostFrame::Shutdown, &mut out).is_ok() {
@@ -680,10 +697,10 @@ impl Worker {
             }
         }
         let _ = self.reap(Duration::from_millis(500));
-        let mut death = lock(&self.death);
-        if death.is_none() {
-            *death = Some("engine worker was shut down".to_owned());
-        }
+    }
+
+    fn lanes_busy(&self) -> usize {
+        self.lanes_total - lock(&self.lanes).len()
     }
 
     fn take_lane(&self) -> Lane {
