@@ -326,3 +326,24 @@ pub fn assemble_request(
         host: pincer_host::engines::request::HostInputs::default(),
     })
 }
+
+/// An `ingest` of the first message of `t` for `session`.
+pub fn ingest_request(
+    t: &pincer_host::session::Transcript,
+    session: &str,
+) -> std::sync::Arc<pincer_host::engines::request::IngestRequest> {
+    std::sync::Arc::new(pincer_host::engines::request::IngestRequest {
+        session_id: std::sync::Arc::from(session),
+        messages: t.shared_messages(),
+        entry_ids: t.entry_ids(),
+        index: 0,
+        is_heartbeat: false,
+        host: pincer_host::engines::request::HostInputs::default(),
+    })
+}
+
+/// Whether this run isolates every plugin (`PINCER_ISOLATION=process`, the CI's second pass
+/// over the engine suites): a test whose outcome differs there says so.
+pub fn isolated_run() -> bool {
+    std::env::var("PINCER_ISOLATION").as_deref() == Ok("process")
+}

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::{HostInputs, IngestRequest};
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
@@ -133,17 +132,6 @@ enum Replace {
 
 fn transcript() -> Transcript {
     Transcript::read(&example_conversation()).unwrap()
-}
-
-fn ingest_request(t: &Transcript, session: &str) -> Arc<IngestRequest> {
-    Arc::new(IngestRequest {
-        session_id: Arc::from(session),
-        messages: t.shared_messages(),
-        entry_ids: t.entry_ids(),
-        index: 0,
-        is_heartbeat: false,
-        host: HostInputs::default(),
-    })
 }
 
 /// One `assemble` and one `ingest` on `engine`; the generations that answered them.

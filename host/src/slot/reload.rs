@@ -115,6 +115,9 @@ pub struct GenerationStatus {
     pub kept_generations: usize,
     /// Their size on disk, in bytes (the private copies that are mapped).
     pub kept_bytes: u64,
+    /// The worker process of the current generation, for an isolated engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<crate::engines::backend::WorkerInfo>,
 }
 
 /// Why a reload was refused. The old generation (or config) keeps serving.
@@ -833,7 +836,12 @@ impl Runtime {
                             && k.engine_ids.contains(&engine_id)
                     })
                     .collect();
+                // (Its own statement: the lock is released before `current_generation`.)
+                let worker = lock(&self.instances)
+                    .get(&engine_id)
+                    .and_then(|c| c.instance.worker());
                 GenerationStatus {
+                    worker,
                     generation: self.current_generation(&engine_id),
                     draining: draining.get(&engine_id).copied().unwrap_or(0),
                     kept_generations: old.len(),

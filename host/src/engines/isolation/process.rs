@@ -826,8 +826,13 @@ impl Worker {
                         "engine worker ignored the abort of {method} for {} ms and was killed (SIGKILL)",
                         self.abort_grace.as_millis()
                     );
-                    let reason = self.record_death(&during(method), Some(reason));
-                    return Err(EngineCallError::new(CallErrorKind::TimedOut, reason));
+                    self.record_death(&during(method), Some(reason));
+                    // An abort the engine did not honour; whether it was the deadline's (a
+                    // timeout, quarantined) or the caller's (not) is the guard's to say.
+                    return Err(EngineCallError::new(
+                        CallErrorKind::Aborted,
+                        "Context engine operation aborted.",
+                    ));
                 }
             }
             let timeout_ms = match (aborted_at, abort) {

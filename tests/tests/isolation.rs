@@ -1,0 +1,245 @@
+//! The process-isolation tier (issue 12), through real built engines run in real worker
+//! processes (`pincer engine-worker`): what kills a process in-process — a null write, an
+//! `exit`, a stack overflow, a constructor that exits, an engine that ignores its abort — costs
+//! one call when the engine is isolated. The host (this test process, or the `pincer` binary)
+//! survives every one; the engine is quarantined with a reason naming what happened; legacy
+//! answers; a restart after the backoff brings the engine back as a new generation; and no
+//! worker process is left behind.
+//!
+//! The engines are `hostile` (crashes) and `faulty` (hangs), unchanged: isolation is the
+//! operator's choice in `pincer.json`, not the engine author's.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pincer_host::config::PincerHome;
+use pincer_host::engines::instance::CallErrorKind;
+use pincer_host::session::Transcript;
+use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_plugin_api::abi::latest::AbortController;
+use pincer_tests::*;
+use serde_json::{json, Value};
+
+/// A runtime over `home` whose `pincer.json` is `config`, with the staged plugins and the
+/// hostile variant.
+fn runtime_with(home: &Path, config: Value) -> Runtime {
+    std::fs::write(home.join("pincer.json"), config.to_string()).unwrap();
+    let mut options = RuntimeOptions::new(PincerHome::new(home.to_owned()));
+    options.extra_plugin_dirs = vec![staged_plugins_dir(), staged_variant("hostile")];
+    Runtime::open(options).unwrap()
+}
+
+/// `engine` selected and isolated, with `engine_config` and `entry` merged into its entry.
+fn isolated(engine: &str, engine_config: Value, entry: Value) -> Value {
+    let mut e = json!({ "isolation": "process", "config": engine_config });
+    if let Value::Object(extra) = entry {
+        for (k, v) in extra {
+            e[k] = v;
+        }
+    }
+    json!({ "plugins": { "slots": { "contextEngine": engine }, "entries": { engine: e } } })
+}
+
+fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Waits (bounded) until `pid` is gone from the process table (reaped, not a zombie).
+fn assert_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_exists(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!process_exists(pid), "worker {pid} was left behind");
+}
+
+#[test]
+fn a_crash_of_an_isolated_engine_costs_one_call_and_names_what_happened() {
+    let t = Transcript::read(&example_conversation()).unwrap();
+    for (mode, reason) in [
+        ("segv", "engine worker killed by SIGSEGV during assemble"),
+        ("exit", "engine worker exited with status 3 during assemble"),
+        (
+            "stack-overflow",
+            "engine worker overflowed its stack during assemble",
+        ),
+    ] {
+        let home = TempDir::new().unwrap();
+        let runtime = runtime_with(
+            home.path(),
+            isolated("hostile", json!({ "assemble": mode }), json!({})),
+        );
+        let resolved = runtime.resolve().unwrap();
+        assert_eq!(resolved.resolution.resolved, "hostile", "{mode}");
+        let worker = resolved
+            .engine
+            .primary()
+            .worker()
+            .expect("an isolated engine has a worker");
+        assert!(process_exists(worker.pid));
+        // This process hosts the runtime: had the engine run here, the test would be dead.
+        let answered = resolved
+            .engine
+            .assemble(assemble_request(&t, "s"), Arc::new(AbortController::new()))
+            .expect("legacy answers");
+        assert_eq!(answered.answer.answered_by, "legacy", "{mode}");
+        let failure = answered.answer.failure.expect("the crash is reported");
+        assert_eq!(failure.kind, CallErrorKind::Crashed, "{mode}");
+        assert_eq!(failure.message, reason);
+        let record = runtime.quarantine().get("hostile").expect("quarantined");
+        assert_eq!((record.operation.as_str(), record.reason.as_str()), ("assemble", reason));
+        // Health shows the dead worker with the same reason.
+        let status = runtime
+            .generations()
+            .into_iter()
+            .find(|g| g.engine_id == "hostile")
+            .unwrap();
+        assert_eq!(status.worker.unwrap().death.as_deref(), Some(reason));
+        // The next call goes to legacy without touching the engine.
+        let again = t.assemble(&resolved.engine, "s", None).unwrap();
+        assert!(again.answer.was_quarantined);
+        assert_gone(worker.pid);
+        runtime.shutdown();
+    }
+}
+
+#[test]
+fn an_isolated_engine_that_ignores_its_abort_is_killed_and_its_worker_reaped() {
+    let home = TempDir::new().unwrap();
+    let runtime = runtime_with(
+        home.path(),
+        json!({
+            "plugins": {
+                "slots": { "contextEngine": "faulty" },
+                "callTimeoutsMs": { "assemble": 300 },
+                "entries": { "faulty": {
+                    "isolation": "process",
+                    "config": { "assemble": "hang", "hangMs": 3_600_000 }
+                } }
+            }
+        }),
+    );
+    let resolved = runtime.resolve().unwrap();
+    let pid = resolved.engine.primary().worker().unwrap().pid;
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let started = Instant::now();
+    let answered = resolved
+        .engine
+        .assemble(assemble_request(&t, "s"), Arc::new(AbortController::new()))
+        .expect("legacy answers after the timeout");
+    assert_eq!(answered.answer.answered_by, "legacy");
+    let failure = answered.answer.failure.unwrap();
+    assert_timed_out_and_quarantined(runtime.quarantine(), "faulty", &failure, "assemble");
+    // An hour-long hang ended with the call: the worker was killed, not left running.
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_gone(pid);
+    let death = resolved.engine.primary().worker().unwrap().death.unwrap();
+    assert_eq!(
+        death,
+        "engine worker ignored the abort of assemble for 50 ms and was killed (SIGKILL)"
+    );
+}
+
+#[test]
+fn a_dead_worker_is_restarted_as_a_new_generation_until_its_restarts_run_out() {
+    let home = TempDir::new().unwrap();
+    let runtime = runtime_with(
+        home.path(),
+        isolated(
+            "hostile",
+            json!({ "assemble": "segv" }),
+            json!({ "maxRestarts": 2, "restartBackoffMs": 100 }),
+        ),
+    );
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let mut pids = Vec::new();
+    for generation in 1..=3u64 {
+        let resolved = runtime.resolve().unwrap();
+        assert_eq!(resolved.resolution.resolved, "hostile", "generation {generation}");
+        assert_eq!(resolved.engine.generation(), generation);
+        let pid = resolved.engine.primary().worker().unwrap().pid;
+        assert!(!pids.contains(&pid), "a new worker each generation");
+        pids.push(pid);
+        // The restarted engine serves: a call that does not crash is answered by it.
+        let ingested = resolved
+            .engine
+            .ingest(ingest_request(&t, "s"), Arc::new(AbortController::new()))
+            .unwrap();
+        assert_eq!(ingested.answer.answered_by, "hostile", "generation {generation}");
+        let answered = t.assemble(&resolved.engine, "s", None).unwrap();
+        assert_eq!(answered.answer.answered_by, "legacy");
+        assert!(runtime.quarantine().is_quarantined("hostile"));
+        // Within the backoff the engine stays quarantined.
+        assert_eq!(runtime.resolve().unwrap().resolution.resolved, "legacy");
+        std::thread::sleep(Duration::from_millis(100 << (generation - 1)));
+    }
+    // Two restarts, then it stays quarantined until the operator reloads its plugin.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(runtime.resolve().unwrap().resolution.resolved, "legacy");
+    let restarts = runtime.worker_restarts();
+    assert_eq!(restarts.len(), 1);
+    assert_eq!((restarts[0].restarts, restarts[0].exhausted), (2, true));
+    let reloaded = runtime.reload_plugin("hostile").unwrap();
+    assert!(!reloaded.unchanged, "a dead worker is restarted from unchanged files");
+    assert_eq!(reloaded.engines["hostile"], 4);
+    runtime.quarantine().clear(Some("hostile"));
+    let resolved = runtime.resolve().unwrap();
+    assert_eq!(resolved.resolution.resolved, "hostile");
+    assert!(runtime.worker_restarts().is_empty());
+    pids.push(resolved.engine.primary().worker().unwrap().pid);
+    drop(resolved);
+    runtime.shutdown();
+    for pid in pids {
+        assert_gone(pid);
+    }
+}
+
+#[test]
+fn the_pincer_binary_survives_an_isolated_crash_and_a_constructor_that_exits() {
+    let home = TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        isolated("hostile", json!({ "assemble": "segv" }), json!({})).to_string(),
+    )
+    .unwrap();
+    let conversation = example_conversation().display().to_string();
+    let plugins = staged_variant("hostile").display().to_string();
+    let args = [
+        "assemble",
+        "--json",
+        "--conversation",
+        conversation.as_str(),
+        "--plugins-dir",
+        plugins.as_str(),
+    ];
+    let out = run_pincer(home.path(), &args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["answeredBy"], "legacy");
+    assert_eq!(
+        report["quarantine"][0]["reason"],
+        "engine worker killed by SIGSEGV during assemble"
+    );
+    // Not a crash of the host: the next run tries the engine again (and it crashes again).
+    let again = stdout_json(&run_pincer(home.path(), &args));
+    assert_ne!(again["quarantine"][0]["crash"], true);
+
+    // A library whose constructor calls exit(7) runs it in its worker, which dies starting.
+    let out = std::process::Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env("HOSTILE_CONSTRUCTOR_EXIT", "1")
+        .env_remove("PINCER_HOME")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["answeredBy"], "legacy");
+    assert_eq!(report["quarantine"][0]["operation"], "factory");
+    assert_eq!(
+        report["quarantine"][0]["reason"],
+        "engine worker exited with status 7 while starting"
+    );
+}
