@@ -12,6 +12,7 @@ pub mod backend;
 pub mod bounded;
 pub mod crash_journal;
 pub mod instance;
+pub mod isolation;
 pub mod legacy;
 pub mod request;
 pub mod services;
