@@ -588,7 +588,6 @@ mod imp {
                                     (4, "TCP (seccomp still refuses sockets)"),
                                     (5, "device ioctls"),
                                     (6, "signal and abstract-socket scoping"),
-                                    (8, "threads already running"),
                                     (9, "path-name Unix socket connections"),
                                 ]
                                 .into_iter()
@@ -957,7 +956,7 @@ mod imp {
             }
         }
         Protection::active(format!(
-            "all {} threads; {} calls refused",
+            "all {} threads; {} refusal rules",
             thread_count(),
             REFUSALS.len() + ARCH_REFUSALS.len() + 1
         ))
