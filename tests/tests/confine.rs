@@ -155,7 +155,11 @@ fn a_fork_is_refused_while_threads_still_start() {
     }
     let stdout = stdout_text(&out);
     assert!(stdout.contains("ok: thread: a thread ran"), "{stdout}");
-    assert_eq!(out.status.code(), Some(SANDBOX_VIOLATION_STATUS), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(SANDBOX_VIOLATION_STATUS),
+        "{stdout}"
+    );
     let stderr = stderr_text(&out);
     assert!(
         stderr.contains(&refusal("clone")) || stderr.contains(&refusal("fork")),
@@ -212,7 +216,10 @@ fn writes_land_only_beneath_the_writable_directories() {
         "{stdout}"
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(!outside.exists(), "the write outside must not have happened");
+    assert!(
+        !outside.exists(),
+        "the write outside must not have happened"
+    );
 }
 
 #[test]

@@ -307,7 +307,9 @@ impl fmt::Display for Protections {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfineError {
     /// This OS has none of these mechanisms.
-    #[error("process confinement is unsupported on this OS ({0}); isolated engines run unconfined")]
+    #[error(
+        "process confinement is unsupported on this OS ({0}); isolated engines run unconfined"
+    )]
     Unsupported(&'static str),
     /// A resource limit could not be set.
     #[error("could not set {resource} to {value}: {source}")]
@@ -505,7 +507,9 @@ mod imp {
 
     fn landlock_missing_reason(err: &std::io::Error) -> String {
         match err.raw_os_error() {
-            Some(libc::ENOSYS) => "kernel lacks it (not built with CONFIG_SECURITY_LANDLOCK)".into(),
+            Some(libc::ENOSYS) => {
+                "kernel lacks it (not built with CONFIG_SECURITY_LANDLOCK)".into()
+            }
             Some(libc::EOPNOTSUPP) => {
                 "kernel lacks it (built in but not enabled at boot: add landlock to lsm=)".into()
             }
@@ -672,6 +676,8 @@ mod imp {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     const ARCH_REFUSALS: &[Refusal] = &[];
 
+    // The casts are no-ops on 64-bit targets only.
+    #[allow(clippy::unnecessary_cast)]
     const REFUSALS: &[Refusal] = refusals![
         SYS_socket if When::ArgNe(0, libc::AF_UNIX as u64),
         SYS_execve,
@@ -749,6 +755,7 @@ mod imp {
     const TARGET: Option<seccompiler::TargetArch> = None;
 
     /// The programs to install, in order.
+    #[allow(clippy::unnecessary_cast)] // no-ops on 64-bit targets only
     fn seccomp_programs() -> Result<Vec<seccompiler::BpfProgram>, String> {
         use seccompiler::{
             SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
@@ -808,7 +815,7 @@ mod imp {
     #[cfg(target_arch = "x86_64")]
     fn x32_killer() -> seccompiler::BpfProgram {
         use seccompiler::sock_filter;
-        const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+        const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
         const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
         const BPF_RET_K: u16 = 0x06;
         vec![

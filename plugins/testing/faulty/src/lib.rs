@@ -272,7 +272,9 @@ fn act(
                     if status.success() {
                         Ok(())
                     } else {
-                        Err(std::io::Error::other(format!("/bin/sh ended with {status}")))
+                        Err(std::io::Error::other(format!(
+                            "/bin/sh ended with {status}"
+                        )))
                     }
                 }),
         ),
