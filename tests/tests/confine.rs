@@ -302,6 +302,28 @@ fn doctor_reports_the_protections_this_machine_provides() {
     assert!(text.contains("\n  landlock: "), "{text}");
 }
 
+#[test]
+fn a_crash_under_the_sandbox_is_still_told_by_its_own_signal() {
+    // abort() signals its own thread (tgkill of itself, allowed): SIGABRT, not a violation.
+    let (_, out) = sandbox_try(&[], &[], &["thread", "abort"]);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "{:?} {}",
+        out.status,
+        stderr_text(&out)
+    );
+    assert!(!stderr_text(&out).contains(SANDBOX_VIOLATION_PREFIX));
+    // Rust's stack-overflow report (sigaltstack, its SIGSEGV handler, write) still works.
+    let (_, out) = sandbox_try(&[], &[], &["stack-overflow"]);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{:?}", out.status);
+    assert!(
+        stderr_text(&out).contains("has overflowed its stack"),
+        "{}",
+        stderr_text(&out)
+    );
+}
+
 /// A home whose selected engine is `faulty` with `config`.
 fn faulty_home(config: Value) -> TempDir {
     let home = TempDir::new().unwrap();

@@ -22,7 +22,8 @@ pub struct SandboxTryArgs {
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
     /// What to try, in order (repeatable): socket | unix-socket | write:PATH | exec | spawn |
-    /// fork | thread | clone3 | alloc:BYTES | dlopen:PATH | kill-parent; prefixed with
+    /// fork | thread | clone3 | alloc:BYTES | dlopen:PATH | kill-parent | abort |
+    /// stack-overflow; prefixed with
     /// `early:`, on a thread started before the sandbox was applied.
     #[arg(long = "try", value_name = "ACTION")]
     tries: Vec<String>,
@@ -146,6 +147,7 @@ fn attempt(action: &str) -> Result<String, String> {
             .join()
             .map(|n| format!("a thread ran and returned {n}"))
             .map_err(|_| "the thread panicked".to_owned()),
+        #[cfg(target_os = "linux")]
         "clone3" => {
             // SAFETY: a null argument block of size 0: the kernel checks the size first.
             let rc = unsafe {
@@ -195,6 +197,17 @@ fn attempt(action: &str) -> Result<String, String> {
                 Err(os_error(std::io::Error::last_os_error()))
             }
         }
+        "abort" => std::process::abort(),
+        "stack-overflow" => {
+            std::hint::black_box(recurse(0));
+            Ok("unreachable".into())
+        }
         _ => Err(format!("unknown action {action:?}")),
     }
+}
+
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 64]);
+    recurse(depth + 1) + std::hint::black_box(frame)[3]
 }

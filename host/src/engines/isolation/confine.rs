@@ -186,6 +186,7 @@ pub enum Protection {
     },
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl Protection {
     fn active(detail: impl Into<String>) -> Self {
         Protection::Active {
