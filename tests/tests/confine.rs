@@ -223,6 +223,28 @@ fn writes_land_only_beneath_the_writable_directories() {
 }
 
 #[test]
+fn a_files_mode_cannot_be_changed_even_where_it_can_be_read() {
+    let root = TempDir::new().unwrap();
+    let file = root.path().join("secret");
+    std::fs::write(&file, "s").unwrap();
+    let (protections, out) = sandbox_try(&[], &[], &[&format!("chmod:{}", file.display())]);
+    if !active(&protections, "seccomp") {
+        assert!(!available_or_reported_missing("seccomp"), "{protections}");
+        return;
+    }
+    assert!(
+        stdout_text(&out).contains(&format!("[errno {}]", libc::EPERM)),
+        "{}",
+        stdout_text(&out)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_ne!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o666
+    );
+}
+
+#[test]
 fn an_allocation_beyond_the_memory_limit_fails() {
     let limit = 1u64 << 30;
     let (protections, out) = sandbox_try(

@@ -21,7 +21,8 @@ pub struct SandboxTryArgs {
     /// A directory the sandbox lets the process write beneath (repeatable).
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
-    /// What to try, in order (repeatable): socket | unix-socket | write:PATH | exec | spawn |
+    /// What to try, in order (repeatable): socket | unix-socket | write:PATH | chmod:PATH |
+    /// exec | spawn |
     /// fork | thread | clone3 | alloc:BYTES | dlopen:PATH | kill-parent | abort |
     /// stack-overflow; prefixed with
     /// `early:`, on a thread started before the sandbox was applied.
@@ -106,6 +107,12 @@ fn attempt(action: &str) -> Result<String, String> {
         "write" => std::fs::write(arg, b"pincer sandbox-try\n")
             .map(|()| format!("wrote {arg}"))
             .map_err(os_error),
+        "chmod" => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(arg, std::fs::Permissions::from_mode(0o666))
+                .map(|()| format!("made {arg} writable by everyone"))
+                .map_err(os_error)
+        }
         "exec" => {
             // execv directly (no fork): success replaces this process with the shell.
             let sh = CString::new("/bin/sh").unwrap();

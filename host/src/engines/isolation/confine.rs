@@ -59,7 +59,10 @@
 //!   `keyctl`/`add_key`/`request_key`, module loading, `kexec_*`, `reboot`, `swapon`/`off`,
 //!   setting the clock, `acct`, `quotactl`, `open_by_handle_at`, `personality` changes,
 //!   `setrlimit`/`prlimit64` with a new limit, `iopl`/`ioperm`, and the terminal-injection
-//!   `ioctl`s `TIOCSTI`/`TIOCLINUX`. On x86-64, a system call of another ABI (i386 through
+//!   `ioctl`s `TIOCSTI`/`TIOCLINUX`. Changing a file's mode, owner or extended attributes
+//!   (`chmod`, `chown`, `setxattr` and their kin; Landlock does not cover them) fails with
+//!   `EPERM` instead of ending the process, since SQLite does it to its own journal files as
+//!   root and ignores the failure. On x86-64, a system call of another ABI (i386 through
 //!   `int 0x80`, x32) kills the process outright.
 //!
 //! # A refused system call
@@ -677,6 +680,36 @@ mod imp {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     const ARCH_REFUSALS: &[Refusal] = &[];
 
+    /// Calls answered `EPERM` (the engine goes on): changes of a file's mode, owner or extended
+    /// attributes, which Landlock does not cover — as root, `fchmod` through a read-only
+    /// descriptor of `/etc/shadow`, or a `security.capability` attribute on a program, would be
+    /// escapes. Refused softly because SQLite `fchown`s and `fchmod`s its journal files as root
+    /// and ignores a failure.
+    fn denied_softly() -> Vec<libc::c_long> {
+        // New calls share one number on every architecture.
+        const SYS_FCHMODAT2: libc::c_long = 452;
+        const SYS_SETXATTRAT: libc::c_long = 463;
+        const SYS_REMOVEXATTRAT: libc::c_long = 466;
+        let mut calls = vec![
+            libc::SYS_fchmod,
+            libc::SYS_fchmodat,
+            SYS_FCHMODAT2,
+            libc::SYS_fchown,
+            libc::SYS_fchownat,
+            libc::SYS_setxattr,
+            libc::SYS_lsetxattr,
+            libc::SYS_fsetxattr,
+            SYS_SETXATTRAT,
+            libc::SYS_removexattr,
+            libc::SYS_lremovexattr,
+            libc::SYS_fremovexattr,
+            SYS_REMOVEXATTRAT,
+        ];
+        #[cfg(target_arch = "x86_64")]
+        calls.extend([libc::SYS_chmod, libc::SYS_chown, libc::SYS_lchown]);
+        calls
+    }
+
     // The casts are no-ops on 64-bit targets only.
     #[allow(clippy::unnecessary_cast)]
     const REFUSALS: &[Refusal] = refusals![
@@ -805,7 +838,19 @@ mod imp {
         .map_err(|e| e.to_string())?
         .try_into()
         .map_err(|e: seccompiler::BackendError| e.to_string())?;
-        let mut programs = vec![clone3, trap];
+        let soft: seccompiler::BpfProgram = SeccompFilter::new(
+            denied_softly()
+                .into_iter()
+                .map(|nr| (nr as i64, vec![]))
+                .collect(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )
+        .map_err(|e| e.to_string())?
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+        let mut programs = vec![clone3, soft, trap];
         #[cfg(target_arch = "x86_64")]
         programs.push(x32_killer());
         Ok(programs)
