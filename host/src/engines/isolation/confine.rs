@@ -74,6 +74,8 @@
 //! `_exit(`[`SANDBOX_VIOLATION_STATUS`]`)`. A host seeing status 121 with that line knows why
 //! its worker died. An engine that blocks `SIGSYS` in its thread is killed by the signal
 //! itself instead (the kernel forces it): a worker killed by `SIGSYS` is a violation too.
+//! The refused call never runs, whatever happens to the report: an engine that replaces the
+//! handler only loses the line and the status.
 //!
 //! # Degrading honestly
 //!
@@ -1017,6 +1019,9 @@ mod imp {
 
     // ---- the probe ---------------------------------------------------------------------
 
+    /// The probe child's status when its own code panicked.
+    const PROBE_PANICKED: i32 = 3;
+
     /// How long `doctor` waits for the probe process.
     const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -1053,16 +1058,23 @@ mod imp {
             // SAFETY: plain descriptor calls.
             unsafe { libc::dup2(dev_null.as_raw_fd(), 2) };
             drop(read_end);
-            let report = match apply_sandbox(&policy) {
-                Ok(p) => serde_json::to_vec(&p).unwrap_or_default(),
-                Err(err) => format!("!{err}").into_bytes(),
-            };
-            let mut pipe = std::fs::File::from(write_end);
-            let _ = pipe.write_all(&report);
-            drop(pipe);
-            // The filter must trap this: the handler ends the process with status 121.
-            // SAFETY: a plain system call.
+            // Never unwind out of here: that would run the rest of the caller a second time,
+            // in this copy of the process.
+            let reported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let report = match apply_sandbox(&policy) {
+                    Ok(p) => serde_json::to_vec(&p).unwrap_or_default(),
+                    Err(err) => format!("!{err}").into_bytes(),
+                };
+                let mut pipe = std::fs::File::from(write_end);
+                let _ = pipe.write_all(&report);
+            }));
+            // SAFETY: a plain system call, then _exit (no destructors, no atexit of the
+            // parent's copy).
             unsafe {
+                if reported.is_err() {
+                    libc::_exit(PROBE_PANICKED);
+                }
+                // The filter must trap this: the handler ends the process with status 121.
                 libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
                 libc::_exit(0);
             }
@@ -1075,6 +1087,7 @@ mod imp {
         let read = read_until(&mut pipe, &mut report, deadline);
         let status = wait_until(pid, deadline);
         read?;
+        // `None`: the child was reaped elsewhere (SIGCHLD ignored); the trap goes unverified.
         let status = status?;
         if let Some(message) = report.strip_prefix(b"!") {
             return Err(String::from_utf8_lossy(message).into_owned());
@@ -1082,16 +1095,26 @@ mod imp {
         let mut protections: Protections = serde_json::from_slice(&report).map_err(|e| {
             format!(
                 "it ended ({}) without a report ({e})",
-                describe_status(status)
+                status.map_or_else(|| "status unknown".to_owned(), describe_status)
             )
         })?;
-        if protections.seccomp.is_active()
-            && !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == SANDBOX_VIOLATION_STATUS)
-        {
-            protections.seccomp = Protection::failed(format!(
-                "the filter was installed but socket(AF_INET) was not refused as expected (probe {})",
-                describe_status(status)
-            ));
+        match status {
+            Some(status)
+                if protections.seccomp.is_active()
+                    && !(libc::WIFEXITED(status)
+                        && libc::WEXITSTATUS(status) == SANDBOX_VIOLATION_STATUS) =>
+            {
+                protections.seccomp = Protection::failed(format!(
+                    "the filter was installed but socket(AF_INET) was not refused as expected (probe {})",
+                    describe_status(status)
+                ));
+            }
+            None => {
+                if let Protection::Active { detail } = &mut protections.seccomp {
+                    detail.push_str("; the trap itself was not verified (SIGCHLD is ignored)");
+                }
+            }
+            Some(_) => {}
         }
         Ok(protections)
     }
@@ -1144,16 +1167,20 @@ mod imp {
         }
     }
 
-    fn wait_until(pid: libc::pid_t, deadline: Instant) -> Result<libc::c_int, String> {
+    fn wait_until(pid: libc::pid_t, deadline: Instant) -> Result<Option<libc::c_int>, String> {
         let mut status = 0;
         loop {
             // SAFETY: our own child.
             let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
             if rc == pid {
-                return Ok(status);
+                return Ok(Some(status));
             }
             if rc < 0 {
-                return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::ECHILD) {
+                    return Ok(None);
+                }
+                return Err(format!("waitpid: {err}"));
             }
             if Instant::now() >= deadline {
                 // SAFETY: our own child, not yet reaped.
