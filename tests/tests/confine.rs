@@ -393,3 +393,37 @@ fn faultys_process_ending_knobs_end_the_process() {
     let out = assemble_with_faulty(home.path(), &[("PINCER_FAULTY_CONSTRUCTOR_EXIT", "42")]);
     assert_eq!(out.status.code(), Some(42), "{}", stderr_text(&out));
 }
+
+#[test]
+fn probing_the_protections_leaves_the_calling_process_unconfined() {
+    let before = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let probed = available_protections();
+    let after = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let field = |status: &str, name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_owned())
+    };
+    for name in ["NoNewPrivs:", "Seccomp:", "Seccomp_filters:"] {
+        assert_eq!(
+            field(&before, name),
+            field(&after, name),
+            "{name} changed in the calling process ({probed})"
+        );
+    }
+    // The calls the sandbox refuses still work here.
+    std::net::UdpSocket::bind("127.0.0.1:0").expect("an Internet socket still opens");
+    let home = TempDir::new().unwrap();
+    std::fs::write(home.path().join("still-writable"), "x").unwrap();
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    assert_ne!(limit.rlim_max, 256, "the worker's open-files limit leaked");
+}
