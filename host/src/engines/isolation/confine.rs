@@ -72,8 +72,10 @@
 //! `pincer-sandbox: refused system call <name>` ([`SANDBOX_VIOLATION_PREFIX`]; `nr=<n>` for a
 //! call outside its table) to file descriptor 2, and ends the process with
 //! `_exit(`[`SANDBOX_VIOLATION_STATUS`]`)`. A host seeing status 121 with that line knows why
-//! its worker died. An engine that blocks `SIGSYS` in its thread is killed by the signal
-//! itself instead (the kernel forces it): a worker killed by `SIGSYS` is a violation too.
+//! its worker died. A call made while `SIGSYS` is blocked is killed by the signal itself
+//! instead (the kernel forces it) — glibc blocks every signal around the `clone` of
+//! `posix_spawn`, which `std::process::Command` uses, so a refused spawn usually ends this way:
+//! a worker killed by `SIGSYS` is a violation too.
 //! The refused call never runs, whatever happens to the report: an engine that replaces the
 //! handler only loses the line and the status.
 //!
