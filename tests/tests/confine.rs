@@ -427,3 +427,32 @@ fn probing_the_protections_leaves_the_calling_process_unconfined() {
     );
     assert_ne!(limit.rlim_max, 256, "the worker's open-files limit leaked");
 }
+
+#[test]
+fn the_users_unix_sockets_cannot_be_reached_unless_the_policy_allows_it() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("gateway.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let connect = format!("unix-connect:{}", path.display());
+    let (protections, out) = sandbox_try(&[], &[], &[&connect]);
+    if !active(&protections, "seccomp") {
+        assert!(!available_or_reported_missing("seccomp"), "{protections}");
+        return;
+    }
+    assert!(
+        stdout_text(&out).contains(&format!("error: {connect}: ")),
+        "{}",
+        stdout_text(&out)
+    );
+    assert!(
+        stdout_text(&out).contains(&format!("[errno {}]", libc::EPERM)),
+        "{}",
+        stdout_text(&out)
+    );
+    let (_, out) = sandbox_try(&[], &["--allow-connect"], &[&connect]);
+    assert!(
+        stdout_text(&out).contains(&format!("ok: {connect}")),
+        "{}",
+        stdout_text(&out)
+    );
+}

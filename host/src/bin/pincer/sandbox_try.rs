@@ -21,7 +21,7 @@ pub struct SandboxTryArgs {
     /// A directory the sandbox lets the process write beneath (repeatable).
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
-    /// What to try, in order (repeatable): socket | unix-socket | write:PATH | chmod:PATH |
+    /// What to try, in order (repeatable): socket | unix-socket | unix-connect:PATH | write:PATH | chmod:PATH |
     /// exec | spawn |
     /// fork | thread | clone3 | alloc:BYTES | dlopen:PATH | kill-parent | abort |
     /// stack-overflow; prefixed with
@@ -31,6 +31,9 @@ pub struct SandboxTryArgs {
     /// RLIMIT_AS in bytes (default: the worker's default, 4 GiB).
     #[arg(long, value_name = "BYTES")]
     memory_bytes: Option<u64>,
+    /// Leave `connect(2)` allowed (`SandboxPolicy::allow_connect`).
+    #[arg(long)]
+    allow_connect: bool,
 }
 
 /// Runs `pincer sandbox-try`.
@@ -53,6 +56,7 @@ pub fn run(args: SandboxTryArgs) -> ExitCode {
     let policy = SandboxPolicy {
         writable_dirs: args.writable,
         limits,
+        allow_connect: args.allow_connect,
     };
     let protections = match apply_sandbox(&policy) {
         Ok(p) => p,
@@ -100,6 +104,9 @@ fn attempt(action: &str) -> Result<String, String> {
     match verb {
         "socket" => std::net::UdpSocket::bind("127.0.0.1:0")
             .map(|s| format!("bound {:?}", s.local_addr()))
+            .map_err(os_error),
+        "unix-connect" => std::os::unix::net::UnixStream::connect(arg)
+            .map(|_| format!("connected to {arg}"))
             .map_err(os_error),
         "unix-socket" => std::os::unix::net::UnixDatagram::pair()
             .map(|_| "a Unix socket pair".to_owned())

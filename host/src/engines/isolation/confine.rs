@@ -59,11 +59,14 @@
 //!   `keyctl`/`add_key`/`request_key`, module loading, `kexec_*`, `reboot`, `swapon`/`off`,
 //!   setting the clock, `acct`, `quotactl`, `open_by_handle_at`, `personality` changes,
 //!   `setrlimit`/`prlimit64` with a new limit, `iopl`/`ioperm`, and the terminal-injection
-//!   `ioctl`s `TIOCSTI`/`TIOCLINUX`. Changing a file's mode, owner or extended attributes
-//!   (`chmod`, `chown`, `setxattr` and their kin; Landlock does not cover them) fails with
-//!   `EPERM` instead of ending the process, since SQLite does it to its own journal files as
-//!   root and ignores the failure. On x86-64, a system call of another ABI (i386 through
-//!   `int 0x80`, x32) kills the process outright.
+//!   `ioctl`s `TIOCSTI`/`TIOCLINUX`.
+//! - **Refused softly** (`EPERM`, the engine goes on): changing a file's mode, owner or
+//!   extended attributes (`chmod`, `chown`, `setxattr` and their kin; Landlock does not cover
+//!   them), since SQLite does it to its own journal files as root and ignores the failure; and
+//!   `connect` (unless [`SandboxPolicy::allow_connect`]), since glibc's user lookups try the
+//!   `nscd` socket and fall back to the files.
+//! - On x86-64, a system call of another ABI (i386 through `int 0x80`, x32) kills the process
+//!   outright.
 //!
 //! # A refused system call
 //!
@@ -169,6 +172,11 @@ pub struct SandboxPolicy {
     pub writable_dirs: Vec<PathBuf>,
     /// The limits [`apply_sandbox`] applies (reported as [`Protections::limits`]).
     pub limits: WorkerLimits,
+    /// Whether `connect(2)` stays allowed (only Unix sockets can be created, so this is about
+    /// the user's Unix sockets: a gateway, D-Bus, `docker.sock` as root). Default `false`:
+    /// `connect` answers `EPERM`, and the worker connects to the host before confining itself
+    /// or inherits the connection.
+    pub allow_connect: bool,
 }
 
 /// The state of one protection.
@@ -482,7 +490,7 @@ mod imp {
             Err(err) => Protection::failed(err),
         };
         let (landlock, landlock_abi) = landlock_restrict(policy);
-        let seccomp = seccomp_install();
+        let seccomp = seccomp_install(policy);
         Ok(Protections {
             no_new_privs,
             seccomp,
@@ -689,7 +697,7 @@ mod imp {
     /// descriptor of `/etc/shadow`, or a `security.capability` attribute on a program, would be
     /// escapes. Refused softly because SQLite `fchown`s and `fchmod`s its journal files as root
     /// and ignores a failure.
-    fn denied_softly() -> Vec<libc::c_long> {
+    fn denied_softly(policy: &SandboxPolicy) -> Vec<libc::c_long> {
         // New calls share one number on every architecture.
         const SYS_FCHMODAT2: libc::c_long = 452;
         const SYS_SETXATTRAT: libc::c_long = 463;
@@ -711,6 +719,9 @@ mod imp {
         ];
         #[cfg(target_arch = "x86_64")]
         calls.extend([libc::SYS_chmod, libc::SYS_chown, libc::SYS_lchown]);
+        if !policy.allow_connect {
+            calls.push(libc::SYS_connect);
+        }
         calls
     }
 
@@ -794,7 +805,7 @@ mod imp {
 
     /// The programs to install, in order.
     #[allow(clippy::unnecessary_cast)] // no-ops on 64-bit targets only
-    fn seccomp_programs() -> Result<Vec<seccompiler::BpfProgram>, String> {
+    fn seccomp_programs(policy: &SandboxPolicy) -> Result<Vec<seccompiler::BpfProgram>, String> {
         use seccompiler::{
             SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
             SeccompFilter, SeccompRule,
@@ -843,7 +854,7 @@ mod imp {
         .try_into()
         .map_err(|e: seccompiler::BackendError| e.to_string())?;
         let soft: seccompiler::BpfProgram = SeccompFilter::new(
-            denied_softly()
+            denied_softly(policy)
                 .into_iter()
                 .map(|nr| (nr as i64, vec![]))
                 .collect(),
@@ -996,11 +1007,11 @@ mod imp {
         })
     }
 
-    fn seccomp_install() -> Protection {
+    fn seccomp_install(policy: &SandboxPolicy) -> Protection {
         if let Err(reason) = seccomp_trap_supported() {
             return Protection::unavailable(reason);
         }
-        let programs = match seccomp_programs() {
+        let programs = match seccomp_programs(policy) {
             Ok(p) => p,
             Err(reason) => return Protection::unavailable(reason),
         };
@@ -1212,7 +1223,7 @@ mod imp {
 
         #[test]
         fn the_filters_compile() {
-            let programs = seccomp_programs().unwrap();
+            let programs = seccomp_programs(&SandboxPolicy::default()).unwrap();
             assert!(programs.iter().all(|p| !p.is_empty()));
         }
     }
