@@ -7,6 +7,7 @@
 
 #[path = "pincer/run.rs"]
 mod run;
+#[cfg(unix)]
 #[path = "pincer/sandbox_try.rs"]
 mod sandbox_try;
 #[path = "pincer/serve.rs"]
@@ -61,6 +62,7 @@ enum Command {
     Tool(tool::ToolArgs),
     /// Confines this process as an isolated engine's worker does, then tries what the
     /// sandbox must refuse or allow (for the confinement tests).
+    #[cfg(unix)]
     #[command(hide = true)]
     SandboxTry(sandbox_try::SandboxTryArgs),
     /// The gateway: holds the engines and sessions and serves every lifecycle operation per
@@ -488,6 +490,7 @@ fn main() -> ExitCode {
         Command::Client(args) => serve::run_client(args),
         Command::Run(args) => run::run(home, args),
         Command::Tool(args) => tool::run(home, args),
+        #[cfg(unix)]
         Command::SandboxTry(args) => sandbox_try::run(args),
         Command::Assemble {
             run,
