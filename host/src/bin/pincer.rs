@@ -7,6 +7,9 @@
 
 #[path = "pincer/run.rs"]
 mod run;
+#[cfg(unix)]
+#[path = "pincer/sandbox_try.rs"]
+mod sandbox_try;
 #[path = "pincer/serve.rs"]
 mod serve;
 #[path = "pincer/tool.rs"]
@@ -57,6 +60,11 @@ enum Command {
     Run(run::RunArgs),
     /// Calls a tool an engine declared (`callTool`) on a session and prints its JSON result.
     Tool(tool::ToolArgs),
+    /// Confines this process as an isolated engine's worker does, then tries what the
+    /// sandbox must refuse or allow (for the confinement tests).
+    #[cfg(unix)]
+    #[command(hide = true)]
+    SandboxTry(sandbox_try::SandboxTryArgs),
     /// The gateway: holds the engines and sessions and serves every lifecycle operation per
     /// session over a Unix socket (and optionally loopback HTTP with a bearer token), until
     /// SIGTERM or SIGINT. Protocol: docs/GATEWAY.md.
@@ -488,6 +496,8 @@ fn main() -> ExitCode {
         Command::Client(args) => serve::run_client(args),
         Command::Run(args) => run::run(home, args),
         Command::Tool(args) => tool::run(home, args),
+        #[cfg(unix)]
+        Command::SandboxTry(args) => sandbox_try::run(args),
         Command::Assemble {
             run,
             token_budget,

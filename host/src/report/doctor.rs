@@ -1,12 +1,14 @@
 //! `pincer doctor`: one report of what the runtime found — plugins loaded or rejected and why,
 //! registered engines, the selected engine and what it resolves to, which configured hosts an
-//! engine cannot run on, quarantines (with the health line), and unknown config keys. The JSON form is an **API Boundary** (scripts read it): top-level `plugins`
+//! engine cannot run on, quarantines (with the health line), unknown config keys, and which
+//! protections this machine gives engines run in a worker process (`isolation`). The JSON form is an **API Boundary** (scripts read it): top-level `plugins`
 //! (each with `id`, `status`, `error`) and `contextEngine` (`selected`, `resolved`).
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::engines::isolation::confine::{available_protections, Protections};
 use crate::slot::quarantine::{health_line, QuarantineRecord};
 use crate::slot::requirements::{incompatibilities, HostDescriptor, HostSupportError};
 use crate::slot::runtime::{Fallback, PluginStatus, Resolution, ResolveError, Runtime};
@@ -37,6 +39,9 @@ pub struct DoctorReport {
     /// The health line, when something is quarantined.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// What an engine run in a worker process (`isolation: "process"`) is confined by on this
+    /// machine.
+    pub isolation: IsolationSummary,
     /// Whether nothing is broken: the selected engine answers, or `legacy` answers for it
     /// because the operator disabled or denied its plugin.
     pub ok: bool,
@@ -68,6 +73,27 @@ pub struct EngineSummary {
     /// What kind of fallback it is (`disabled` is the operator's choice, not a failure).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
+}
+
+/// The process-isolation part of the report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IsolationSummary {
+    /// Each protection a worker applies to itself, as a probe process found it here.
+    pub protections: Protections,
+    /// One line per protection that is missing, with what an isolated engine can then do.
+    pub missing: Vec<String>,
+}
+
+impl IsolationSummary {
+    /// Probes this machine (in a short-lived child process; the caller is not confined).
+    pub fn probe() -> Self {
+        let protections = available_protections();
+        IsolationSummary {
+            missing: protections.missing(),
+            protections,
+        }
+    }
 }
 
 /// The refusal codes of the trust boundary: they make `ok` false whatever is selected.
@@ -153,6 +179,7 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
         health: health_line(&quarantine),
         quarantine,
         context_engine,
+        isolation: IsolationSummary::probe(),
         ok,
     }
 }
@@ -230,6 +257,16 @@ impl DoctorReport {
             for err in &self.host_incompatibilities {
                 let _ = writeln!(out, "  {}", err.message);
             }
+        }
+        let _ = writeln!(
+            out,
+            "process isolation (engines with isolation \"process\" confine their worker with):"
+        );
+        for line in self.isolation.protections.to_string().lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+        for line in &self.isolation.missing {
+            let _ = writeln!(out, "  warning: {line}");
         }
         if let Some(line) = &self.health {
             let _ = writeln!(out, "{line}");

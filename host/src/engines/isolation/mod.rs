@@ -9,32 +9,49 @@
 //!   [`EngineBackend`](super::backend::EngineBackend) like the in-process one.
 //! - [`worker`]: the worker side, `pincer engine-worker`.
 //! - [`settings`]: how workers are started and confined (`isolation`, `limits`, `sandbox`).
+//! - [`confine`]: what a worker does to itself before it opens the library: resource limits,
+//!   `no_new_privs`, a seccomp filter (no network, no exec, no new processes), Landlock (writes
+//!   only to the engine's own directories).
 //!
 //! **Trust model.** The worker runs a stranger's code. The host trusts nothing it sends:
 //! frames are length-checked and decoded with errors, results are checked by the same
 //! contract checks as in-process results, and a worker that breaks the protocol is ended
 //! like one that crashed.
 
+pub mod confine;
 pub mod process;
 pub mod protocol;
 pub mod settings;
 pub mod wire;
 pub mod worker;
 
-/// What a worker's stderr line starts with when its sandbox refused a system call.
-pub const SANDBOX_VIOLATION_PREFIX: &str = "pincer-sandbox: refused system call ";
+pub use confine::{SANDBOX_VIOLATION_PREFIX, SANDBOX_VIOLATION_STATUS};
 
-/// Applies `confinement` in the worker, before the library is opened; returns a line naming
-/// the protections in force and the stack size for the threads that run calls.
+/// Applies `confinement` in the worker, before the library is opened and before any thread
+/// that runs engine calls starts: the limits always, the sandbox unless turned off. Returns a
+/// line naming the protections in force, and the stack size of the threads that run calls.
 ///
 /// # Errors
-/// A limit or protection that could not be applied.
+/// Limits that do not parse or cannot be applied, or a writable directory that is missing.
 pub fn confine_worker(confinement: &settings::Confinement) -> Result<(String, usize), String> {
-    let stack = confinement
-        .limits
-        .as_ref()
-        .and_then(|l| l.get("stackBytes"))
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(8 << 20) as usize;
-    Ok(("none".to_owned(), stack))
+    let limits: confine::WorkerLimits = match &confinement.limits {
+        Some(value) => serde_json::from_value(value.clone())
+            .map_err(|e| format!("plugins.entries.<id>.limits: {e}"))?,
+        None => confine::WorkerLimits::default(),
+    };
+    let stack = limits.engine_thread_stack_bytes();
+    if !confinement.sandbox {
+        confine::apply_limits(&limits).map_err(|e| e.to_string())?;
+        return Ok((
+            "limits only (plugins.entries.<id>.sandbox is false)".to_owned(),
+            stack,
+        ));
+    }
+    let protections = confine::apply_sandbox(&confine::SandboxPolicy {
+        writable_dirs: confinement.writable_dirs.clone(),
+        limits,
+        allow_connect: false,
+    })
+    .map_err(|e| e.to_string())?;
+    Ok((protections.to_string(), stack))
 }

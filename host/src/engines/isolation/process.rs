@@ -272,6 +272,12 @@ pub fn death_reason(status: Option<ExitStatus>, stderr_tail: &str, during: &str)
             .trim();
         return format!("engine worker exceeded its memory limit ({detail}) {during}");
     }
+    let signal = status.and_then(|s| s.signal());
+    let code = status.and_then(|s| s.code());
+    if signal == Some(libc::SIGSYS) || code == Some(super::SANDBOX_VIOLATION_STATUS) {
+        // (A violation inside glibc's posix_spawn arrives as SIGSYS without the line.)
+        return format!("engine worker broke its sandbox (a forbidden system call) {during}");
+    }
     if stderr_tail.contains("has overflowed its stack") {
         return format!("engine worker overflowed its stack {during}");
     }

@@ -186,6 +186,12 @@ fn start_engine(
 ) -> Result<Started, WireError> {
     let confinement: Confinement = serde_json::from_str(&start.confinement_json)
         .map_err(|e| wire::worker_failure(format!("a start request that does not parse: {e}")))?;
+    // Landlock keeps `/tmp` (shared with the user's other processes) out of reach: the
+    // engine's temporary files go to its own state directory.
+    if let Some(dir) = &start.state_dir {
+        std::env::set_var("TMPDIR", dir);
+        std::env::set_var("SQLITE_TMPDIR", dir);
+    }
     let (protections, stack) = super::confine_worker(&confinement).map_err(wire::worker_failure)?;
     // SAFETY: the verified private copy the host made of the bytes it checked.
     let opened = unsafe { open_library(Path::new(&start.library)) }

@@ -12,6 +12,33 @@
 //! `disposeLog: PATH` appends one line per `dispose` to PATH (the instance's own tag, unique in
 //! the process), so a test can count how often each instance was disposed; with it set, any
 //! call after `dispose` fails ("called after dispose").
+//!
+//! # Behaviours that end or escape the process
+//!
+//! For the process-isolation tier (an engine run in a worker process, confined by
+//! `pincer_host::engines::isolation::confine`). Each works for any method (and `factory`):
+//!
+//! - `exit`: `std::process::exit(3)`;
+//! - `abort`: `std::process::abort()` (`SIGABRT`);
+//! - `segfault`: a volatile write through a null pointer (`SIGSEGV`);
+//! - `stack-overflow`: unbounded recursion the optimizer cannot remove (Rust's guard page
+//!   reports it and aborts: `SIGABRT`);
+//! - `huge-alloc`: allocates and touches 64 GiB (`vec![1u8; 64 << 30]`): an allocation
+//!   failure (abort) or the kernel's OOM killer;
+//! - `fork-bomb`: forks in a loop, forever, in every child too. **Only ever configure it for
+//!   an engine run isolated** (`isolation: "process"`), whose sandbox refuses `fork`: in a
+//!   process that may fork, it takes the machine down (as root `RLIMIT_NPROC` does not stop it);
+//! - `open-socket`: binds a UDP socket on `127.0.0.1:0`; `write-home`: writes a file named
+//!   `faulty-was-here` into `$HOME`; `exec-shell`: runs `/bin/sh -c true`. Each returns
+//!   normally when it worked and `EngineError::Failed` with the OS error when it did not
+//!   (a sandbox that traps the call ends the process instead).
+//!
+//! And a constructor: when `PINCER_FAULTY_CONSTRUCTOR_EXIT` is set to a number when the
+//! library is loaded, the library's ELF constructor (`.init_array`, run by `dlopen` before
+//! any engine code) calls `std::process::exit` with it.
+//!
+//! Never run these in the test process itself: they end it. Run them through the `pincer`
+//! binary in a subprocess.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +69,69 @@ pub enum Behaviour {
     /// Hostile: write the call's read-only abort signal through a raw pointer (as no safe
     /// code can), then fail with `EngineError::Aborted`, hoping to dodge the quarantine.
     ForgeAbort,
+    /// `std::process::exit(3)`.
+    Exit,
+    /// `std::process::abort()`.
+    Abort,
+    /// A volatile write through a null pointer.
+    Segfault,
+    /// Unbounded recursion.
+    StackOverflow,
+    /// Allocate and touch 64 GiB.
+    HugeAlloc,
+    /// Fork in a loop, forever. **Only ever for an engine run isolated**, whose sandbox
+    /// refuses `fork`: anywhere else it takes the machine down.
+    ForkBomb,
+    /// Bind a UDP socket on `127.0.0.1:0`: `Ok` when it worked, `Failed` with the OS error.
+    OpenSocket,
+    /// Write `$HOME/faulty-was-here`: `Ok` when it worked, `Failed` with the OS error.
+    WriteHome,
+    /// Run `/bin/sh -c true`: `Ok` when it worked, `Failed` with the OS error.
+    ExecShell,
+}
+
+/// The variable whose number, when set at load time, the library's constructor exits with.
+pub const CONSTRUCTOR_EXIT_VAR: &str = "PINCER_FAULTY_CONSTRUCTOR_EXIT";
+
+extern "C" fn constructor() {
+    if let Some(code) = std::env::var(CONSTRUCTOR_EXIT_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+    {
+        std::process::exit(code);
+    }
+}
+
+/// Run by the dynamic loader when the library is loaded, before any engine code.
+#[used]
+#[cfg_attr(target_os = "linux", link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+static DEPTH: AtomicU64 = AtomicU64::new(0);
+
+/// Recursion the optimizer cannot turn into a loop: each frame keeps a live array.
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 64]);
+    DEPTH.store(depth, Ordering::Relaxed);
+    recurse(depth + 1) + std::hint::black_box(frame)[3]
+}
+
+/// The outcome of an escape attempt: `Ok` when it worked, `Failed` with the OS error.
+fn escaped(method: &str, what: &str, result: std::io::Result<()>) -> Result<(), EngineError> {
+    result.map_err(|err| EngineError::failed(format!("faulty: {what} in {method}: {err}")))
+}
+
+fn fork_bomb() -> ! {
+    loop {
+        #[cfg(unix)]
+        // SAFETY: none is needed for the harm this does; that is the point.
+        unsafe {
+            libc::fork();
+        }
+        #[cfg(not(unix))]
+        std::thread::yield_now();
+    }
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -141,6 +231,53 @@ fn act(
                 "faulty: fired the abort signal itself in {method}"
             )))
         }
+        Behaviour::Exit => std::process::exit(3),
+        Behaviour::Abort => std::process::abort(),
+        Behaviour::Segfault => {
+            // SAFETY: none; this is the point.
+            unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
+            Ok(())
+        }
+        Behaviour::StackOverflow => {
+            std::hint::black_box(recurse(0));
+            Ok(())
+        }
+        Behaviour::HugeAlloc => {
+            let v = vec![1u8; 64 << 30];
+            std::hint::black_box(&v);
+            Ok(())
+        }
+        Behaviour::ForkBomb => fork_bomb(),
+        Behaviour::OpenSocket => escaped(
+            method,
+            "binding 127.0.0.1:0",
+            std::net::UdpSocket::bind("127.0.0.1:0").map(drop),
+        ),
+        Behaviour::WriteHome => {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            let path = std::path::Path::new(&home).join("faulty-was-here");
+            escaped(
+                method,
+                &format!("writing {}", path.display()),
+                std::fs::write(&path, b"faulty was here\n"),
+            )
+        }
+        Behaviour::ExecShell => escaped(
+            method,
+            "running /bin/sh -c true",
+            std::process::Command::new("/bin/sh")
+                .args(["-c", "true"])
+                .status()
+                .and_then(|status| {
+                    if status.success() {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::other(format!(
+                            "/bin/sh ended with {status}"
+                        )))
+                    }
+                }),
+        ),
         Behaviour::HangUntilAbort => {
             let start = Instant::now();
             while start.elapsed() < hang {
