@@ -10,6 +10,14 @@
 //!
 //! The seam costs one dynamic call per engine call (the instance holds a
 //! `Box<dyn EngineBackend>`), the same as the `#[sabi_trait]` call behind it.
+//!
+//! **What outlives a call.** Errors and `info` come back as host memory. Results are the
+//! engine's `abi_stable` values (strings and vectors allocated by the library, freed through
+//! the library's code) — except from a library that is closed after a reload
+//! (`plugins.entries.<id>.unloadOnReload`): [`InProcess`] copies those results into host
+//! memory before it returns them, so a result held past a reload never reaches into a closed
+//! library. A rollback handle is the engine's code and cannot be copied: [`Rollback`] holds
+//! the library it came from.
 
 use std::sync::Arc;
 
@@ -77,7 +85,7 @@ pub trait EngineBackend: Send + Sync + 'static {
     fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
-    ) -> Result<Option<SpawnRollbackBox>, EngineCallError>;
+    ) -> Result<Option<Rollback>, EngineCallError>;
     /// `onSubagentEnded`.
     ///
     /// # Errors
@@ -99,14 +107,51 @@ fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError>
     result.into_result().map_err(EngineCallError::from)
 }
 
-/// An engine object in this process: from a verified plugin library (kept mapped by the
+/// A rollback handle of `prepareSubagentSpawn`: the engine's object, whose code lives in the
+/// engine's library, and the `Arc` of that library, so a handle kept past a reload (the
+/// gateway keeps one per child until the child ends) keeps the code it calls.
+pub struct Rollback {
+    // Field order: the handle (its vtable and drop code) goes before the library.
+    handle: SpawnRollbackBox,
+    _library: Option<Arc<LoadedLibrary>>,
+}
+
+impl std::fmt::Debug for Rollback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rollback").finish_non_exhaustive()
+    }
+}
+
+impl Rollback {
+    /// Wraps `handle`; `library` is the library it came from (`None` when linked in).
+    pub fn new(handle: SpawnRollbackBox, library: Option<Arc<LoadedLibrary>>) -> Self {
+        Rollback {
+            handle,
+            _library: library,
+        }
+    }
+
+    /// Runs the rollback (unbounded: `GuardedEngine::rollback` bounds it).
+    ///
+    /// # Errors
+    /// The rollback's error, in host memory.
+    pub fn run(&self) -> Result<(), EngineCallError> {
+        host_result(self.handle.rollback())
+    }
+}
+
+/// An engine object in this process: from a verified plugin library (kept valid by the
 /// `Arc` held here), or linked into the host (`legacy`, statically linked engines).
 ///
 /// **Architecture Invariant:** the object (and its vtable) is dropped before the library
-/// handle (field order), and libraries are never unloaded.
+/// handle (field order). A library is kept mapped unless it was opened closable
+/// (`unloadOnReload`); then this backend copies every result into host memory, and the
+/// library closes when its last `Arc` (instances, rollback handles) is dropped.
 pub struct InProcess {
     object: EngineBox,
-    _library: Option<Arc<LoadedLibrary>>,
+    library: Option<Arc<LoadedLibrary>>,
+    /// The library is closable: results are copied into host memory.
+    copy_results: bool,
 }
 
 impl InProcess {
@@ -114,7 +159,20 @@ impl InProcess {
     pub fn new(object: EngineBox, library: Option<Arc<LoadedLibrary>>) -> Self {
         InProcess {
             object,
-            _library: library,
+            copy_results: library.as_ref().is_some_and(|l| l.unloads()),
+            library,
+        }
+    }
+
+    /// `result`, or — from a closable library — its copy in host memory (`Clone` of the
+    /// `abi_stable` types allocates with the host's allocator and vtables; the library's
+    /// value is freed here, while the library is certainly open).
+    #[inline]
+    fn owned<T: Clone>(&self, result: T) -> T {
+        if self.copy_results {
+            result.clone()
+        } else {
+            result
         }
     }
 }
@@ -126,26 +184,26 @@ impl EngineBackend for InProcess {
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
-        host_result(self.object.ingest(params))
+        host_result(self.object.ingest(params)).map(|r| self.owned(r))
     }
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
-        host_result(self.object.assemble(params))
+        host_result(self.object.assemble(params)).map(|r| self.owned(r))
     }
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
-        host_result(self.object.compact(params))
+        host_result(self.object.compact(params)).map(|r| self.owned(r))
     }
 
     fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
-        host_result(self.object.bootstrap(params))
+        host_result(self.object.bootstrap(params)).map(|r| self.owned(r))
     }
 
     fn ingest_batch(
         &self,
         params: &IngestBatchParams<'_>,
     ) -> Result<IngestBatchResult, EngineCallError> {
-        host_result(self.object.ingest_batch(params))
+        host_result(self.object.ingest_batch(params)).map(|r| self.owned(r))
     }
 
     fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
@@ -153,14 +211,15 @@ impl EngineBackend for InProcess {
     }
 
     fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
-        host_result(self.object.maintain(params))
+        host_result(self.object.maintain(params)).map(|r| self.owned(r))
     }
 
     fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
-    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
-        host_result(self.object.prepare_subagent_spawn(params)).map(|r| r.into_option())
+    ) -> Result<Option<Rollback>, EngineCallError> {
+        host_result(self.object.prepare_subagent_spawn(params))
+            .map(|r| r.into_option().map(|h| Rollback::new(h, self.library.clone())))
     }
 
     fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
@@ -168,7 +227,7 @@ impl EngineBackend for InProcess {
     }
 
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
-        host_result(self.object.call_tool(params))
+        host_result(self.object.call_tool(params)).map(|r| self.owned(r))
     }
 
     fn dispose(&self) -> Result<(), EngineCallError> {

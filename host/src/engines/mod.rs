@@ -20,4 +20,5 @@ pub mod session_worker;
 pub use backend::{EngineBackend, InProcess};
 pub use instance::{
     CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, EngineOrigin, EngineTool,
+    Rollback,
 };

@@ -21,13 +21,15 @@
 //! **Architecture Invariant:** the host never `dlopen`s a file it has not verified, and never a
 //! path a user can rewrite: only the private copies made in step 5.
 
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::loading::{
-    open_library, read_embedded_manifest, EmbeddedManifest, EmbeddedManifestError, OpenError,
+    open_closable_library, open_library, read_embedded_manifest, EmbeddedManifest, EmbeddedManifestError, OpenError,
     OpenedLibrary,
 };
 use serde::Serialize;
@@ -209,13 +211,114 @@ impl From<&EmbeddedManifest> for LibraryFacts {
     }
 }
 
+/// Where a closable library is in its life (`plugins.entries.<id>.unloadOnReload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnloadState {
+    /// Open: something from it (an engine instance, a rollback handle) is still alive.
+    Open,
+    /// Closed (`dlclose`) and no longer mapped. (Where the mappings cannot be read — not
+    /// Linux — closed is all that is known.)
+    Unloaded,
+    /// Closed, but the dynamic loader keeps it mapped: a thread-local destructor it registered
+    /// is pending on a thread still running (see [`LoadedLibrary`]).
+    Pinned,
+}
+
+/// The shared record of a closable library's state, which outlives the library.
+#[derive(Debug)]
+pub struct UnloadWatch {
+    path: PathBuf,
+    state: AtomicU8,
+}
+
+impl UnloadWatch {
+    /// The private copy the library was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its state now. A pinned library is looked up again: it is unloaded once the dynamic
+    /// loader let it go.
+    pub fn state(&self) -> UnloadState {
+        match self.state.load(Ordering::Acquire) {
+            0 => UnloadState::Open,
+            1 => UnloadState::Unloaded,
+            _ => {
+                if is_mapped(&self.path) == Some(false) {
+                    self.state.store(1, Ordering::Release);
+                    UnloadState::Unloaded
+                } else {
+                    UnloadState::Pinned
+                }
+            }
+        }
+    }
+}
+
+/// Whether `path` is mapped into this process (`None`: cannot tell on this platform).
+pub fn is_mapped(path: &Path) -> Option<bool> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let path = path.to_string_lossy();
+    Some(maps.lines().any(|line| {
+        // The pathname is the sixth field; it may contain spaces, and a deleted file's ends
+        // with " (deleted)".
+        let name = line.splitn(6, ' ').nth(5).unwrap_or("").trim_start();
+        name == path || name.strip_suffix(" (deleted)") == Some(&path)
+    }))
+}
+
 /// A plugin library that passed every check.
+///
+/// **Kept mapped by default.** Dropping the last `Arc` of a library does nothing to its
+/// mapping: whatever came from it may outlive the host's bookkeeping. A library loaded with
+/// `plugins.entries.<id>.unloadOnReload` ([`Loader::with_unload_on_reload`]) is closed
+/// (`dlclose`) when its last `Arc` is dropped, so everything that carries its code or its
+/// memory holds that `Arc`: engine instances (`engines::backend::InProcess`) and rollback
+/// handles (`engines::instance::Rollback`); results and errors are copied into host memory
+/// (see `engines::backend`). With glibc the code is unmapped at that moment unless a
+/// thread-local destructor the library registered is still pending on a running thread — a
+/// `thread_local!` holding a `Drop` type, or `std::thread::current()`, touched by plugin code
+/// on a long-lived host thread (the adapter does both when a call panics) — then it stays
+/// mapped ([`UnloadState::Pinned`]) until that thread exits and another library is closed.
 pub struct LoadedLibrary {
     manifest: PluginManifest,
     facts: LibraryFacts,
     copy_path: PathBuf,
     sha256: String,
-    opened: OpenedLibrary,
+    /// Some: closable, and where its state is recorded.
+    unload: Option<Arc<UnloadWatch>>,
+    /// Dropped by hand in `Drop`, then the mapping is looked up.
+    opened: ManuallyDrop<OpenedLibrary>,
+}
+
+impl Drop for LoadedLibrary {
+    fn drop(&mut self) {
+        // SAFETY: `opened` is not used after this.
+        let opened = unsafe { ManuallyDrop::take(&mut self.opened) };
+        drop(opened);
+        if let Some(watch) = &self.unload {
+            let mapped = is_mapped(&self.copy_path);
+            let state = if mapped == Some(true) { 2 } else { 1 };
+            watch.state.store(state, Ordering::Release);
+            if mapped == Some(true) {
+                tracing::warn!(
+                    plugin = %self.manifest.id,
+                    library = %self.copy_path.display(),
+                    "plugin library closed but still mapped: a thread-local destructor it registered is pending on a running thread; it is unmapped after that thread exits"
+                );
+            } else {
+                tracing::info!(
+                    plugin = %self.manifest.id,
+                    library = %self.copy_path.display(),
+                    "old plugin library unloaded"
+                );
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for LoadedLibrary {
@@ -246,6 +349,16 @@ impl LoadedLibrary {
     /// The library's sha256 (lowercase hex).
     pub fn sha256(&self) -> &str {
         &self.sha256
+    }
+
+    /// Whether the library is closed when its last `Arc` is dropped (`unloadOnReload`).
+    pub fn unloads(&self) -> bool {
+        self.unload.is_some()
+    }
+
+    /// The record of a closable library's state, `None` when it is kept mapped.
+    pub fn unload_watch(&self) -> Option<Arc<UnloadWatch>> {
+        self.unload.clone()
     }
 
     /// Creates the FFI object of engine `engine_id` with `config` (already validated against
@@ -392,6 +505,8 @@ pub struct Loader {
     limits: verify::VerifyLimits,
     /// sha256 by plugin id, as `pincer plugins install` recorded them in the config.
     installed_pins: std::collections::BTreeMap<String, String>,
+    /// Plugins whose libraries are opened closable (`plugins.entries.<id>.unloadOnReload`).
+    unload_on_reload: std::collections::BTreeSet<String>,
 }
 
 impl Loader {
@@ -401,7 +516,15 @@ impl Loader {
             cache_dir,
             limits: verify::VerifyLimits::default(),
             installed_pins: std::collections::BTreeMap::new(),
+            unload_on_reload: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Opens the libraries of these plugins so that they are closed once nothing from them
+    /// is alive (`plugins.entries.<id>.unloadOnReload`; see [`LoadedLibrary`]).
+    pub fn with_unload_on_reload(mut self, plugin_ids: impl IntoIterator<Item = String>) -> Self {
+        self.unload_on_reload = plugin_ids.into_iter().collect();
+        self
     }
 
     /// Also checks each plugin's library against the sha256 `pincer plugins install` recorded
@@ -493,8 +616,16 @@ impl Loader {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| manifest.library.clone());
         let copy_path = cache::cache_copy(&self.cache_dir, &verified, &file_name)?;
-        // SAFETY: `copy_path` is the private copy of bytes that passed verification.
-        let opened = unsafe { open_library(&copy_path) }.map_err(|source| {
+        let closable = self.unload_on_reload.contains(&manifest.id);
+        // SAFETY: `copy_path` is the private copy of bytes that passed verification. A
+        // closable library is closed only when its `LoadedLibrary` is dropped, and everything
+        // from it holds that value's `Arc` or was copied into host memory (see the type).
+        let opened = if closable {
+            unsafe { open_closable_library(&copy_path) }
+        } else {
+            unsafe { open_library(&copy_path) }
+        }
+        .map_err(|source| {
             if let OpenError::LayoutMismatch { full, .. } = &source {
                 tracing::debug!(plugin = %manifest.id, report = %full, "abi_stable layout report");
             }
@@ -516,19 +647,28 @@ impl Loader {
         // before `dlopen` (step 4); what the loaded code says must be what its bytes said.
         let expected = LibraryFacts::from(&embedded);
         if facts != expected {
-            // Tampering, or a hand-made library: either way not what was verified.
+            // Tampering, or a hand-made library: either way not what was verified. Kept
+            // mapped even when closable: nothing tracks what its code did.
+            std::mem::forget(opened);
             return Err(LoadError::LoadedManifestDiffers {
                 path: source,
                 embedded: expected.describe(),
                 loaded: facts.describe(),
             });
         }
+        let unload = closable.then(|| {
+            Arc::new(UnloadWatch {
+                path: copy_path.clone(),
+                state: AtomicU8::new(0),
+            })
+        });
         Ok(Arc::new(LoadedLibrary {
             manifest,
             facts,
             copy_path,
             sha256: verified.sha256_hex,
-            opened,
+            unload,
+            opened: ManuallyDrop::new(opened),
         }))
     }
 }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
-    AbortController, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
+    AbortController, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 
@@ -238,7 +238,7 @@ pub fn exercise_engine(
             answer,
         })) => (
             Ok(Some(Guarded {
-                value: None::<SpawnRollbackBox>,
+                value: None::<crate::engines::instance::Rollback>,
                 answer,
             })),
             Some(rollback),

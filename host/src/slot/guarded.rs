@@ -43,8 +43,7 @@ use std::time::Duration;
 
 use pincer_plugin_api::abi::latest::{
     AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult,
-    IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
-    ToolCallResult,
+    IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, ToolCallResult,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
@@ -53,7 +52,9 @@ use super::projection::HostParamMask;
 use crate::config::{CallTimeouts, FallbackPolicy, ResultLimits};
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::crash_journal::JournalTag;
-use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
+use crate::engines::instance::{
+    CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, Rollback,
+};
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
@@ -397,7 +398,7 @@ impl GuardedMethod for ToolCallRequest {
 
 /// `prepareSubagentSpawn`: fails closed; no host parameters.
 impl GuardedMethod for SubagentSpawnRequest {
-    type Output = Option<SpawnRollbackBox>;
+    type Output = Option<Rollback>;
     const METHOD: Method = Method::PrepareSubagentSpawn;
     const FAIL_CLOSED: bool = true;
     const OPTIONAL: Option<u32> = Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN);
@@ -674,13 +675,8 @@ impl GuardedEngine {
     ///
     /// # Errors
     /// The rollback's error, or its timeout.
-    pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline(Method::Rollback, move || {
-            handle
-                .rollback()
-                .into_result()
-                .map_err(EngineCallError::from)
-        })
+    pub fn rollback(&self, handle: Rollback) -> Result<(), EngineCallError> {
+        self.within_deadline(Method::Rollback, move || handle.run())
     }
 
     /// Disposes the configured engine instance, bounded by the cleanup deadline (once per
@@ -922,7 +918,7 @@ impl GuardedEngine {
     pub fn prepare_subagent_spawn(
         &self,
         request: Arc<SubagentSpawnRequest>,
-    ) -> Result<Option<Guarded<Option<SpawnRollbackBox>>>, GuardError> {
+    ) -> Result<Option<Guarded<Option<Rollback>>>, GuardError> {
         self.call(&request, &Arc::new(AbortController::new()))
     }
 

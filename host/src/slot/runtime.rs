@@ -377,14 +377,20 @@ impl Runtime {
     /// changed on disk since is refused before it is opened (also on reload: an installed
     /// plugin is replaced by installing it again).
     pub(super) fn loader(&self) -> Loader {
-        Loader::new(self.home.cache_dir()).with_installed_pins(
-            self.config()
-                .config
-                .plugins
-                .entries
-                .iter()
-                .filter_map(|(id, entry)| Some((id.clone(), entry.sha256.clone()?))),
-        )
+        let config = self.config();
+        let entries = &config.config.plugins.entries;
+        Loader::new(self.home.cache_dir())
+            .with_installed_pins(
+                entries
+                    .iter()
+                    .filter_map(|(id, entry)| Some((id.clone(), entry.sha256.clone()?))),
+            )
+            .with_unload_on_reload(
+                entries
+                    .iter()
+                    .filter(|(_, entry)| entry.unload_on_reload)
+                    .map(|(id, _)| id.clone()),
+            )
     }
 
     /// Every enabled plugin's engine ids among `dirs`, from manifests alone, before any

@@ -197,6 +197,17 @@ pub trait CommitTurn: Engine {
 /// release everything the instance holds and **join every thread it started**: the host
 /// cannot see a library's threads, and a thread left running keeps executing the old build's
 /// code after its instance is gone.
+///
+/// This is the contract that makes unloading possible. An operator may set
+/// `plugins.entries.<id>.unloadOnReload: true`: then, after a reload, the old build's library
+/// is closed (`dlclose`) as soon as its last instance has been disposed and dropped and the
+/// host holds nothing else from it — so a thread of yours still running (or parked, or
+/// sleeping) at that moment would execute unmapped code and crash the whole host. Join your
+/// threads here, not in `Drop` alone; stop timers and background tasks; leave no callback
+/// registered anywhere. Thread-local values with a destructor that your code creates on the
+/// host's threads (a `thread_local!` holding a `String`, a `Vec`, an `Rc`, …, or
+/// `std::thread::current()`) do not crash anything, but they keep the library mapped until the
+/// host thread exits: prefer `const` thread-locals of `Cell`s of plain values.
 pub trait Dispose: Engine {
     /// See the trait.
     ///

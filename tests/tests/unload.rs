@@ -1,0 +1,336 @@
+//! Libraries after a hot reload, through the library's `Runtime` and the real staged `faulty`
+//! library: kept mapped by default; with `plugins.entries.<id>.unloadOnReload` closed once
+//! nothing from the old build is alive — and never before. Each test holds one object of
+//! every kind the old generation hands out (its guarded engine and so its instance, a result
+//! that the engine allocated, an error, a subagent rollback handle) across a reload, drops them
+//! one by one, and reads `/proc/self/maps` for the old build's private copy after each drop.
+//!
+//! A "new build" is the staged library with a trailer appended (another content hash, so
+//! another private copy and another mapping), as in `reload.rs`.
+
+#![cfg(target_os = "linux")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pincer_host::config::PincerHome;
+use pincer_host::engines::instance::EngineOrigin;
+use pincer_host::engines::request::{CompactRequest, HostInputs, SubagentSpawnRequest};
+use pincer_host::slot::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
+use pincer_host::Transcript;
+use pincer_plugin_api::abi::latest::{AbortController, CompactionTarget, SubagentContextMode};
+use pincer_tests::*;
+use serde_json::json;
+
+/// A home with an unpinned copy of `faulty`; `compact` fails with a known text (an error to
+/// hold), every other method works, and `dispose` is logged.
+struct Setup {
+    home: TempDir,
+    library: PathBuf,
+    base: Vec<u8>,
+    dispose_log: PathBuf,
+}
+
+const ERROR_TEXT: &str = "faulty: an error held across the unload";
+
+impl Setup {
+    fn new(unload_on_reload: Option<bool>) -> Self {
+        let home = TempDir::new().unwrap();
+        let plugin = unpinned_plugin_copy("faulty", &home.path().join("plugins"));
+        let library = library_path(&plugin);
+        let base = std::fs::read(&library).unwrap();
+        let dispose_log = home.path().join("dispose.log");
+        let mut entry = json!({
+            "config": {
+                "compact": "error",
+                "errorMessage": ERROR_TEXT,
+                "disposeLog": dispose_log.display().to_string(),
+            }
+        });
+        if let Some(unload) = unload_on_reload {
+            entry["unloadOnReload"] = json!(unload);
+        }
+        let config = json!({
+            "plugins": {
+                "slots": { "contextEngine": "faulty" },
+                "entries": { "faulty": entry }
+            }
+        });
+        std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
+        Setup {
+            home,
+            library,
+            base,
+            dispose_log,
+        }
+    }
+
+    fn runtime(&self) -> Arc<Runtime> {
+        let options = RuntimeOptions::new(PincerHome::new(self.home.path().to_owned()));
+        Arc::new(Runtime::open(options).unwrap())
+    }
+
+    /// Writes build `n` over the library (by rename, as a build tool does).
+    fn replace(&self, n: usize) {
+        let mut bytes = self.base.clone();
+        bytes.extend_from_slice(format!("\0pincer-unload-test-build-{n}\0").as_bytes());
+        let tmp = self.library.with_extension("tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        std::fs::rename(&tmp, &self.library).unwrap();
+    }
+
+    fn disposed(&self) -> usize {
+        std::fs::read_to_string(&self.dispose_log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+}
+
+/// Whether `path` is mapped into this process, read from `/proc/self/maps` by the test itself.
+fn mapped(path: &Path) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let path = path.to_str().unwrap();
+    maps.lines()
+        .any(|line| line.ends_with(path) || line.ends_with(&format!("{path} (deleted)")))
+}
+
+/// The private copy the guard's engine was loaded from.
+fn library_of(engine: &GuardedEngine) -> PathBuf {
+    match engine.primary().origin() {
+        EngineOrigin::Plugin { library, .. } => PathBuf::from(library),
+        other => panic!("not a plugin engine: {other:?}"),
+    }
+}
+
+fn status(runtime: &Runtime) -> GenerationStatus {
+    runtime
+        .generations()
+        .into_iter()
+        .find(|g| g.engine_id == "faulty")
+        .expect("faulty is registered")
+}
+
+/// Waits (bounded) until `check` holds.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Gives the reaper time to do whatever it would do (used where nothing must happen).
+fn settle() {
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn compact_request(t: &Transcript) -> Arc<CompactRequest> {
+    Arc::new(CompactRequest {
+        session_id: Arc::from("s"),
+        session_file: Arc::from("/nonexistent/s.jsonl"),
+        agent_id: None,
+        messages: t.shared_messages(),
+        entry_ids: t.entry_ids(),
+        token_budget: None,
+        force: true,
+        force_reason: None,
+        current_token_count: None,
+        compaction_target: CompactionTarget::default(),
+        custom_instructions: None,
+        host: HostInputs::default(),
+    })
+}
+
+fn spawn_request() -> Arc<SubagentSpawnRequest> {
+    Arc::new(SubagentSpawnRequest {
+        parent_session_key: Arc::from("parent"),
+        child_session_key: Arc::from("child"),
+        context_mode: Some(SubagentContextMode::Fork),
+        parent_session_id: None,
+        parent_session_file: None,
+        child_session_id: None,
+        child_session_file: None,
+        ttl_ms: None,
+    })
+}
+
+/// Everything generation 1 hands out, held by the caller.
+struct Held {
+    engine: GuardedEngine,
+    /// An `assemble` result: its items and its system-prompt addition were allocated by the
+    /// engine.
+    assembled: pincer_plugin_api::abi::latest::AssembleResult,
+    /// A failed call's error.
+    error: pincer_host::slot::GuardError,
+    /// A `prepareSubagentSpawn` rollback handle: the engine's code.
+    rollback: pincer_host::engines::instance::Rollback,
+}
+
+fn take_everything(runtime: &Runtime) -> Held {
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let engine = runtime.resolve().unwrap().engine;
+    assert_eq!(engine.generation(), 1);
+    let assembled = engine
+        .assemble(assemble_request(&t, "s"), Arc::new(AbortController::new()))
+        .unwrap();
+    assert_eq!(assembled.answer.answered_by, "faulty");
+    let rollback = engine
+        .prepare_subagent_spawn(spawn_request())
+        .unwrap()
+        .expect("faulty has prepareSubagentSpawn")
+        .value
+        .expect("faulty offers a rollback");
+    // `compact` fails closed: the caller gets the engine's own error (and faulty is
+    // quarantined, which the reload clears).
+    let error = engine
+        .compact(compact_request(&t), Arc::new(AbortController::new()))
+        .unwrap_err();
+    assert_eq!(error.error.message, ERROR_TEXT);
+    Held {
+        engine,
+        assembled: assembled.value,
+        error,
+        rollback,
+    }
+}
+
+/// The addition faulty writes into every `assemble` result.
+fn addition(result: &pincer_plugin_api::abi::latest::AssembleResult) -> String {
+    result
+        .system_prompt_addition
+        .as_ref()
+        .map(|s| s.to_string())
+        .into_option()
+        .unwrap_or_default()
+}
+
+fn reload_to_generation_2(setup: &Setup, runtime: &Runtime) {
+    setup.replace(1);
+    let outcome = runtime.reload_plugin("faulty").unwrap();
+    assert_eq!(outcome.engines.get("faulty"), Some(&2), "{outcome:?}");
+}
+
+#[test]
+fn unload_on_reload_closes_the_old_library_after_the_last_object_from_it_is_dropped() {
+    let setup = Setup::new(Some(true));
+    let runtime = setup.runtime();
+    let held = take_everything(&runtime);
+    let old = library_of(&held.engine);
+    assert!(mapped(&old), "generation 1 is mapped while it serves");
+    let Held {
+        engine,
+        assembled,
+        error,
+        rollback,
+    } = held;
+
+    reload_to_generation_2(&setup, &runtime);
+    let new_engine = runtime.resolve().unwrap().engine;
+    assert_eq!(new_engine.generation(), 2);
+    let new = library_of(&new_engine);
+    assert_ne!(new, old, "the new build is another private copy");
+    settle();
+    assert!(mapped(&old), "the guard of generation 1 holds it");
+    assert_eq!(setup.disposed(), 0, "not disposed while a guard holds it");
+    let s = status(&runtime);
+    assert_eq!(
+        (s.kept_generations, s.unloading, s.unloaded_generations),
+        (1, 1, 0),
+        "{s:?}"
+    );
+
+    // 1. The guard (and with it generation 1's instance): disposed by the reaper, but the
+    // rollback handle still holds the library.
+    drop(engine);
+    eventually("generation 1 is disposed", || setup.disposed() == 1);
+    settle();
+    assert!(mapped(&old), "the rollback handle still holds generation 1");
+    assert_eq!(status(&runtime).unloading, 1);
+
+    // 2. The rollback handle, run by the new generation's guard: the old build's code runs
+    // after its instance is gone, and the handle is the last thing holding the library.
+    new_engine.rollback(rollback).unwrap();
+    eventually("generation 1 is unmapped", || !mapped(&old));
+    let s = status(&runtime);
+    assert_eq!(
+        (s.kept_generations, s.kept_bytes, s.unloading, s.pinned, s.unloaded_generations),
+        (0, 0, 0, 0, 1),
+        "{s:?}"
+    );
+    assert!(mapped(&new), "the serving build is untouched");
+
+    // 3. The result and the error outlive the library: they are host memory, read and freed
+    // without its code.
+    assert!(
+        addition(&assembled).starts_with("faulty engine was here"),
+        "{}",
+        addition(&assembled)
+    );
+    assert!(!assembled.items.is_empty());
+    assert_eq!(error.error.message, ERROR_TEXT);
+    drop(assembled);
+    drop(error);
+
+    // The new generation serves on.
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let answer = new_engine
+        .assemble(assemble_request(&t, "s"), Arc::new(AbortController::new()))
+        .unwrap();
+    assert_eq!(
+        (answer.answer.answered_by.as_str(), answer.answer.generation),
+        ("faulty", 2)
+    );
+    drop(answer);
+    drop(new_engine);
+    runtime.shutdown();
+}
+
+#[test]
+fn unload_on_reload_waits_for_a_rollback_handle_dropped_unused() {
+    let setup = Setup::new(Some(true));
+    let runtime = setup.runtime();
+    let held = take_everything(&runtime);
+    let old = library_of(&held.engine);
+    reload_to_generation_2(&setup, &runtime);
+    // The other order: the rollback handle first (dropped, never run), then the guard.
+    drop(held.rollback);
+    settle();
+    assert!(mapped(&old), "the guard of generation 1 still holds it");
+    assert_eq!(setup.disposed(), 0);
+    drop(held.engine);
+    eventually("generation 1 is unmapped", || !mapped(&old));
+    assert_eq!(setup.disposed(), 1, "disposed before it was unmapped");
+    assert_eq!(status(&runtime).unloaded_generations, 1);
+    assert_eq!(held.error.error.message, ERROR_TEXT);
+    assert!(addition(&held.assembled).starts_with("faulty engine was here"));
+    drop(held.assembled);
+    runtime.shutdown();
+}
+
+#[test]
+fn by_default_the_old_library_stays_mapped_after_everything_from_it_is_dropped() {
+    for unload in [None, Some(false)] {
+        let setup = Setup::new(unload);
+        let runtime = setup.runtime();
+        let held = take_everything(&runtime);
+        let old = library_of(&held.engine);
+        reload_to_generation_2(&setup, &runtime);
+        drop(held);
+        eventually("generation 1 is disposed", || setup.disposed() == 1);
+        settle();
+        assert!(mapped(&old), "kept mapped ({unload:?})");
+        let s = status(&runtime);
+        assert_eq!(
+            (s.kept_generations, s.unloading, s.pinned, s.unloaded_generations),
+            (1, 0, 0, 0),
+            "{s:?}"
+        );
+        assert!(s.kept_bytes >= setup.base.len() as u64);
+        runtime.shutdown();
+    }
+}
