@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use pincer_host::config::PincerHome;
 use pincer_host::engines::instance::EngineOrigin;
-use pincer_host::engines::request::{CompactRequest, HostInputs, SubagentSpawnRequest};
+use pincer_host::engines::request::{CompactRequest, HostInputs, IngestRequest, SubagentSpawnRequest};
+use pincer_host::engines::session_worker::SessionWorker;
 use pincer_host::slot::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
 use pincer_host::Transcript;
 use pincer_plugin_api::abi::latest::{AbortController, CompactionTarget, SubagentContextMode};
@@ -36,6 +37,11 @@ const ERROR_TEXT: &str = "faulty: an error held across the unload";
 
 impl Setup {
     fn new(unload_on_reload: Option<bool>) -> Self {
+        Self::with_methods(unload_on_reload, json!({}))
+    }
+
+    /// As [`Setup::new`], with more of faulty's per-method behaviours.
+    fn with_methods(unload_on_reload: Option<bool>, methods: serde_json::Value) -> Self {
         let home = TempDir::new().unwrap();
         let plugin = unpinned_plugin_copy("faulty", &home.path().join("plugins"));
         let library = library_path(&plugin);
@@ -48,6 +54,9 @@ impl Setup {
                 "disposeLog": dispose_log.display().to_string(),
             }
         });
+        for (method, behaviour) in methods.as_object().unwrap() {
+            entry["config"][method] = behaviour.clone();
+        }
         if let Some(unload) = unload_on_reload {
             entry["unloadOnReload"] = json!(unload);
         }
@@ -333,4 +342,62 @@ fn by_default_the_old_library_stays_mapped_after_everything_from_it_is_dropped()
         assert!(s.kept_bytes >= setup.base.len() as u64);
         runtime.shutdown();
     }
+}
+
+/// Calls `ingest` (configured as `behaviour`) on a session worker, a host thread that
+/// outlives the old generation; reloads; drops the guard; then checks that generation 1 was
+/// unloaded — not pinned by a thread-local destructor on the worker — and that the worker's
+/// thread then exits cleanly (a destructor of the closed library left on it would crash the
+/// process as the thread exits).
+fn calls_on_a_session_worker_leave_nothing_behind(behaviour: &str) {
+    let setup = Setup::with_methods(Some(true), json!({ "ingest": behaviour }));
+    let runtime = setup.runtime();
+    let engine = Arc::new(runtime.resolve().unwrap().engine);
+    let old = library_of(&engine);
+    let worker = SessionWorker::new("unload-test-session");
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let request = Arc::new(IngestRequest {
+        session_id: Arc::from("s"),
+        messages: t.shared_messages(),
+        entry_ids: t.entry_ids(),
+        index: 0,
+        is_heartbeat: false,
+        host: HostInputs::default(),
+    });
+    // A panic quarantines faulty: one call is all that reaches it.
+    let calls = if behaviour == "panic" { 1 } else { 3 };
+    for _ in 0..calls {
+        let (on_worker, request) = (Arc::clone(&engine), Arc::clone(&request));
+        let answer = worker
+            .run(move || on_worker.ingest(request, Arc::new(AbortController::new())))
+            .unwrap()
+            .unwrap();
+        if behaviour == "panic" {
+            let failure = answer.answer.failure.expect("faulty panicked");
+            assert_eq!(failure.code(), "panicked", "{failure:?}");
+            assert!(failure.message.contains("configured to panic in ingest"), "{failure:?}");
+        } else {
+            assert_eq!(answer.answer.failure, None);
+        }
+    }
+    reload_to_generation_2(&setup, &runtime);
+    drop(engine);
+    eventually("generation 1 is closed", || status(&runtime).unloading == 0);
+    let s = status(&runtime);
+    assert_eq!((s.pinned, s.unloaded_generations), (0, 1), "{s:?}");
+    assert!(!mapped(&old));
+    // The worker's thread exits now, running whatever thread-exit destructors it holds.
+    drop(worker);
+    std::thread::sleep(Duration::from_millis(200));
+    runtime.shutdown();
+}
+
+#[test]
+fn calls_on_a_long_lived_session_worker_do_not_pin_the_library() {
+    calls_on_a_session_worker_leave_nothing_behind("ok");
+}
+
+#[test]
+fn a_call_that_panicked_on_a_long_lived_session_worker_does_not_pin_the_library() {
+    calls_on_a_session_worker_leave_nothing_behind("panic");
 }
