@@ -401,3 +401,78 @@ fn calls_on_a_long_lived_session_worker_do_not_pin_the_library() {
 fn a_call_that_panicked_on_a_long_lived_session_worker_does_not_pin_the_library() {
     calls_on_a_session_worker_leave_nothing_behind("panic");
 }
+
+/// Every method of faulty, the factory and `dispose` included, leaves thread-exit work on
+/// whatever thread runs it (a `thread_local!` with a destructor, `std::thread::current()`),
+/// as a careless engine does. Called from a long-lived session worker and from the test's
+/// thread, none of it may stay on those threads: every call into a library closed after
+/// reload runs on a thread of its own that ends before the library can close.
+#[test]
+fn thread_exit_work_of_engine_code_never_outlives_the_library_on_host_threads() {
+    let every = json!({
+        "factory": "touch-thread",
+        "info": "touch-thread",
+        "ingest": "touch-thread",
+        "assemble": "touch-thread",
+        "prepareSubagentSpawn": "touch-thread",
+        "rollback": "touch-thread",
+        "dispose": "touch-thread",
+    });
+    let setup = Setup::with_methods(Some(true), every);
+    let runtime = setup.runtime();
+    let worker = SessionWorker::new("unload-test-session");
+    let on_worker = Arc::clone(&runtime);
+    let engine = Arc::new(
+        worker
+            .run(move || {
+                let resolved = on_worker.resolve().unwrap();
+                assert!(resolved.resolution.fallback.is_none(), "{:?}", resolved.resolution);
+                resolved.engine
+            })
+            .unwrap(),
+    );
+    let old = library_of(&engine);
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let (on_worker, request) = (Arc::clone(&engine), assemble_request(&t, "s"));
+    let (assembled, rollback) = worker
+        .run(move || {
+            let assembled = on_worker
+                .assemble(request, Arc::new(AbortController::new()))
+                .unwrap();
+            let rollback = on_worker
+                .prepare_subagent_spawn(spawn_request())
+                .unwrap()
+                .unwrap()
+                .value
+                .unwrap();
+            (assembled, rollback)
+        })
+        .unwrap();
+    assert_eq!(
+        (assembled.answer.answered_by.as_str(), &assembled.answer.failure),
+        ("faulty", &None)
+    );
+    // From the test's thread too (elsewhere than on a session worker).
+    let again = engine
+        .assemble(assemble_request(&t, "s"), Arc::new(AbortController::new()))
+        .unwrap();
+    assert_eq!(again.answer.failure, None);
+    let on_worker = Arc::clone(&engine);
+    worker
+        .run(move || on_worker.rollback(rollback))
+        .unwrap()
+        .unwrap();
+
+    reload_to_generation_2(&setup, &runtime);
+    drop(engine);
+    eventually("generation 1 is closed", || status(&runtime).unloading == 0);
+    let s = status(&runtime);
+    assert_eq!((s.pinned, s.unloaded_generations), (0, 1), "{s:?}");
+    assert!(!mapped(&old));
+    assert_eq!(setup.disposed(), 1);
+    drop((assembled, again));
+    // The worker's thread exits now: nothing of the closed library may run as it does.
+    drop(worker);
+    std::thread::sleep(Duration::from_millis(200));
+    runtime.shutdown();
+}

@@ -113,7 +113,7 @@ fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError>
 pub struct Rollback {
     // Field order: the handle (its vtable and drop code) goes before the library.
     handle: SpawnRollbackBox,
-    _library: Option<Arc<LoadedLibrary>>,
+    library: Option<Arc<LoadedLibrary>>,
 }
 
 impl std::fmt::Debug for Rollback {
@@ -125,10 +125,12 @@ impl std::fmt::Debug for Rollback {
 impl Rollback {
     /// Wraps `handle`; `library` is the library it came from (`None` when linked in).
     pub fn new(handle: SpawnRollbackBox, library: Option<Arc<LoadedLibrary>>) -> Self {
-        Rollback {
-            handle,
-            _library: library,
-        }
+        Rollback { handle, library }
+    }
+
+    /// The library it came from (`None` when linked in).
+    pub fn library(&self) -> Option<&Arc<LoadedLibrary>> {
+        self.library.as_ref()
     }
 
     /// Runs the rollback (unbounded: `GuardedEngine::rollback` bounds it).

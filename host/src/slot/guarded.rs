@@ -60,6 +60,7 @@ use crate::engines::request::{
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::{self, OnStuck, WorkError};
+use crate::plugins::library::LoadedLibrary;
 use crate::slot::contract::{
     check_assemble, check_bootstrap, check_compact, check_maintain, check_tool_result, CallTrust,
 };
@@ -458,6 +459,10 @@ pub struct GuardedEngine {
     generation: u64,
     /// Result caps and the crash-journal tag of the primary.
     trust: Arc<CallTrust>,
+    /// The primary's library is closed after a reload (`unloadOnReload`): its calls run on
+    /// threads of their own that end with the call, never inline on a session worker or on a
+    /// pooled worker (see [`bounded::run_on_own_thread`]).
+    own_thread: bool,
 }
 
 impl std::fmt::Debug for GuardedEngine {
@@ -512,6 +517,7 @@ impl GuardedEngine {
         quarantine: Arc<Quarantine>,
         policy: FallbackPolicy,
     ) -> Self {
+        let primary_unloads = primary.closable_library().is_some();
         GuardedEngine {
             id: EngineName::from(id),
             fallback_id: EngineName::from(fallback.descriptor().id.as_str()),
@@ -524,6 +530,7 @@ impl GuardedEngine {
             windows: Timeouts::default().table(),
             generation: FIRST_GENERATION,
             trust: Arc::new(CallTrust::default()),
+            own_thread: primary_unloads,
         }
     }
 
@@ -625,28 +632,43 @@ impl GuardedEngine {
             &self.fallback
         };
         let quarantinable = primary && !self.is_default();
-        let inline =
+        let own_thread = primary && self.own_thread;
+        let inline = if own_thread {
+            Err(())
+        } else {
             session_worker::run_inline(R::METHOD, quarantinable, window, abort, self, || {
                 if primary {
                     trusted_call(&**request, engine, abort.signal(), mask, &self.trust)
                 } else {
                     request.fallback(engine, abort.signal())
                 }
-            });
+            })
+            .map_err(drop)
+        };
         let outcome = match inline {
             Ok(outcome) => outcome,
-            Err(_) => {
+            Err(()) => {
                 let engine = Arc::clone(engine);
                 let request = Arc::clone(request);
                 let controller = Arc::clone(abort);
                 let trust = Arc::clone(&self.trust);
-                bounded::run(Deadline::new(window), Arc::clone(abort), move || {
+                let call = move || {
                     if primary {
                         trusted_call(&*request, &engine, controller.signal(), mask, &trust)
                     } else {
                         request.fallback(&engine, controller.signal())
                     }
-                })
+                };
+                let deadline = Deadline::new(window);
+                match self.primary.closable_library() {
+                    Some(library) if own_thread => bounded::run_on_own_thread(
+                        deadline,
+                        Arc::clone(abort),
+                        Arc::clone(library),
+                        call,
+                    ),
+                    _ => bounded::run(deadline, Arc::clone(abort), call),
+                }
             }
         };
         outcome
@@ -655,17 +677,22 @@ impl GuardedEngine {
     }
 
     /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
+    /// A closable `library` (`unloadOnReload`) runs it on a thread of its own.
     fn within_deadline<T: Send + 'static>(
         &self,
         operation: Method,
+        library: Option<&Arc<LoadedLibrary>>,
         call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
     ) -> Result<T, EngineCallError> {
-        let window = self.window(operation);
-        match bounded::run(
-            Deadline::new(window),
-            Arc::new(AbortController::new()),
-            call,
-        ) {
+        let deadline = Deadline::new(self.window(operation));
+        let abort = Arc::new(AbortController::new());
+        let outcome = match library.filter(|l| l.unloads()) {
+            Some(library) => {
+                bounded::run_on_own_thread(deadline, abort, Arc::clone(library), call)
+            }
+            None => bounded::run(deadline, abort, call),
+        };
+        match outcome {
             Ok(result) => result,
             Err(overrun) => Err(overrun_error(operation, &overrun)),
         }
@@ -676,7 +703,8 @@ impl GuardedEngine {
     /// # Errors
     /// The rollback's error, or its timeout.
     pub fn rollback(&self, handle: Rollback) -> Result<(), EngineCallError> {
-        self.within_deadline(Method::Rollback, move || handle.run())
+        let library = handle.library().cloned();
+        self.within_deadline(Method::Rollback, library.as_ref(), move || handle.run())
     }
 
     /// Disposes the configured engine instance, bounded by the cleanup deadline (once per
@@ -686,7 +714,8 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline(Method::Dispose, move || engine.dispose())
+        let library = self.primary.closable_library().cloned();
+        self.within_deadline(Method::Dispose, library.as_ref(), move || engine.dispose())
     }
 
     /// The one path of every guarded method: `Ok(None)` when the engine lacks an optional

@@ -479,11 +479,17 @@ fn fingerprint(dir: &Path, library_sha256: &str) -> String {
 pub(crate) fn dispose_within(instance: &Arc<EngineInstance>, window: Duration) {
     let engine = Arc::clone(instance);
     let id = instance.descriptor().id.clone();
-    match bounded::run(
-        Deadline::new(window),
-        Arc::new(AbortController::new()),
-        move || engine.dispose(),
-    ) {
+    let deadline = Deadline::new(window);
+    let abort = Arc::new(AbortController::new());
+    let outcome = match instance.closable_library() {
+        Some(library) => {
+            bounded::run_on_own_thread(deadline, abort, Arc::clone(library), move || {
+                engine.dispose()
+            })
+        }
+        None => bounded::run(deadline, abort, move || engine.dispose()),
+    };
+    match outcome {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
             tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")

@@ -42,6 +42,15 @@ pub enum Behaviour {
     /// Hostile: write the call's read-only abort signal through a raw pointer (as no safe
     /// code can), then fail with `EngineError::Aborted`, hoping to dodge the quarantine.
     ForgeAbort,
+    /// Work, after leaving thread-exit work on the calling thread as a careless engine does:
+    /// a `thread_local!` holding a `String` (a C++-style thread-local destructor) and
+    /// `std::thread::current()` (std's exit hook, a `pthread` key) — both run when that thread
+    /// exits, in this library's code.
+    TouchThread,
+}
+
+thread_local! {
+    static TOUCHED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -140,6 +149,11 @@ fn act(
             Err(EngineError::aborted(format!(
                 "faulty: fired the abort signal itself in {method}"
             )))
+        }
+        Behaviour::TouchThread => {
+            let name = std::thread::current().name().map(str::to_owned);
+            TOUCHED.with(|t| *t.borrow_mut() = format!("{method} on {name:?}"));
+            Ok(())
         }
         Behaviour::HangUntilAbort => {
             let start = Instant::now();
