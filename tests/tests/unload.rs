@@ -344,7 +344,7 @@ fn by_default_the_old_library_stays_mapped_after_everything_from_it_is_dropped()
     }
 }
 
-/// Calls `ingest` (configured as `behaviour`) on a session worker, a host thread that
+/// Calls `ingest` (configured as `behaviour`) from a session worker, a host thread that
 /// outlives the old generation; reloads; drops the guard; then checks that generation 1 was
 /// unloaded — not pinned by a thread-local destructor on the worker — and that the worker's
 /// thread then exits cleanly (a destructor of the closed library left on it would crash the
@@ -393,12 +393,14 @@ fn calls_on_a_session_worker_leave_nothing_behind(behaviour: &str) {
 }
 
 #[test]
-fn calls_on_a_long_lived_session_worker_do_not_pin_the_library() {
+fn calls_made_from_a_long_lived_session_worker_leave_nothing_behind_on_it() {
     calls_on_a_session_worker_leave_nothing_behind("ok");
 }
 
+/// A panic runs the adapter's panic hook and its caught-panic path (the location recorded,
+/// then taken) on the calling thread.
 #[test]
-fn a_call_that_panicked_on_a_long_lived_session_worker_does_not_pin_the_library() {
+fn a_call_that_panicked_from_a_long_lived_session_worker_leaves_nothing_behind_on_it() {
     calls_on_a_session_worker_leave_nothing_behind("panic");
 }
 

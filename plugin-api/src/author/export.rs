@@ -40,10 +40,7 @@ pub fn guard<T>(
     method: &str,
     f: impl FnOnce() -> Result<T, EngineError>,
 ) -> RResult<T, EngineError> {
-    let host_call = HostCall::enter();
-    let outcome = catch_unwind(AssertUnwindSafe(f));
-    drop(host_call);
-    match outcome {
+    match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(value)) => ROk(value),
         Ok(Err(err)) => RErr(err),
         Err(payload) => RErr(EngineError::Panicked(
@@ -73,9 +70,9 @@ thread_local! {
     /// it (`unloadOnReload`). A location recorded and never taken (an uncaught panic in an
     /// engine's own thread) is a few bytes leaked.
     static LAST_PANIC_LOCATION: Cell<*mut String> = const { Cell::new(std::ptr::null_mut()) };
-    /// Set while the host's call runs on this thread (every call under [`guard`], and the
-    /// drops of an engine or a rollback handle): the thread is the host's, not one the engine
-    /// started.
+    /// Set while an engine or a rollback handle is dropped: the thread is the host's, and
+    /// may outlive the library (a host that closes a library after reload runs every call on
+    /// a thread that ends, but drops happen wherever the last owner lets go).
     static IN_HOST_CALL: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -95,14 +92,13 @@ fn record_panic_location(location: Option<String>) {
     }
 }
 
-/// Whether this thread is in a call from the host (an engine method, the factory, a
-/// rollback, a drop), as opposed to a thread the engine started.
+/// Whether this thread is dropping an engine or a rollback handle for the host.
 fn in_host_call() -> bool {
     IN_HOST_CALL.with(Cell::get)
 }
 
-/// Marks the thread as the host's while a call from the host runs. One thread-local lookup
-/// (a `__tls_get_addr` call in a `cdylib`) per call.
+/// Marks the thread as the host's while an engine or a rollback handle is dropped (not on
+/// the call path: in a `cdylib` each thread-local access is a `__tls_get_addr` call).
 struct HostCall {
     cell: *const Cell<bool>,
     previous: bool,
@@ -151,12 +147,13 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// printing to the host's stderr. Only the exported entry point calls this: a loaded library
 /// has its own copy of std, so the hook sees only the library's own panics and never touches
 /// the host's. In a test binary ([`crate::testing`]) library and test share one std, so the
-/// previous hook still runs and a failing test prints its panic as usual. (Installed once,
-/// not on each call: in a `cdylib` each thread-local access is a `__tls_get_addr` call; the
-/// call path makes one, [`guard`]'s.) On a host thread the hook creates no thread-local with
-/// a destructor and does not call `std::thread::current()`, which would register one: either
-/// would keep the library mapped after the host closed it (`unloadOnReload`) — or, for
-/// `std::thread::current()`'s exit hook (a `pthread` key), crash the host thread as it exits.
+/// previous hook still runs and a failing test prints its panic as usual. (No thread-local is
+/// touched on the call path: in a `cdylib` each access is a `__tls_get_addr` call.) The hook
+/// creates no thread-local with a destructor, and while an engine or a rollback handle is
+/// dropped (on whatever host thread lets go of it last) it does not call
+/// `std::thread::current()`: on a thread this library's `std` did not start, that registers
+/// `std`'s thread-exit hook (a `pthread` key). Either would run this library's code when a
+/// host thread exits — after a host that closes libraries (`unloadOnReload`) closed it.
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -172,13 +169,11 @@ fn install_panic_hook() {
                 // `guard` to report it): the host's log gets it, with its location.
                 let message = payload_text(info.payload());
                 if in_host_call() {
-                    // The host's thread: `std::thread::current()` would register a
-                    // thread-local destructor on it (see `LAST_PANIC_LOCATION`), and the
-                    // host reports the call's panic itself.
+                    // A host thread that may outlive the library: no `thread::current()`.
                     tracing::error!(
                         target: "pincer::plugin::panic",
                         location = location.as_deref().unwrap_or("unknown"),
-                        "panic in plugin code (in a call from the host): {message}"
+                        "panic in plugin code (while the host dropped it): {message}"
                     );
                 } else {
                     let thread = std::thread::current();
