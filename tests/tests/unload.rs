@@ -478,3 +478,32 @@ fn thread_exit_work_of_engine_code_never_outlives_the_library_on_host_threads() 
     std::thread::sleep(Duration::from_millis(200));
     runtime.shutdown();
 }
+
+/// The serving generation's library closes too when its runtime is dropped, on whatever
+/// thread drops it: the engine's own `Drop` (here leaving thread-exit work, `touch-thread`)
+/// runs on a thread of its own, so the dropping thread — a long-lived session worker — carries
+/// nothing of the library when it later exits.
+#[test]
+fn the_engine_dropped_with_its_runtime_on_a_host_thread_leaves_nothing_behind_on_it() {
+    let setup = Setup::with_methods(Some(true), json!({ "drop": "touch-thread" }));
+    let runtime = setup.runtime();
+    let worker = SessionWorker::new("unload-test-session");
+    let engine = runtime.resolve().unwrap().engine;
+    let library = library_of(&engine);
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let answer = engine
+        .assemble(assemble_request(&t, "s"), Arc::new(AbortController::new()))
+        .unwrap();
+    assert_eq!(answer.answer.failure, None);
+    worker
+        .run(move || {
+            runtime.shutdown();
+            drop((engine, runtime));
+        })
+        .unwrap();
+    assert_eq!(setup.disposed(), 1);
+    eventually("the library is unmapped", || !mapped(&library));
+    drop(answer);
+    drop(worker);
+    std::thread::sleep(Duration::from_millis(200));
+}

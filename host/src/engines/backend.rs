@@ -19,6 +19,7 @@
 //! library. A rollback handle is the engine's code and cannot be copied: [`Rollback`] holds
 //! the library it came from.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
@@ -111,9 +112,40 @@ fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError>
 /// engine's library, and the `Arc` of that library, so a handle kept past a reload (the
 /// gateway keeps one per child until the child ends) keeps the code it calls.
 pub struct Rollback {
-    // Field order: the handle (its vtable and drop code) goes before the library.
-    handle: SpawnRollbackBox,
+    // Dropped by hand, before the library (see `Drop`).
+    handle: ManuallyDrop<SpawnRollbackBox>,
     library: Option<Arc<LoadedLibrary>>,
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        // SAFETY: `handle` is not used after this.
+        let handle = unsafe { ManuallyDrop::take(&mut self.handle) };
+        drop_for(handle, self.library.as_ref());
+    }
+}
+
+/// Drops `value`, an object of `library`'s: where it is — unless the library is closed after
+/// a reload (`unloadOnReload`); then on a thread of its own, joined, so that whatever its drop
+/// code leaves for thread exit (thread-local destructors, `std`'s exit hook) runs while the
+/// library is mapped, not later on whichever host thread let go of it.
+fn drop_for<T: Send + 'static>(value: T, library: Option<&Arc<LoadedLibrary>>) {
+    if !library.is_some_and(|l| l.unloads()) {
+        drop(value);
+        return;
+    }
+    let cell = Arc::new(std::sync::Mutex::new(Some(value)));
+    let on_thread = Arc::clone(&cell);
+    let spawned = std::thread::Builder::new()
+        .name("pincer-engine-drop".to_owned())
+        .spawn(move || drop(on_thread.lock().map(|mut v| v.take())));
+    match spawned {
+        // `join` returns once the thread has exited, its exit work done.
+        Ok(handle) => {
+            let _ = handle.join();
+        }
+        Err(_) => drop(cell.lock().map(|mut v| v.take())),
+    }
 }
 
 impl std::fmt::Debug for Rollback {
@@ -125,7 +157,10 @@ impl std::fmt::Debug for Rollback {
 impl Rollback {
     /// Wraps `handle`; `library` is the library it came from (`None` when linked in).
     pub fn new(handle: SpawnRollbackBox, library: Option<Arc<LoadedLibrary>>) -> Self {
-        Rollback { handle, library }
+        Rollback {
+            handle: ManuallyDrop::new(handle),
+            library,
+        }
     }
 
     /// The library it came from (`None` when linked in).
@@ -146,11 +181,13 @@ impl Rollback {
 /// `Arc` held here), or linked into the host (`legacy`, statically linked engines).
 ///
 /// **Architecture Invariant:** the object (and its vtable) is dropped before the library
-/// handle (field order). A library is kept mapped unless it was opened closable
-/// (`unloadOnReload`); then this backend copies every result into host memory, and the
-/// library closes when its last `Arc` (instances, rollback handles) is dropped.
+/// handle (`Drop`). A library is kept mapped unless it was opened closable
+/// (`unloadOnReload`); then this backend copies every result into host memory, drops the
+/// object on a thread of its own (joined), and the library closes when its last `Arc`
+/// (instances, rollback handles) is dropped.
 pub struct InProcess {
-    object: EngineBox,
+    // Dropped by hand, before the library (see `Drop`).
+    object: ManuallyDrop<EngineBox>,
     library: Option<Arc<LoadedLibrary>>,
     /// The library is closable: results are copied into host memory.
     copy_results: bool,
@@ -160,7 +197,7 @@ impl InProcess {
     /// Wraps `object`; `library` is the library it came from (`None` when linked in).
     pub fn new(object: EngineBox, library: Option<Arc<LoadedLibrary>>) -> Self {
         InProcess {
-            object,
+            object: ManuallyDrop::new(object),
             copy_results: library.as_ref().is_some_and(|l| l.unloads()),
             library,
         }
@@ -176,6 +213,14 @@ impl InProcess {
         } else {
             result
         }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        // SAFETY: `object` is not used after this.
+        let object = unsafe { ManuallyDrop::take(&mut self.object) };
+        drop_for(object, self.library.as_ref());
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! Config (`plugins.entries.faulty.config`): one key per method (`factory`, `info`, `ingest`,
 //! `ingestBatch`, `assemble`, `compact`, `bootstrap`, `afterTurn`, `maintain`,
-//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`) with a
+//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`, and
+//! `drop`: the instance's `Drop`, where only `touch-thread` does anything) with a
 //! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
 //! `backgroundMaintenance: true` declares `turnMaintenanceMode: "background"`.
 //! A `factory-behaviour` file in the plugin folder (a behaviour name) overrides `factory`: a
@@ -117,6 +118,16 @@ pub struct Faulty {
     host: Host,
     calls: AtomicU64,
     per_method: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// `drop` (a key of the config like the methods') runs when the instance is dropped; only
+/// `touch-thread` does anything there.
+impl Drop for Faulty {
+    fn drop(&mut self) {
+        if self.methods.get("drop") == Some(&Behaviour::TouchThread) {
+            let _ = act(Behaviour::TouchThread, "drop", self.hang, None, None);
+        }
+    }
 }
 
 fn act(
