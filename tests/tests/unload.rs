@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use pincer_host::config::PincerHome;
 use pincer_host::engines::instance::EngineOrigin;
-use pincer_host::engines::request::{CompactRequest, HostInputs, IngestRequest, SubagentSpawnRequest};
+use pincer_host::engines::request::{
+    CompactRequest, HostInputs, IngestRequest, SubagentSpawnRequest,
+};
 use pincer_host::engines::session_worker::SessionWorker;
 use pincer_host::slot::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
 use pincer_host::Transcript;
@@ -267,7 +269,13 @@ fn unload_on_reload_closes_the_old_library_after_the_last_object_from_it_is_drop
     eventually("generation 1 is unmapped", || !mapped(&old));
     let s = status(&runtime);
     assert_eq!(
-        (s.kept_generations, s.kept_bytes, s.unloading, s.pinned, s.unloaded_generations),
+        (
+            s.kept_generations,
+            s.kept_bytes,
+            s.unloading,
+            s.pinned,
+            s.unloaded_generations
+        ),
         (0, 0, 0, 0, 1),
         "{s:?}"
     );
@@ -335,7 +343,12 @@ fn by_default_the_old_library_stays_mapped_after_everything_from_it_is_dropped()
         assert!(mapped(&old), "kept mapped ({unload:?})");
         let s = status(&runtime);
         assert_eq!(
-            (s.kept_generations, s.unloading, s.pinned, s.unloaded_generations),
+            (
+                s.kept_generations,
+                s.unloading,
+                s.pinned,
+                s.unloaded_generations
+            ),
             (1, 0, 0, 0),
             "{s:?}"
         );
@@ -375,7 +388,10 @@ fn calls_on_a_session_worker_leave_nothing_behind(behaviour: &str) {
         if behaviour == "panic" {
             let failure = answer.answer.failure.expect("faulty panicked");
             assert_eq!(failure.code(), "panicked", "{failure:?}");
-            assert!(failure.message.contains("configured to panic in ingest"), "{failure:?}");
+            assert!(
+                failure.message.contains("configured to panic in ingest"),
+                "{failure:?}"
+            );
         } else {
             assert_eq!(answer.answer.failure, None);
         }
@@ -428,7 +444,11 @@ fn thread_exit_work_of_engine_code_never_outlives_the_library_on_host_threads() 
         worker
             .run(move || {
                 let resolved = on_worker.resolve().unwrap();
-                assert!(resolved.resolution.fallback.is_none(), "{:?}", resolved.resolution);
+                assert!(
+                    resolved.resolution.fallback.is_none(),
+                    "{:?}",
+                    resolved.resolution
+                );
                 resolved.engine
             })
             .unwrap(),
@@ -451,7 +471,10 @@ fn thread_exit_work_of_engine_code_never_outlives_the_library_on_host_threads() 
         })
         .unwrap();
     assert_eq!(
-        (assembled.answer.answered_by.as_str(), &assembled.answer.failure),
+        (
+            assembled.answer.answered_by.as_str(),
+            &assembled.answer.failure
+        ),
         ("faulty", &None)
     );
     // From the test's thread too (elsewhere than on a session worker).

@@ -611,7 +611,10 @@ mod tests {
                 .unwrap();
         assert!(unknown.is_empty(), "{unknown:?}");
         assert!(config.plugins.entries["faulty"].unload_on_reload);
-        assert!(!config.plugins.entries["other"].unload_on_reload, "off by default");
+        assert!(
+            !config.plugins.entries["other"].unload_on_reload,
+            "off by default"
+        );
         let (_, unknown) =
             parse(r#"{ plugins: { entries: { faulty: { unloadOnReloads: true } } } }"#).unwrap();
         assert_eq!(unknown, ["plugins.entries.faulty.unloadOnReloads"]);

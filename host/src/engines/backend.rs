@@ -265,8 +265,10 @@ impl EngineBackend for InProcess {
         &self,
         params: &SubagentSpawnParams<'_>,
     ) -> Result<Option<Rollback>, EngineCallError> {
-        host_result(self.object.prepare_subagent_spawn(params))
-            .map(|r| r.into_option().map(|h| Rollback::new(h, self.library.clone())))
+        host_result(self.object.prepare_subagent_spawn(params)).map(|r| {
+            r.into_option()
+                .map(|h| Rollback::new(h, self.library.clone()))
+        })
     }
 
     fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {

@@ -487,18 +487,32 @@ mod tests {
         .unwrap();
         assert_ne!(id, caller);
         assert_eq!(name.as_deref(), Some("pincer-engine-call-once"));
-        assert_eq!(Arc::strong_count(&keep), 1, "released once the thread was joined");
+        assert_eq!(
+            Arc::strong_count(&keep),
+            1,
+            "released once the thread was joined"
+        );
         let result = run_on_own_thread(
             Deadline::new(Duration::from_millis(50)),
             Arc::new(AbortController::new()),
             Arc::clone(&keep),
             move || std::thread::sleep(Duration::from_millis(300)),
         );
-        assert!(matches!(result, Err(Overrun::TimedOut { .. })), "{result:?}");
-        assert_eq!(Arc::strong_count(&keep), 2, "held while the abandoned call runs");
+        assert!(
+            matches!(result, Err(Overrun::TimedOut { .. })),
+            "{result:?}"
+        );
+        assert_eq!(
+            Arc::strong_count(&keep),
+            2,
+            "held while the abandoned call runs"
+        );
         let start = Instant::now();
         while Arc::strong_count(&keep) > 1 {
-            assert!(start.elapsed() < Duration::from_secs(10), "released after it ended");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "released after it ended"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }

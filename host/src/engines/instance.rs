@@ -13,8 +13,8 @@ use pincer_plugin_api::abi::latest::{
     AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
     BootstrapResult, CompactParams, CompactResult, EngineBox, EngineError, IngestBatchParams,
     IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult, Message,
-    OptionalMethods, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
-    ToolCallResult, TurnMaintenanceMode,
+    OptionalMethods, SubagentEndedParams, SubagentSpawnParams, ToolCallParams, ToolCallResult,
+    TurnMaintenanceMode,
 };
 use serde::Serialize;
 

@@ -14,19 +14,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pincer_plugin_api::abi::latest::{
-    AbortController, AssembledItem, EntryId, Message, SubagentContextMode,
-    SubagentEndReason,
+    AbortController, AssembledItem, EntryId, Message, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::engines::instance::Rollback;
 use crate::engines::request::{
     no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
     MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::WorkError;
-use crate::engines::instance::Rollback;
 use crate::harness::runner::SessionRunner;
 use crate::harness::{EngineServed, Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::loading::{
-    open_closable_library, open_library, read_embedded_manifest, EmbeddedManifest, EmbeddedManifestError, OpenError,
-    OpenedLibrary,
+    open_closable_library, open_library, read_embedded_manifest, EmbeddedManifest,
+    EmbeddedManifestError, OpenError, OpenedLibrary,
 };
 use serde::Serialize;
 

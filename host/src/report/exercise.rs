@@ -8,9 +8,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
-    AbortController, SubagentContextMode, SubagentEndReason,
-};
+use pincer_plugin_api::abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
 use serde::Serialize;
 
 use crate::engines::request::{

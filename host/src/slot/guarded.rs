@@ -687,9 +687,7 @@ impl GuardedEngine {
         let deadline = Deadline::new(self.window(operation));
         let abort = Arc::new(AbortController::new());
         let outcome = match library.filter(|l| l.unloads()) {
-            Some(library) => {
-                bounded::run_on_own_thread(deadline, abort, Arc::clone(library), call)
-            }
+            Some(library) => bounded::run_on_own_thread(deadline, abort, Arc::clone(library), call),
             None => bounded::run(deadline, abort, call),
         };
         match outcome {
