@@ -279,11 +279,16 @@ pub fn is_mapped(path: &Path) -> Option<bool> {
 /// (`dlclose`) when its last `Arc` is dropped, so everything that carries its code or its
 /// memory holds that `Arc`: engine instances (`engines::backend::InProcess`) and rollback
 /// handles (`engines::instance::Rollback`); results and errors are copied into host memory
-/// (see `engines::backend`). With glibc the code is unmapped at that moment unless a
-/// thread-local destructor the library registered is still pending on a running thread — a
-/// `thread_local!` holding a `Drop` type, or `std::thread::current()`, touched by plugin code
-/// on a long-lived host thread (the adapter does both when a call panics) — then it stays
-/// mapped ([`UnloadState::Pinned`]) until that thread exits and another library is closed.
+/// (see `engines::backend`).
+///
+/// Its code also runs only on threads that end before it can close — every call on a thread
+/// of its own (`engines::bounded::run_on_own_thread`), every drop of its objects too — because
+/// of what code leaves for a thread's exit: a `thread_local!` holding a `Drop` type registers a
+/// destructor with the C runtime, and with glibc the library then stays mapped after
+/// `dlclose` until that thread exits ([`UnloadState::Pinned`]); `std::thread::current()` on a
+/// thread this library's `std` did not start registers `std`'s exit hook as a `pthread` key,
+/// which glibc does not count at all: once the library is unmapped, that thread's exit calls
+/// into nothing and the process dies. The state is read back from `/proc/self/maps`.
 pub struct LoadedLibrary {
     manifest: PluginManifest,
     facts: LibraryFacts,

@@ -33,13 +33,15 @@
 //! rollback handles; results are copied into host memory as they come back, errors and `info`
 //! always are. Unload follows dispose: the reaper disposes and drops the retired instance on a
 //! thread of its own, waits for that thread to exit, then lets go of the library.
-//! [`Runtime::generations`] tells old builds still open (`unloading`), closed and gone
-//! (`unloadedGenerations`), and closed but still mapped (`pinned`). What the host cannot see:
-//! threads the engine started (the contract requires `dispose` to join them), and thread-local
-//! destructors the library registered on long-lived host threads (session workers, pooled
-//! workers) — a `thread_local!` holding a `Drop` type, or `std::thread::current()`, in plugin
-//! code (the adapter does both when a call panics): glibc keeps such a library mapped until
-//! that thread exits (`pinned`), which is safe, only not unloaded.
+//! Such a library's code never runs on a long-lived host thread: every call (factory, methods,
+//! rollback, dispose) runs on a thread of its own, not inline on a session worker nor on a
+//! pooled worker, and every drop of its objects too, each joined before the library handle it
+//! keeps is let go — so whatever its code leaves for a thread's exit (thread-local destructors,
+//! which keep a closed library mapped; `std`'s exit hook, which would call into an unmapped one)
+//! has run while it is mapped. [`Runtime::generations`] tells old builds still open
+//! (`unloading`), closed and gone (`unloadedGenerations`), and closed but still mapped
+//! (`pinned`). What the host cannot see — threads the engine started — is the engine's to end:
+//! the contract requires `dispose` to join them.
 //!
 //! **Config reload** ([`Runtime::reload_config`]): `pincer.json` is read again; a config that
 //! does not parse is refused with its error and the old one stays in force. A changed slot or
