@@ -257,16 +257,21 @@ pub unsafe fn open_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
 /// Opens and checks the library at `path` as [`open_library`] does, but so that dropping the
 /// returned [`OpenedLibrary`] closes its handle (`dlclose`). The dynamic loader unmaps the
 /// code once every handle on the file is closed — and, with glibc, only when no thread-local
-/// destructor the library registered is pending on a thread that is still running (a
-/// `thread_local!` with a `Drop` type, or `std::thread::current()`, used by library code on a
-/// thread that outlives the call): then it stays mapped until such a thread exits and a later
-/// `dlclose` runs. A library that fails a check is never closed.
+/// destructor the library registered (a `thread_local!` holding a `Drop` type, touched by
+/// library code) is pending on a thread that is still running: then it stays mapped until
+/// such a thread exits and a later `dlclose` runs. `std`'s own thread-exit hook, which the
+/// library's `std` registers as a `pthread` key on a thread it did not start (through
+/// `std::thread::current()`, or a blocking `std::sync::mpsc` receive), does **not** keep it
+/// mapped: that thread's exit after the unmap crashes the process. So the host must run the
+/// library's code only on threads that have exited before it drops this value. A library that
+/// fails a check is never closed.
 ///
 /// # Safety
 /// As [`open_library`]; and when the returned value is dropped nothing from the library may
 /// be alive or running: no engine or other object it created (their vtables and drop code
-/// live in it), no `RString`/`RVec`/`RBox` it allocated, no call in progress, and no thread
-/// it started. Touching any of them after the unmap crashes the process.
+/// live in it), no `RString`/`RVec`/`RBox` it allocated, no call in progress, no thread it
+/// started, and no thread still running that ran its code (see above). Touching any of them
+/// after the unmap crashes the process.
 ///
 /// # Errors
 /// As [`open_library`].

@@ -313,7 +313,7 @@ impl Drop for LoadedLibrary {
                 tracing::warn!(
                     plugin = %self.manifest.id,
                     library = %self.copy_path.display(),
-                    "plugin library closed but still mapped: a thread-local destructor it registered is pending on a running thread; it is unmapped after that thread exits"
+                    "plugin library closed but still mapped: a thread-local destructor it registered is pending on a running thread (its engine did not join a thread in dispose?), or another handle holds the same file"
                 );
             } else {
                 tracing::info!(

@@ -204,10 +204,9 @@ pub trait CommitTurn: Engine {
 /// host holds nothing else from it — so a thread of yours still running (or parked, or
 /// sleeping) at that moment would execute unmapped code and crash the whole host. Join your
 /// threads here, not in `Drop` alone; stop timers and background tasks; leave no callback
-/// registered anywhere. Thread-local values with a destructor that your code creates on the
-/// host's threads (a `thread_local!` holding a `String`, a `Vec`, an `Rc`, …, or
-/// `std::thread::current()`) do not crash anything, but they keep the library mapped until the
-/// host thread exits: prefer `const` thread-locals of `Cell`s of plain values.
+/// registered anywhere. (Thread-locals your code touches on the threads the host calls it on
+/// are the host's concern: pincer runs such a library's code only on threads that end before
+/// it closes the library. On your own threads they end with the thread — so join it.)
 pub trait Dispose: Engine {
     /// See the trait.
     ///
