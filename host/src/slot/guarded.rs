@@ -459,10 +459,6 @@ pub struct GuardedEngine {
     generation: u64,
     /// Result caps and the crash-journal tag of the primary.
     trust: Arc<CallTrust>,
-    /// The primary's library is closed after a reload (`unloadOnReload`): its calls run on
-    /// threads of their own that end with the call, never inline on a session worker or on a
-    /// pooled worker (see [`bounded::run_on_own_thread`]).
-    own_thread: bool,
 }
 
 impl std::fmt::Debug for GuardedEngine {
@@ -517,7 +513,6 @@ impl GuardedEngine {
         quarantine: Arc<Quarantine>,
         policy: FallbackPolicy,
     ) -> Self {
-        let primary_unloads = primary.closable_library().is_some();
         GuardedEngine {
             id: EngineName::from(id),
             fallback_id: EngineName::from(fallback.descriptor().id.as_str()),
@@ -530,7 +525,6 @@ impl GuardedEngine {
             windows: Timeouts::default().table(),
             generation: FIRST_GENERATION,
             trust: Arc::new(CallTrust::default()),
-            own_thread: primary_unloads,
         }
     }
 
@@ -632,8 +626,11 @@ impl GuardedEngine {
             &self.fallback
         };
         let quarantinable = primary && !self.is_default();
-        let own_thread = primary && self.own_thread;
-        let inline = if own_thread {
+        // A primary whose library is closed after a reload (`unloadOnReload`) is called on a
+        // thread of its own that ends with the call, never inline on a session worker nor on
+        // a pooled worker (see [`bounded::run_on_own_thread`]).
+        let closable = self.primary.closable_library().filter(|_| primary);
+        let inline = if closable.is_some() {
             Err(())
         } else {
             session_worker::run_inline(R::METHOD, quarantinable, window, abort, self, || {
@@ -660,8 +657,8 @@ impl GuardedEngine {
                     }
                 };
                 let deadline = Deadline::new(window);
-                match self.primary.closable_library() {
-                    Some(library) if own_thread => bounded::run_on_own_thread(
+                match closable {
+                    Some(library) => bounded::run_on_own_thread(
                         deadline,
                         Arc::clone(abort),
                         Arc::clone(library),
