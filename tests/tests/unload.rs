@@ -1,9 +1,15 @@
 //! Libraries after a hot reload, through the library's `Runtime` and the real staged `faulty`
 //! library: kept mapped by default; with `plugins.entries.<id>.unloadOnReload` closed once
-//! nothing from the old build is alive — and never before. Each test holds one object of
+//! nothing from the old build is alive — and never before. The first tests hold one object of
 //! every kind the old generation hands out (its guarded engine and so its instance, a result
-//! that the engine allocated, an error, a subagent rollback handle) across a reload, drops them
-//! one by one, and reads `/proc/self/maps` for the old build's private copy after each drop.
+//! the engine allocated, an error, a subagent rollback handle) across a reload, drop them one
+//! by one, and read `/proc/self/maps` for the old build's private copy after each drop: the
+//! guard and the rollback handle keep it mapped (the instance is disposed first), the result
+//! and the error are host copies that outlive the unmap. The others make engine code leave
+//! thread-exit work (a thread-local destructor, `std`'s exit hook) wherever it runs — from a
+//! long-lived session worker, in the factory, `dispose`, a rollback, the engine's `Drop` — and
+//! check that none of it stays on a host thread: the library is unloaded, not pinned, and the
+//! worker's thread exits without calling into the closed library.
 //!
 //! A "new build" is the staged library with a trailer appended (another content hash, so
 //! another private copy and another mapping), as in `reload.rs`.
