@@ -291,16 +291,20 @@ pub fn run_on_own_thread<T: Send + 'static, K: Send + 'static>(
 ) -> Result<T, Overrun> {
     let spawned: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::new(Mutex::new(None));
     let into = Arc::clone(&spawned);
-    let result = run_via(
-        move |job| *into.lock().unwrap_or_else(|e| e.into_inner()) = spawn_once(job),
-        deadline,
-        abort,
-        call,
-    );
+    // A host panic raised by `call` is resumed only after the thread was joined.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_via(
+            move |job| *into.lock().unwrap_or_else(|e| e.into_inner()) = spawn_once(job),
+            deadline,
+            abort,
+            call,
+        )
+    }));
     let handle = spawned.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let finished = !matches!(result, Ok(Err(_)));
     match handle {
         // `join` returns once the thread has exited, its exit work done.
-        Some(handle) if result.is_ok() => {
+        Some(handle) if finished => {
             let _ = handle.join();
             drop(keep);
         }
@@ -318,7 +322,7 @@ pub fn run_on_own_thread<T: Send + 'static, K: Send + 'static>(
         // The call ran on this thread (no thread could start).
         None => drop(keep),
     }
-    result
+    result.unwrap_or_else(|payload| std::panic::resume_unwind(payload))
 }
 
 /// Runs `job` on a new thread that ends with it (on the caller's thread if none can start).
