@@ -519,6 +519,17 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        let held = Arc::clone(&keep);
+        let panicked = std::panic::catch_unwind(move || {
+            run_on_own_thread(
+                Deadline::new(Duration::from_secs(5)),
+                Arc::new(AbortController::new()),
+                held,
+                || -> u8 { panic!("a host bug") },
+            )
+        });
+        assert!(panicked.is_err(), "the host bug surfaces where it belongs");
+        assert_eq!(Arc::strong_count(&keep), 1, "released after the join");
     }
 
     #[test]
