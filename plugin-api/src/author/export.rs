@@ -71,8 +71,7 @@ thread_local! {
     /// engine's own thread) is a few bytes leaked.
     static LAST_PANIC_LOCATION: Cell<*mut String> = const { Cell::new(std::ptr::null_mut()) };
     /// Set while an engine or a rollback handle is dropped: the thread is the host's, and
-    /// may outlive the library (a host that closes a library after reload runs every call on
-    /// a thread that ends, but drops happen wherever the last owner lets go).
+    /// may outlive the library (a host may drop objects wherever its last owner lets go).
     static IN_HOST_CALL: Cell<bool> = const { Cell::new(false) };
 }
 
