@@ -90,6 +90,15 @@
 //! default). A library built with `panic = "abort"` is refused before it is loaded: its
 //! embedded manifest says how it was built.
 //!
+//! ## Reload and unloading
+//!
+//! A host reloads a plugin by loading the new build beside the old one; the old instance
+//! serves the calls already holding it, then is disposed once ([`Dispose`]). By default the
+//! old library stays mapped for the life of the process. With
+//! `plugins.entries.<id>.unloadOnReload: true` the host closes it once nothing from it is
+//! alive — so **`dispose` must join every thread the engine started**: the host cannot see
+//! them, and one still running after the unmap crashes the process. See [`Dispose`].
+//!
 //! ## The library's manifest
 //!
 //! [`export_engine!`] embeds the library's manifest — plugin id, version, api version, engine

@@ -6,6 +6,10 @@
 //! and copied to a private location (pincer-host's `loader` does). It never uses
 //! `RootModule::load_from_file`, which caches one module per type for the whole process and
 //! never unloads; each call here opens its own handle.
+//!
+//! A library is kept mapped for the life of the process by default ([`open_library`]). A host
+//! that can prove nothing from a library is alive any more may open it with
+//! [`open_closable_library`]: dropping that [`OpenedLibrary`] closes its handle (`dlclose`).
 
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
@@ -115,14 +119,27 @@ impl std::error::Error for OpenError {}
 
 /// A plugin library opened and checked against this crate's v1 ABI.
 ///
-/// **Never unloaded.** Dropping it does not `dlclose`: objects from the library (engines,
-/// vtables, strings, thread-local destructors) may outlive any bookkeeping the host can do,
-/// and touching one after an unmap crashes the process. Each kept copy costs about 0.4 MiB.
+/// **Kept mapped by default.** Opened with [`open_library`], dropping it does not `dlclose`:
+/// objects from the library (engines, vtables, strings, thread-local destructors) may outlive
+/// any bookkeeping the host can do, and touching one after an unmap crashes the process. Each
+/// kept copy costs about 0.4 MiB. Opened with [`open_closable_library`], dropping it closes
+/// the handle: see that function's safety contract.
 pub struct OpenedLibrary {
-    // Kept only to keep the handle alive; `ManuallyDrop` makes the leak explicit.
-    _raw: ManuallyDrop<RawLibrary>,
+    // `ManuallyDrop` makes the default leak explicit; `Drop` closes it only when `closable`.
+    raw: ManuallyDrop<RawLibrary>,
+    closable: bool,
     module: PluginModuleRef,
     path: PathBuf,
+}
+
+impl Drop for OpenedLibrary {
+    fn drop(&mut self) {
+        if self.closable {
+            // SAFETY: `raw` is never used again; the caller of `open_closable_library`
+            // promised that nothing from the library is alive when this value is dropped.
+            unsafe { ManuallyDrop::drop(&mut self.raw) }
+        }
+    }
 }
 
 impl std::fmt::Debug for OpenedLibrary {
@@ -233,10 +250,44 @@ fn map_library_error(err: LibraryError) -> OpenError {
 /// # Errors
 /// [`OpenError`] saying which check failed and what to do.
 pub unsafe fn open_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
-    // Never `dlclose`, not even on the error paths below: the library's initialisers have run
-    // and abi_stable's checker may keep `&'static` pointers into it.
+    // SAFETY: the caller's promise about `path`; the library is never closed.
+    unsafe { open(path, false) }
+}
+
+/// Opens and checks the library at `path` as [`open_library`] does, but so that dropping the
+/// returned [`OpenedLibrary`] closes its handle (`dlclose`). The dynamic loader unmaps the
+/// code once every handle on the file is closed — and, with glibc, only when no thread-local
+/// destructor the library registered (a `thread_local!` holding a `Drop` type, touched by
+/// library code) is pending on a thread that is still running: then it stays mapped until
+/// such a thread exits and a later `dlclose` runs. `std`'s own thread-exit hook, which the
+/// library's `std` registers as a `pthread` key on a thread it did not start (through
+/// `std::thread::current()`, or a blocking `std::sync::mpsc` receive), does **not** keep it
+/// mapped: that thread's exit after the unmap crashes the process. So the host must run the
+/// library's code only on threads that have exited before it drops this value. A library that
+/// fails a check is never closed.
+///
+/// # Safety
+/// As [`open_library`]; and when the returned value is dropped nothing from the library may
+/// be alive or running: no engine or other object it created (their vtables and drop code
+/// live in it), no `RString`/`RVec`/`RBox` it allocated, no call in progress, no thread it
+/// started, and no thread still running that ran its code (see above). Touching any of them
+/// after the unmap crashes the process.
+///
+/// # Errors
+/// As [`open_library`].
+pub unsafe fn open_closable_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
+    // SAFETY: the caller's promises about `path` and about what outlives the value.
+    unsafe { open(path, true) }
+}
+
+/// # Safety
+/// See [`open_library`] and [`open_closable_library`].
+unsafe fn open(path: &Path, closable: bool) -> Result<OpenedLibrary, OpenError> {
+    // Never `dlclose` on the error paths below, even for a closable library: the library's
+    // initialisers have run and nothing here tracks what they left behind.
     let raw = ManuallyDrop::new(RawLibrary::load_at(path).map_err(map_library_error)?);
-    // SAFETY: the header is tied to `raw`, which is never unloaded.
+    // SAFETY: the header is tied to `raw`, which outlives every use of it here; the module
+    // returned points into the library and is kept beside its handle.
     let header = unsafe { lib_header_from_raw_library(&raw) }.map_err(map_library_error)?;
 
     // Say "wrong major" in our words before abi_stable's check does it in its own.
@@ -251,7 +302,8 @@ pub unsafe fn open_library(path: &Path) -> Result<OpenedLibrary, OpenError> {
         .init_root_module::<PluginModuleRef>()
         .map_err(map_library_error)?;
     Ok(OpenedLibrary {
-        _raw: raw,
+        raw,
+        closable,
         module,
         path: path.to_owned(),
     })
@@ -268,8 +320,13 @@ impl OpenedLibrary {
         (self.module.manifest())()
     }
 
+    /// Whether dropping this value closes the library ([`open_closable_library`]).
+    pub fn is_closable(&self) -> bool {
+        self.closable
+    }
+
     /// Creates an engine. The returned object must not outlive this library (it cannot while
-    /// the library is never unloaded, which is this type's policy).
+    /// the library is kept mapped, the default; a closable library's owner must drop it first).
     ///
     /// # Errors
     /// What the factory returned, or [`EngineError::Panicked`] if it panicked.

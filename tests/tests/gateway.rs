@@ -2,7 +2,8 @@
 //! with the real `sliding-window` library and a chat-completions server on 127.0.0.1, calls of
 //! one session in order while sessions run in parallel, malformed and oversized requests,
 //! loopback HTTP and its bearer token, graceful shutdown with calls in flight, the socket's
-//! mode, the documented schema checked against live answers, and a Python client.
+//! mode, the documented schema checked against live answers, a Python client, and
+//! `unloadOnReload` seen in `health` and in the gateway's `/proc/<pid>/maps`.
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -1164,4 +1165,170 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     signal(&gw.child, "HUP");
     wait_for_generation(&gw, "faulty", 2);
     assert_eq!(gw.ok("assemble", "s", json!({}))["generation"], 2);
+}
+
+/// The private copies of `libfaulty.so` mapped into process `pid`.
+#[cfg(target_os = "linux")]
+fn faulty_mappings(pid: u32) -> std::collections::BTreeSet<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.ends_with("libfaulty.so"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until `engine`'s health satisfies `check`.
+fn wait_for_health(gw: &Served, engine: &str, what: &str, check: impl Fn(&Value) -> bool) {
+    let start = Instant::now();
+    loop {
+        let health = engine_health(gw, engine);
+        if check(&health) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{engine} never got {what}: {health}\n{}",
+            gw.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `plugins.entries.<id>.unloadOnReload` through the real binary: an old build stays mapped
+/// while the gateway keeps a subagent's rollback handle from it, `pincer health --socket` says
+/// so, and once the rollback has run the old copy leaves the gateway's address space and
+/// health counts it unloaded.
+#[cfg(target_os = "linux")]
+#[test]
+fn unload_on_reload_in_the_gateway_health_tells_kept_from_unloaded() {
+    let plugins = tempfile::tempdir().unwrap();
+    let dir = pincer_tests::copy_plugin(
+        &pincer_tests::staged_plugin("faulty"),
+        plugins.path(),
+        "faulty",
+    );
+    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {
+            "slots": {"contextEngine": "faulty"},
+            "entries": {"faulty": {"unloadOnReload": true}},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let socket = home.path().join("gw.sock");
+    let stderr = home.path().join("serve.log");
+    let child = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--no-watch", "--socket"])
+        .arg(&socket)
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .env_remove("PINCER_HOME")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let gw = Served {
+        child,
+        socket,
+        stderr,
+    };
+    while UnixStream::connect(&gw.socket).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    gw.ok("assemble", "parent", json!({}));
+    let spawned = gw.ok(
+        "prepareSubagentSpawn",
+        "parent",
+        json!({"childSessionKey": "child"}),
+    );
+    assert_eq!(spawned["result"]["rollback"], true, "{spawned}");
+    let first = faulty_mappings(pid);
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    install_build(&dir, &original, "build 1", Replace::Rename, false);
+    let out = Command::new(pincer_bin())
+        .args(["plugins", "reload", "faulty", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    gw.ok("assemble", "parent", json!({}));
+    // The rollback handle the gateway keeps for "child" is generation 1's code.
+    wait_for_health(&gw, "faulty", "generation 1 disposed", |h| {
+        h["generation"] == 2 && h["draining"] == 0
+    });
+    let out = Command::new(pincer_bin())
+        .args(["health", "--json", "--socket"])
+        .arg(&gw.socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let faulty = health["result"]["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["engineId"] == "faulty")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            &faulty["keptGenerations"],
+            &faulty["unloading"],
+            &faulty["unloadedGenerations"]
+        ),
+        (&json!(1), &json!(1), &json!(0)),
+        "{faulty}"
+    );
+    assert!(faulty["keptBytes"].as_u64().unwrap() >= original.len() as u64);
+    let both = faulty_mappings(pid);
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert!(both.is_superset(&first));
+
+    // The child's spawn failed: the gateway runs the kept rollback, then lets go of it.
+    let ended = gw.ok(
+        "onSubagentEnded",
+        "parent",
+        json!({"childSessionKey": "child", "spawnFailed": true}),
+    );
+    assert_eq!(ended["result"]["rolledBack"], true, "{ended}");
+    wait_for_health(&gw, "faulty", "generation 1 unloaded", |h| {
+        h["unloadedGenerations"] == 1
+    });
+    let health = engine_health(&gw, "faulty");
+    assert_eq!(
+        (
+            &health["keptGenerations"],
+            &health["keptBytes"],
+            &health["unloading"],
+            &health["pinned"]
+        ),
+        (&json!(0), &json!(0), &json!(0), &json!(0)),
+        "{health}"
+    );
+    let last = faulty_mappings(pid);
+    assert_eq!(last.len(), 1, "{last:?}");
+    assert!(
+        last.is_disjoint(&first),
+        "generation 1's copy is unmapped: {last:?}"
+    );
+    gw.ok("assemble", "parent", json!({}));
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
 }

@@ -112,8 +112,8 @@ enum Command {
         /// Remove the records of exited processes (of engine ID, or of every engine).
         #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
         clear: Option<String>,
-        /// Ask the gateway on this socket instead: per engine its generation and the old
-        /// generations it keeps.
+        /// Ask the gateway on this socket instead: per engine its generation, the old
+        /// generations it keeps mapped, and (`unloadOnReload`) those it unloaded.
         #[arg(long, value_name = "PATH", conflicts_with = "clear")]
         socket: Option<PathBuf>,
     },

@@ -130,6 +130,12 @@ pub struct EntryConfig {
     /// another user (the operator accepts the risk; `doctor` shows the override).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trust_insecure_permissions: bool,
+    /// Close an old build of the plugin's library after a hot reload, once nothing from it is
+    /// alive (engine instances, rollback handles), instead of keeping it mapped for the life
+    /// of the process (the default). For development: the engine must join every thread it
+    /// started in `dispose`. Applies to libraries loaded while it is set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unload_on_reload: bool,
     /// The library's sha256 as `pincer plugins install` verified it: a library changed on disk
     /// afterwards (manifest and all) is refused before it is opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -657,6 +663,26 @@ mod tests {
                 "plugins.contextEngineFallbak"
             ]
         );
+    }
+
+    #[test]
+    fn unload_on_reload_is_a_per_entry_bool() {
+        let (config, unknown) =
+            parse(r#"{ plugins: { entries: { faulty: { unloadOnReload: true }, other: {} } } }"#)
+                .unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert!(config.plugins.entries["faulty"].unload_on_reload);
+        assert!(
+            !config.plugins.entries["other"].unload_on_reload,
+            "off by default"
+        );
+        let (_, unknown) =
+            parse(r#"{ plugins: { entries: { faulty: { unloadOnReloads: true } } } }"#).unwrap();
+        assert_eq!(unknown, ["plugins.entries.faulty.unloadOnReloads"]);
+        let (_, message) =
+            parse(r#"{ plugins: { entries: { faulty: { unloadOnReload: "yes" } } } }"#)
+                .unwrap_err();
+        assert!(message.contains("invalid type"), "{message}");
     }
 
     #[test]

@@ -11,7 +11,16 @@
 //!
 //! The seam costs one dynamic call per engine call (the instance holds a
 //! `Box<dyn EngineBackend>`), the same as the `#[sabi_trait]` call behind it.
+//!
+//! **What outlives a call.** Errors and `info` come back as host memory. Results are the
+//! engine's `abi_stable` values (strings and vectors allocated by the library, freed through
+//! the library's code) — except from a library that is closed after a reload
+//! (`plugins.entries.<id>.unloadOnReload`): [`InProcess`] copies those results into host
+//! memory before it returns them, so a result held past a reload never reaches into a closed
+//! library. A rollback handle is the engine's code and cannot be copied: [`Rollback`] holds
+//! the library it came from.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{
@@ -78,7 +87,7 @@ pub trait EngineBackend: Send + Sync + 'static {
     fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
-    ) -> Result<Option<SpawnRollbackBox>, EngineCallError>;
+    ) -> Result<Option<Rollback>, EngineCallError>;
     /// `onSubagentEnded`.
     ///
     /// # Errors
@@ -156,23 +165,119 @@ fn host_result<T>(result: RResult<T, EngineError>) -> Result<T, EngineCallError>
     result.into_result().map_err(EngineCallError::from)
 }
 
-/// An engine object in this process: from a verified plugin library (kept mapped by the
+/// A rollback handle of `prepareSubagentSpawn`: the engine's object, whose code lives in the
+/// engine's library, and the `Arc` of that library, so a handle kept past a reload (the
+/// gateway keeps one per child until the child ends) keeps the code it calls.
+pub struct Rollback {
+    // Dropped by hand, before the library (see `Drop`).
+    handle: ManuallyDrop<SpawnRollbackBox>,
+    library: Option<Arc<LoadedLibrary>>,
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        // SAFETY: `handle` is not used after this.
+        let handle = unsafe { ManuallyDrop::take(&mut self.handle) };
+        drop_for(handle, self.library.as_ref());
+    }
+}
+
+/// Drops `value`, an object of `library`'s: where it is — unless the library is closed after
+/// a reload (`unloadOnReload`); then on a thread of its own, joined, so that whatever its drop
+/// code leaves for thread exit (thread-local destructors, `std`'s exit hook) runs while the
+/// library is mapped, not later on whichever host thread let go of it.
+fn drop_for<T: Send + 'static>(value: T, library: Option<&Arc<LoadedLibrary>>) {
+    if !library.is_some_and(|l| l.unloads()) {
+        drop(value);
+        return;
+    }
+    let cell = Arc::new(std::sync::Mutex::new(Some(value)));
+    let on_thread = Arc::clone(&cell);
+    let spawned = std::thread::Builder::new()
+        .name("pincer-engine-drop".to_owned())
+        .spawn(move || drop(on_thread.lock().map(|mut v| v.take())));
+    match spawned {
+        // `join` returns once the thread has exited, its exit work done.
+        Ok(handle) => {
+            let _ = handle.join();
+        }
+        Err(_) => drop(cell.lock().map(|mut v| v.take())),
+    }
+}
+
+impl std::fmt::Debug for Rollback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rollback").finish_non_exhaustive()
+    }
+}
+
+impl Rollback {
+    /// Wraps `handle`; `library` is the library it came from (`None` when linked in).
+    pub fn new(handle: SpawnRollbackBox, library: Option<Arc<LoadedLibrary>>) -> Self {
+        Rollback {
+            handle: ManuallyDrop::new(handle),
+            library,
+        }
+    }
+
+    /// The library it came from (`None` when linked in).
+    pub fn library(&self) -> Option<&Arc<LoadedLibrary>> {
+        self.library.as_ref()
+    }
+
+    /// Runs the rollback (unbounded: `GuardedEngine::rollback` bounds it).
+    ///
+    /// # Errors
+    /// The rollback's error, in host memory.
+    pub fn run(&self) -> Result<(), EngineCallError> {
+        host_result(self.handle.rollback())
+    }
+}
+
+/// An engine object in this process: from a verified plugin library (kept valid by the
 /// `Arc` held here), or linked into the host (`legacy`, statically linked engines).
 ///
 /// **Architecture Invariant:** the object (and its vtable) is dropped before the library
-/// handle (field order), and libraries are never unloaded.
+/// handle (`Drop`). A library is kept mapped unless it was opened closable
+/// (`unloadOnReload`); then this backend copies every result into host memory, drops the
+/// object on a thread of its own (joined), and the library closes when its last `Arc`
+/// (instances, rollback handles) is dropped.
 pub struct InProcess {
-    object: EngineBox,
-    _library: Option<Arc<LoadedLibrary>>,
+    // Dropped by hand, before the library (see `Drop`).
+    object: ManuallyDrop<EngineBox>,
+    library: Option<Arc<LoadedLibrary>>,
+    /// The library is closable: results are copied into host memory.
+    copy_results: bool,
 }
 
 impl InProcess {
     /// Wraps `object`; `library` is the library it came from (`None` when linked in).
     pub fn new(object: EngineBox, library: Option<Arc<LoadedLibrary>>) -> Self {
         InProcess {
-            object,
-            _library: library,
+            object: ManuallyDrop::new(object),
+            copy_results: library.as_ref().is_some_and(|l| l.unloads()),
+            library,
         }
+    }
+
+    /// `result`, or — from a closable library — its copy in host memory (`Clone` of the
+    /// `abi_stable` types allocates with the host's allocator and vtables; the library's
+    /// value is freed here, while the library is certainly open).
+    #[inline]
+    fn owned<T: Clone>(&self, result: T) -> T {
+        if self.copy_results {
+            result.clone()
+        } else {
+            result
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        // SAFETY: `object` is not used after this.
+        let object = unsafe { ManuallyDrop::take(&mut self.object) };
+        drop_for(object, self.library.as_ref());
     }
 }
 
@@ -183,26 +288,26 @@ impl EngineBackend for InProcess {
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
-        host_result(self.object.ingest(params))
+        host_result(self.object.ingest(params)).map(|r| self.owned(r))
     }
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
-        host_result(self.object.assemble(params))
+        host_result(self.object.assemble(params)).map(|r| self.owned(r))
     }
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
-        host_result(self.object.compact(params))
+        host_result(self.object.compact(params)).map(|r| self.owned(r))
     }
 
     fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
-        host_result(self.object.bootstrap(params))
+        host_result(self.object.bootstrap(params)).map(|r| self.owned(r))
     }
 
     fn ingest_batch(
         &self,
         params: &IngestBatchParams<'_>,
     ) -> Result<IngestBatchResult, EngineCallError> {
-        host_result(self.object.ingest_batch(params))
+        host_result(self.object.ingest_batch(params)).map(|r| self.owned(r))
     }
 
     fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
@@ -210,14 +315,17 @@ impl EngineBackend for InProcess {
     }
 
     fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
-        host_result(self.object.maintain(params))
+        host_result(self.object.maintain(params)).map(|r| self.owned(r))
     }
 
     fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
-    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
-        host_result(self.object.prepare_subagent_spawn(params)).map(|r| r.into_option())
+    ) -> Result<Option<Rollback>, EngineCallError> {
+        host_result(self.object.prepare_subagent_spawn(params)).map(|r| {
+            r.into_option()
+                .map(|h| Rollback::new(h, self.library.clone()))
+        })
     }
 
     fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
@@ -225,7 +333,7 @@ impl EngineBackend for InProcess {
     }
 
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
-        host_result(self.object.call_tool(params))
+        host_result(self.object.call_tool(params)).map(|r| self.owned(r))
     }
 
     fn dispose(&self) -> Result<(), EngineCallError> {

@@ -270,6 +270,92 @@ pub fn run<T: Send + 'static>(
     abort: Arc<AbortController>,
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Overrun> {
+    run_via(submit, deadline, abort, call)
+}
+
+/// [`run`], but on a thread of its own that ends with the call, instead of a pooled worker:
+/// the path of every call into a library that is closed after a reload (`unloadOnReload`),
+/// so that whatever thread-exit work its code left on the thread (thread-local destructors,
+/// `std`'s exit hook) runs while the library is still mapped — never on a host thread that
+/// outlives the library. `keep` (the library's handle) is dropped only once that thread has
+/// exited: here when the call returned in time, else by a helper thread that waits for it.
+/// Costs a thread spawn per call (tens of microseconds).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_on_own_thread<T: Send + 'static, K: Send + 'static>(
+    deadline: Arc<Deadline>,
+    abort: Arc<AbortController>,
+    keep: K,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Overrun> {
+    let spawned: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::new(Mutex::new(None));
+    let into = Arc::clone(&spawned);
+    // A host panic raised by `call` is resumed only after the thread was joined.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_via(
+            move |job| *into.lock().unwrap_or_else(|e| e.into_inner()) = spawn_once(job),
+            deadline,
+            abort,
+            call,
+        )
+    }));
+    let handle = spawned.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let finished = !matches!(result, Ok(Err(_)));
+    match handle {
+        // `join` returns once the thread has exited, its exit work done.
+        Some(handle) if finished => {
+            let _ = handle.join();
+            drop(keep);
+        }
+        Some(handle) => {
+            // If no thread can wait for the abandoned call, the closure is dropped unrun and
+            // `keep` with it, unreleased: what the call runs is never let go of.
+            let keep = std::mem::ManuallyDrop::new(keep);
+            let _ = std::thread::Builder::new()
+                .name("pincer-engine-call-join".to_owned())
+                .spawn(move || {
+                    let _ = handle.join();
+                    drop(std::mem::ManuallyDrop::into_inner(keep));
+                });
+        }
+        // The call ran on this thread (no thread could start).
+        None => drop(keep),
+    }
+    result.unwrap_or_else(|payload| std::panic::resume_unwind(payload))
+}
+
+/// Runs `job` on a new thread that ends with it (on the caller's thread if none can start).
+fn spawn_once(job: Job) -> Option<std::thread::JoinHandle<()>> {
+    let cell = Arc::new(Mutex::new(Some(job)));
+    let on_thread = Arc::clone(&cell);
+    let spawned = std::thread::Builder::new()
+        .name("pincer-engine-call-once".to_owned())
+        .spawn(move || {
+            let job = on_thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(job) = job {
+                job();
+            }
+        });
+    match spawned {
+        Ok(handle) => Some(handle),
+        Err(err) => {
+            tracing::error!(error = %err, "cannot spawn an engine-call thread; calling inline");
+            let job = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(job) = job {
+                job();
+            }
+            None
+        }
+    }
+}
+
+fn run_via<T: Send + 'static>(
+    submit: impl FnOnce(Job),
+    deadline: Arc<Deadline>,
+    abort: Arc<AbortController>,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Overrun> {
     let slot = Arc::new(Slot {
         done: AtomicBool::new(false),
         value: Mutex::new(None),
@@ -387,6 +473,63 @@ mod tests {
             || 7,
         );
         assert_eq!(ok, Ok(7));
+    }
+
+    #[test]
+    fn a_call_on_its_own_thread_ends_with_its_thread_and_is_bounded_the_same() {
+        let caller = std::thread::current().id();
+        let keep = Arc::new(());
+        let (id, name) = run_on_own_thread(
+            Deadline::new(Duration::from_secs(5)),
+            Arc::new(AbortController::new()),
+            Arc::clone(&keep),
+            || {
+                let me = std::thread::current();
+                (me.id(), me.name().map(str::to_owned))
+            },
+        )
+        .unwrap();
+        assert_ne!(id, caller);
+        assert_eq!(name.as_deref(), Some("pincer-engine-call-once"));
+        assert_eq!(
+            Arc::strong_count(&keep),
+            1,
+            "released once the thread was joined"
+        );
+        let result = run_on_own_thread(
+            Deadline::new(Duration::from_millis(50)),
+            Arc::new(AbortController::new()),
+            Arc::clone(&keep),
+            move || std::thread::sleep(Duration::from_millis(300)),
+        );
+        assert!(
+            matches!(result, Err(Overrun::TimedOut { .. })),
+            "{result:?}"
+        );
+        assert_eq!(
+            Arc::strong_count(&keep),
+            2,
+            "held while the abandoned call runs"
+        );
+        let start = Instant::now();
+        while Arc::strong_count(&keep) > 1 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "released after it ended"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let held = Arc::clone(&keep);
+        let panicked = std::panic::catch_unwind(move || {
+            run_on_own_thread(
+                Deadline::new(Duration::from_secs(5)),
+                Arc::new(AbortController::new()),
+                held,
+                || -> u8 { panic!("a host bug") },
+            )
+        });
+        assert!(panicked.is_err(), "the host bug surfaces where it belongs");
+        assert_eq!(Arc::strong_count(&keep), 1, "released after the join");
     }
 
     #[test]

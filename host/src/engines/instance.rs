@@ -1,8 +1,9 @@
 //! One live engine instance as the host holds it: its backend (see [`super::backend`]), a
 //! host-owned copy of its info, and where it came from.
 //!
-//! Everything that comes back from a call is turned into host-owned data (errors, info) or
-//! kept next to the library handle (results), so nothing from a plugin outlives its code.
+//! Everything that comes back from a call is turned into host-owned data (errors, info, and
+//! the results of a library closed after reload) or is a value of the library kept mapped,
+//! or holds the library (a [`Rollback`]), so nothing from a plugin outlives its code.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,11 +13,12 @@ use pincer_plugin_api::abi::latest::{
     AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
     BootstrapResult, CompactParams, CompactResult, EngineBox, EngineError, IngestBatchParams,
     IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult, Message,
-    OptionalMethods, SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
-    ToolCallResult, TurnMaintenanceMode,
+    OptionalMethods, SubagentEndedParams, SubagentSpawnParams, ToolCallParams, ToolCallResult,
+    TurnMaintenanceMode,
 };
 use serde::Serialize;
 
+pub use super::backend::Rollback;
 use super::backend::{EngineBackend, InProcess};
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::types::{HostRequirement, HostRequirements, Method};
@@ -248,6 +250,9 @@ pub struct EngineInstance {
     descriptor: EngineDescriptor,
     origin: EngineOrigin,
     disposed: AtomicBool,
+    /// The library, when it is closed once nothing from it is alive (`unloadOnReload`):
+    /// the reaper holds it while the instance is disposed and dropped (after the backend).
+    closable: Option<Arc<LoadedLibrary>>,
 }
 
 impl std::fmt::Debug for EngineInstance {
@@ -287,6 +292,7 @@ impl EngineInstance {
             descriptor,
             origin,
             disposed: AtomicBool::new(false),
+            closable: None,
         })
     }
 
@@ -303,14 +309,24 @@ impl EngineInstance {
         host: HostServicesArc,
     ) -> Result<Self, EngineCallError> {
         let object = library.new_engine_object(engine_id, config, dirs, host)?;
-        Self::new(
+        let mut instance = Self::new(
             object,
             EngineOrigin::Plugin {
                 plugin_id: library.manifest().id.clone(),
                 library: library.copy_path().display().to_string(),
             },
             Some(Arc::clone(library)),
-        )
+        )?;
+        if library.unloads() {
+            instance.closable = Some(Arc::clone(library));
+        }
+        Ok(instance)
+    }
+
+    /// The library the instance came from when that library is closed once nothing from it
+    /// is alive (`plugins.entries.<id>.unloadOnReload`); `None` when it stays mapped.
+    pub fn closable_library(&self) -> Option<&Arc<LoadedLibrary>> {
+        self.closable.as_ref()
     }
 
     /// Creates engine `engine_id` of an isolated `library` in a worker process of its own
@@ -455,7 +471,7 @@ impl EngineInstance {
     pub fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
-    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
+    ) -> Result<Option<Rollback>, EngineCallError> {
         self.backend.prepare_subagent_spawn(params)
     }
 

@@ -21,4 +21,5 @@ pub mod session_worker;
 pub use backend::{EngineBackend, InProcess};
 pub use instance::{
     CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, EngineOrigin, EngineTool,
+    Rollback,
 };

@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pincer_plugin_api::abi::latest::{
-    AbortController, AssembledItem, EntryId, Message, SpawnRollbackBox, SubagentContextMode,
-    SubagentEndReason,
+    AbortController, AssembledItem, EntryId, Message, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::engines::instance::Rollback;
 use crate::engines::request::{
     no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
     MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
@@ -75,7 +75,7 @@ struct Held {
     runner: tokio::sync::OnceCell<SessionRunner>,
     /// Rollbacks of `prepareSubagentSpawn`, by child key, until the child ends. Locked only
     /// briefly, never across an engine call (a stuck call's thread never returns).
-    rollbacks: Mutex<HashMap<String, SpawnRollbackBox>>,
+    rollbacks: Mutex<HashMap<String, Rollback>>,
 }
 
 /// What the gateway serves with.
@@ -334,6 +334,12 @@ pub struct EngineHealth {
     pub kept_generations: usize,
     /// Their size in bytes.
     pub kept_bytes: u64,
+    /// Old generations closed and unmapped (`plugins.entries.<id>.unloadOnReload`).
+    pub unloaded_generations: usize,
+    /// Of the kept ones, `unloadOnReload` builds that something still holds.
+    pub unloading: usize,
+    /// Of the kept ones, `unloadOnReload` builds closed but kept mapped by the dynamic loader.
+    pub pinned: usize,
     /// Whether it is quarantined now.
     pub quarantined: bool,
 }
@@ -351,6 +357,9 @@ fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> Gateway
                 draining: g.draining,
                 kept_generations: g.kept_generations,
                 kept_bytes: g.kept_bytes,
+                unloaded_generations: g.unloaded_generations,
+                unloading: g.unloading,
+                pinned: g.pinned,
             })
             .collect(),
         sessions,
@@ -364,7 +373,7 @@ fn serve_session(
     method: GatewayMethod,
     key: &str,
     session: &mut HarnessSession,
-    rollbacks: &Mutex<HashMap<String, SpawnRollbackBox>>,
+    rollbacks: &Mutex<HashMap<String, Rollback>>,
     params: Option<&Value>,
 ) -> Result<Served, GatewayError> {
     let params = Params::new(method, params)?;

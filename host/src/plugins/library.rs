@@ -21,14 +21,16 @@
 //! **Architecture Invariant:** the host never `dlopen`s a file it has not verified, and never a
 //! path a user can rewrite: only the private copies made in step 5.
 
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::loading::{
-    open_library, read_embedded_manifest, EmbeddedManifest, EmbeddedManifestError, OpenError,
-    OpenedLibrary,
+    open_closable_library, open_library, read_embedded_manifest, EmbeddedManifest,
+    EmbeddedManifestError, OpenError, OpenedLibrary,
 };
 use serde::Serialize;
 
@@ -210,14 +212,120 @@ impl From<&EmbeddedManifest> for LibraryFacts {
     }
 }
 
+/// Where a closable library is in its life (`plugins.entries.<id>.unloadOnReload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnloadState {
+    /// Open: something from it (an engine instance, a rollback handle) is still alive.
+    Open,
+    /// Closed (`dlclose`) and no longer mapped. (Where the mappings cannot be read — not
+    /// Linux — closed is all that is known.)
+    Unloaded,
+    /// Closed, but the dynamic loader keeps it mapped: a thread-local destructor it registered
+    /// is pending on a thread still running (see [`LoadedLibrary`]).
+    Pinned,
+}
+
+/// The shared record of a closable library's state, which outlives the library.
+#[derive(Debug)]
+pub struct UnloadWatch {
+    path: PathBuf,
+    state: AtomicU8,
+}
+
+impl UnloadWatch {
+    /// The private copy the library was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its state now. A pinned library is looked up again: it is unloaded once the dynamic
+    /// loader let it go.
+    pub fn state(&self) -> UnloadState {
+        match self.state.load(Ordering::Acquire) {
+            0 => UnloadState::Open,
+            1 => UnloadState::Unloaded,
+            _ => {
+                if is_mapped(&self.path) == Some(false) {
+                    self.state.store(1, Ordering::Release);
+                    UnloadState::Unloaded
+                } else {
+                    UnloadState::Pinned
+                }
+            }
+        }
+    }
+}
+
+/// Whether `path` is mapped into this process (`None`: cannot tell on this platform).
+pub fn is_mapped(path: &Path) -> Option<bool> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let path = path.to_string_lossy();
+    Some(maps.lines().any(|line| {
+        // The pathname is the sixth field; it may contain spaces, and a deleted file's ends
+        // with " (deleted)".
+        let name = line.splitn(6, ' ').nth(5).unwrap_or("").trim_start();
+        name == path || name.strip_suffix(" (deleted)") == Some(&path)
+    }))
+}
+
 /// A plugin library that passed every check.
+///
+/// **Kept mapped by default.** Dropping the last `Arc` of a library does nothing to its
+/// mapping: whatever came from it may outlive the host's bookkeeping. A library loaded with
+/// `plugins.entries.<id>.unloadOnReload` ([`Loader::with_unload_on_reload`]) is closed
+/// (`dlclose`) when its last `Arc` is dropped, so everything that carries its code or its
+/// memory holds that `Arc`: engine instances (`engines::backend::InProcess`) and rollback
+/// handles (`engines::instance::Rollback`); results and errors are copied into host memory
+/// (see `engines::backend`).
+///
+/// Its code also runs only on threads that end before it can close — every call on a thread
+/// of its own (`engines::bounded::run_on_own_thread`), every drop of its objects too — because
+/// of what code leaves for a thread's exit: a `thread_local!` holding a `Drop` type registers a
+/// destructor with the C runtime, and with glibc the library then stays mapped after
+/// `dlclose` until that thread exits ([`UnloadState::Pinned`]); `std::thread::current()` on a
+/// thread this library's `std` did not start registers `std`'s exit hook as a `pthread` key,
+/// which glibc does not count at all: once the library is unmapped, that thread's exit calls
+/// into nothing and the process dies. The state is read back from `/proc/self/maps`.
 pub struct LoadedLibrary {
     manifest: PluginManifest,
     facts: LibraryFacts,
     copy_path: PathBuf,
     sha256: String,
+    /// Some: closable, and where its state is recorded.
+    unload: Option<Arc<UnloadWatch>>,
+    /// Dropped by hand in `Drop`, then the mapping is looked up.
     /// `None` for an isolated plugin: its code is never opened in this process.
-    opened: Option<OpenedLibrary>,
+    opened: ManuallyDrop<Option<OpenedLibrary>>,
+}
+
+impl Drop for LoadedLibrary {
+    fn drop(&mut self) {
+        // SAFETY: `opened` is not used after this.
+        let opened = unsafe { ManuallyDrop::take(&mut self.opened) };
+        drop(opened);
+        if let Some(watch) = &self.unload {
+            let mapped = is_mapped(&self.copy_path);
+            let state = if mapped == Some(true) { 2 } else { 1 };
+            watch.state.store(state, Ordering::Release);
+            if mapped == Some(true) {
+                tracing::warn!(
+                    plugin = %self.manifest.id,
+                    library = %self.copy_path.display(),
+                    "plugin library closed but still mapped: a thread-local destructor it registered is pending on a running thread (its engine did not join a thread in dispose?), or another handle holds the same file"
+                );
+            } else {
+                tracing::info!(
+                    plugin = %self.manifest.id,
+                    library = %self.copy_path.display(),
+                    "old plugin library unloaded"
+                );
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for LoadedLibrary {
@@ -257,6 +365,16 @@ impl LoadedLibrary {
         self.opened.is_none()
     }
 
+    /// Whether the library is closed when its last `Arc` is dropped (`unloadOnReload`).
+    pub fn unloads(&self) -> bool {
+        self.unload.is_some()
+    }
+
+    /// The record of a closable library's state, `None` when it is kept mapped.
+    pub fn unload_watch(&self) -> Option<Arc<UnloadWatch>> {
+        self.unload.clone()
+    }
+
     /// Creates the FFI object of engine `engine_id` with `config` (already validated against
     /// the manifest's schema by the caller) and the host's services. The object must not
     /// outlive this library: [`crate::engines`] keeps an `Arc` of it next to the object.
@@ -283,7 +401,7 @@ impl LoadedLibrary {
             workspace_dir: opt_str(dirs.workspace_dir.as_deref()),
             plugin_dir: ROption::RSome(RStr::from_str(&plugin_dir)),
         };
-        match &self.opened {
+        match &*self.opened {
             Some(opened) => opened.new_engine(&params, host),
             None => Err(EngineError::failed(format!(
                 "plugin \"{}\" runs isolated: its engines are created in worker processes",
@@ -410,6 +528,8 @@ pub struct Loader {
     /// Where each plugin's engines run; [`Isolation::Process`] libraries are never opened
     /// here.
     isolation: (Isolation, std::collections::BTreeMap<String, Isolation>),
+    /// Plugins whose libraries are opened closable (`plugins.entries.<id>.unloadOnReload`).
+    unload_on_reload: std::collections::BTreeSet<String>,
 }
 
 impl Loader {
@@ -420,6 +540,7 @@ impl Loader {
             limits: verify::VerifyLimits::default(),
             installed_pins: std::collections::BTreeMap::new(),
             isolation: (Isolation::InProcess, std::collections::BTreeMap::new()),
+            unload_on_reload: std::collections::BTreeSet::new(),
         }
     }
 
@@ -441,6 +562,14 @@ impl Loader {
             .get(plugin_id)
             .copied()
             .unwrap_or(self.isolation.0)
+    }
+
+
+    /// Opens the libraries of these plugins so that they are closed once nothing from them
+    /// is alive (`plugins.entries.<id>.unloadOnReload`; see [`LoadedLibrary`]).
+    pub fn with_unload_on_reload(mut self, plugin_ids: impl IntoIterator<Item = String>) -> Self {
+        self.unload_on_reload = plugin_ids.into_iter().collect();
+        self
     }
 
     /// Also checks each plugin's library against the sha256 `pincer plugins install` recorded
@@ -540,11 +669,20 @@ impl Loader {
                 manifest,
                 copy_path,
                 sha256: verified.sha256_hex,
-                opened: None,
+                unload: None,
+                opened: ManuallyDrop::new(None),
             }));
         }
-        // SAFETY: `copy_path` is the private copy of bytes that passed verification.
-        let opened = unsafe { open_library(&copy_path) }.map_err(|source| {
+        let closable = self.unload_on_reload.contains(&manifest.id);
+        // SAFETY: `copy_path` is the private copy of bytes that passed verification. A
+        // closable library is closed only when its `LoadedLibrary` is dropped, and everything
+        // from it holds that value's `Arc` or was copied into host memory (see the type).
+        let opened = if closable {
+            unsafe { open_closable_library(&copy_path) }
+        } else {
+            unsafe { open_library(&copy_path) }
+        }
+        .map_err(|source| {
             if let OpenError::LayoutMismatch { full, .. } = &source {
                 tracing::debug!(plugin = %manifest.id, report = %full, "abi_stable layout report");
             }
@@ -566,19 +704,28 @@ impl Loader {
         // before `dlopen` (step 4); what the loaded code says must be what its bytes said.
         let expected = LibraryFacts::from(&embedded);
         if facts != expected {
-            // Tampering, or a hand-made library: either way not what was verified.
+            // Tampering, or a hand-made library: either way not what was verified. Kept
+            // mapped even when closable: nothing tracks what its code did.
+            std::mem::forget(opened);
             return Err(LoadError::LoadedManifestDiffers {
                 path: source,
                 embedded: expected.describe(),
                 loaded: facts.describe(),
             });
         }
+        let unload = closable.then(|| {
+            Arc::new(UnloadWatch {
+                path: copy_path.clone(),
+                state: AtomicU8::new(0),
+            })
+        });
         Ok(Arc::new(LoadedLibrary {
             manifest,
             facts,
             copy_path,
             sha256: verified.sha256_hex,
-            opened: Some(opened),
+            unload,
+            opened: ManuallyDrop::new(Some(opened)),
         }))
     }
 }

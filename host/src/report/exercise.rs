@@ -8,9 +8,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
-    AbortController, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
-};
+use pincer_plugin_api::abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
 use serde::Serialize;
 
 use crate::engines::request::{
@@ -238,7 +236,7 @@ pub fn exercise_engine(
             answer,
         })) => (
             Ok(Some(Guarded {
-                value: None::<SpawnRollbackBox>,
+                value: None::<crate::engines::instance::Rollback>,
                 answer,
             })),
             Some(rollback),

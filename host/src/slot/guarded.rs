@@ -43,8 +43,7 @@ use std::time::Duration;
 
 use pincer_plugin_api::abi::latest::{
     AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult,
-    IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, SpawnRollbackBox,
-    ToolCallResult,
+    IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, ToolCallResult,
 };
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
@@ -54,12 +53,15 @@ use crate::config::{CallTimeouts, FallbackPolicy, ResultLimits};
 use crate::engines::backend::CallAbortScope;
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::crash_journal::JournalTag;
-use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance};
+use crate::engines::instance::{
+    CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, Rollback,
+};
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
     IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::{self, OnStuck, WorkError};
+use crate::plugins::library::LoadedLibrary;
 use crate::slot::contract::{
     check_assemble, check_bootstrap, check_compact, check_maintain, check_tool_result, CallTrust,
 };
@@ -400,7 +402,7 @@ impl GuardedMethod for ToolCallRequest {
 
 /// `prepareSubagentSpawn`: fails closed; no host parameters.
 impl GuardedMethod for SubagentSpawnRequest {
-    type Output = Option<SpawnRollbackBox>;
+    type Output = Option<Rollback>;
     const METHOD: Method = Method::PrepareSubagentSpawn;
     const FAIL_CLOSED: bool = true;
     const OPTIONAL: Option<u32> = Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN);
@@ -628,28 +630,46 @@ impl GuardedEngine {
             &self.fallback
         };
         let quarantinable = primary && !self.is_default();
-        let inline =
+        // A primary whose library is closed after a reload (`unloadOnReload`) is called on a
+        // thread of its own that ends with the call, never inline on a session worker nor on
+        // a pooled worker (see [`bounded::run_on_own_thread`]).
+        let closable = self.primary.closable_library().filter(|_| primary);
+        let inline = if closable.is_some() {
+            Err(())
+        } else {
             session_worker::run_inline(R::METHOD, quarantinable, window, abort, self, || {
                 if primary {
                     trusted_call(&**request, engine, abort.signal(), mask, &self.trust)
                 } else {
                     request.fallback(engine, abort.signal())
                 }
-            });
+            })
+            .map_err(drop)
+        };
         let outcome = match inline {
             Ok(outcome) => outcome,
-            Err(_) => {
+            Err(()) => {
                 let engine = Arc::clone(engine);
                 let request = Arc::clone(request);
                 let controller = Arc::clone(abort);
                 let trust = Arc::clone(&self.trust);
-                bounded::run(Deadline::new(window), Arc::clone(abort), move || {
+                let call = move || {
                     if primary {
                         trusted_call(&*request, &engine, controller.signal(), mask, &trust)
                     } else {
                         request.fallback(&engine, controller.signal())
                     }
-                })
+                };
+                let deadline = Deadline::new(window);
+                match closable {
+                    Some(library) => bounded::run_on_own_thread(
+                        deadline,
+                        Arc::clone(abort),
+                        Arc::clone(library),
+                        call,
+                    ),
+                    _ => bounded::run(deadline, Arc::clone(abort), call),
+                }
             }
         };
         outcome
@@ -658,17 +678,20 @@ impl GuardedEngine {
     }
 
     /// Runs `call` on a worker under `operation`'s deadline, mapping an overrun to an error.
+    /// A closable `library` (`unloadOnReload`) runs it on a thread of its own.
     fn within_deadline<T: Send + 'static>(
         &self,
         operation: Method,
+        library: Option<&Arc<LoadedLibrary>>,
         call: impl FnOnce() -> Result<T, EngineCallError> + Send + 'static,
     ) -> Result<T, EngineCallError> {
-        let window = self.window(operation);
-        match bounded::run(
-            Deadline::new(window),
-            Arc::new(AbortController::new()),
-            call,
-        ) {
+        let deadline = Deadline::new(self.window(operation));
+        let abort = Arc::new(AbortController::new());
+        let outcome = match library.filter(|l| l.unloads()) {
+            Some(library) => bounded::run_on_own_thread(deadline, abort, Arc::clone(library), call),
+            None => bounded::run(deadline, abort, call),
+        };
+        match outcome {
             Ok(result) => result,
             Err(overrun) => Err(overrun_error(operation, &overrun)),
         }
@@ -678,13 +701,9 @@ impl GuardedEngine {
     ///
     /// # Errors
     /// The rollback's error, or its timeout.
-    pub fn rollback(&self, handle: SpawnRollbackBox) -> Result<(), EngineCallError> {
-        self.within_deadline(Method::Rollback, move || {
-            handle
-                .rollback()
-                .into_result()
-                .map_err(EngineCallError::from)
-        })
+    pub fn rollback(&self, handle: Rollback) -> Result<(), EngineCallError> {
+        let library = handle.library().cloned();
+        self.within_deadline(Method::Rollback, library.as_ref(), move || handle.run())
     }
 
     /// Disposes the configured engine instance, bounded by the cleanup deadline (once per
@@ -694,7 +713,8 @@ impl GuardedEngine {
     /// The engine's error, or its timeout.
     pub fn dispose(&self) -> Result<(), EngineCallError> {
         let engine = Arc::clone(&self.primary);
-        self.within_deadline(Method::Dispose, move || engine.dispose())
+        let library = self.primary.closable_library().cloned();
+        self.within_deadline(Method::Dispose, library.as_ref(), move || engine.dispose())
     }
 
     /// The one path of every guarded method: `Ok(None)` when the engine lacks an optional
@@ -926,7 +946,7 @@ impl GuardedEngine {
     pub fn prepare_subagent_spawn(
         &self,
         request: Arc<SubagentSpawnRequest>,
-    ) -> Result<Option<Guarded<Option<SpawnRollbackBox>>>, GuardError> {
+    ) -> Result<Option<Guarded<Option<Rollback>>>, GuardError> {
         self.call(&request, &Arc::new(AbortController::new()))
     }
 

@@ -22,9 +22,26 @@
 //! deadline; [`Runtime::shutdown`] disposes whatever is left. `dispose` runs at most once per
 //! instance (`EngineInstance::dispose`).
 //!
-//! **Libraries stay mapped.** An old generation's library is never unloaded (unloading a Rust
-//! library while anything from it lives is unsound); [`Runtime::generations`] counts the kept
-//! ones and their size.
+//! **Libraries stay mapped by default.** An old generation's library is not unloaded
+//! (unloading a Rust library while anything from it lives is unsound);
+//! [`Runtime::generations`] counts the kept ones and their size.
+//!
+//! **Unload on reload** (`plugins.entries.<id>.unloadOnReload: true`, for development): the
+//! plugin's libraries are opened closable, and an old one is closed (`dlclose`) when the last
+//! thing from it is dropped — never before. Everything that carries its code or its memory
+//! holds its `Arc<LoadedLibrary>`: engine instances (so every guard and call in flight) and
+//! rollback handles; results are copied into host memory as they come back, errors and `info`
+//! always are. Unload follows dispose: the reaper disposes and drops the retired instance on a
+//! thread of its own, waits for that thread to exit, then lets go of the library.
+//! Such a library's code never runs on a long-lived host thread: every call (factory, methods,
+//! rollback, dispose) runs on a thread of its own, not inline on a session worker nor on a
+//! pooled worker, and every drop of its objects too, each joined before the library handle it
+//! keeps is let go — so whatever its code leaves for a thread's exit (thread-local destructors,
+//! which keep a closed library mapped; `std`'s exit hook, which would call into an unmapped one)
+//! has run while it is mapped. [`Runtime::generations`] tells old builds still open
+//! (`unloading`), closed and gone (`unloadedGenerations`), and closed but still mapped
+//! (`pinned`). What the host cannot see — threads the engine started — is the engine's to end:
+//! the contract requires `dispose` to join them.
 //!
 //! **Config reload** ([`Runtime::reload_config`]): `pincer.json` is read again; a config that
 //! does not parse is refused with its error and the old one stays in force. A changed slot or
@@ -52,7 +69,7 @@ use crate::config::{Config, ConfigError, LoadedConfig};
 use crate::engines::bounded::{self, Deadline};
 use crate::engines::instance::EngineInstance;
 use crate::plugins::discovery::discover_plugin_dirs;
-use crate::plugins::library::LoadedLibrary;
+use crate::plugins::library::{LoadedLibrary, UnloadState, UnloadWatch};
 use crate::plugins::MANIFEST_FILE_NAME;
 use crate::slot::guarded::{GuardedEngine, FIRST_GENERATION};
 use crate::slot::registry::EngineFactory;
@@ -111,13 +128,22 @@ pub struct GenerationStatus {
     pub generation: u64,
     /// Replaced instances that calls still hold: disposed as soon as the last call ends.
     pub draining: usize,
-    /// Old builds of its library kept mapped (libraries are never unloaded).
+    /// Old builds of its library still mapped: kept by default for the life of the process;
+    /// with `unloadOnReload`, until nothing from them is alive (see `unloading`, `pinned`).
     pub kept_generations: usize,
     /// Their size on disk, in bytes (the private copies that are mapped).
     pub kept_bytes: u64,
     /// The worker process of the current generation, for an isolated engine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<crate::engines::backend::WorkerInfo>,
+    /// Of the kept ones, `unloadOnReload` builds still open: something from them (an
+    /// instance a call or guard holds, a rollback handle) is alive; closed when it is dropped.
+    pub unloading: usize,
+    /// Of the kept ones, `unloadOnReload` builds closed but still mapped by the dynamic
+    /// loader: a thread-local destructor they registered is pending on a running thread.
+    pub pinned: usize,
+    /// Old builds closed and unmapped (`unloadOnReload`).
+    pub unloaded_generations: usize,
 }
 
 /// Why a reload was refused. The old generation (or config) keeps serving.
@@ -227,12 +253,17 @@ impl Retirement {
             if !free.is_empty() {
                 drop(queue);
                 for retired in free {
-                    dispose_within(&retired.instance, self.cleanup());
-                    tracing::info!(
-                        engine_id = %retired.engine_id,
-                        generation = retired.generation,
-                        "retired context engine generation disposed"
-                    );
+                    match retired.instance.closable_library().cloned() {
+                        Some(library) => release_within(retired, library, self.cleanup()),
+                        None => {
+                            dispose_within(&retired.instance, self.cleanup());
+                            tracing::info!(
+                                engine_id = %retired.engine_id,
+                                generation = retired.generation,
+                                "retired context engine generation disposed"
+                            );
+                        }
+                    }
                 }
                 queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
@@ -249,12 +280,69 @@ impl Retirement {
     }
 }
 
-/// An old build of a plugin's library, kept mapped.
+/// Disposes and drops the retired instance of a closable library (`unloadOnReload`) on a
+/// thread of its own that ends, waits for that thread to exit (so any thread-local destructor
+/// the engine's `dispose` or `Drop` registered has run), then lets go of the library: when
+/// nothing else from it is alive (no rollback handle), this closes it. A `dispose` past
+/// `window` is not waited for: its thread still holds the instance, and the library with it.
+fn release_within(retired: Retired, library: Arc<LoadedLibrary>, window: Duration) {
+    let Retired {
+        engine_id,
+        generation,
+        instance,
+    } = retired;
+    let (done, finished) = std::sync::mpsc::channel();
+    let on_thread = Arc::clone(&instance);
+    let spawned = std::thread::Builder::new()
+        .name("pincer-unload".into())
+        .spawn(move || {
+            let outcome = on_thread.dispose();
+            // The engine object's drop runs here, on this thread, before the library closes.
+            drop(on_thread);
+            let _ = done.send(outcome);
+        });
+    let handle = match spawned {
+        Ok(handle) => {
+            drop(instance);
+            handle
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot start a thread to release a plugin library; disposing on the reaper");
+            dispose_within(&instance, window);
+            return;
+        }
+    };
+    match finished.recv_timeout(window) {
+        Ok(outcome) => {
+            // `join` returns once the thread has exited, its thread-local destructors run.
+            let _ = handle.join();
+            if let Err(err) = outcome {
+                tracing::warn!(engine_id = %engine_id, error = %err, "context engine dispose failed");
+            }
+            tracing::info!(
+                engine_id = %engine_id,
+                generation,
+                "retired context engine generation disposed"
+            );
+        }
+        Err(_) => tracing::warn!(
+            engine_id = %engine_id,
+            generation,
+            "context engine dispose stalled; its library stays open until it returns"
+        ),
+    }
+    drop(library);
+}
+
+/// An old build of a plugin's library: kept mapped, or — `unloadOnReload` — closed once
+/// nothing from it is alive.
 struct KeptLibrary {
     plugin_id: String,
     engine_ids: Vec<String>,
     path: PathBuf,
     bytes: u64,
+    /// Some: a closable library, and where its state is recorded.
+    unload: Option<Arc<UnloadWatch>>,
 }
 
 /// The reload bookkeeping a [`Runtime`] carries.
@@ -366,6 +454,7 @@ impl ReloadState {
             engine_ids: old.facts().engine_ids.clone(),
             path: old.copy_path().to_owned(),
             bytes: std::fs::metadata(old.copy_path()).map_or(0, |m| m.len()),
+            unload: old.unload_watch(),
         });
     }
 }
@@ -395,11 +484,17 @@ fn fingerprint(dir: &Path, library_sha256: &str) -> String {
 pub(crate) fn dispose_within(instance: &Arc<EngineInstance>, window: Duration) {
     let engine = Arc::clone(instance);
     let id = instance.descriptor().id.clone();
-    match bounded::run(
-        Deadline::new(window),
-        Arc::new(AbortController::new()),
-        move || engine.dispose(),
-    ) {
+    let deadline = Deadline::new(window);
+    let abort = Arc::new(AbortController::new());
+    let outcome = match instance.closable_library() {
+        Some(library) => {
+            bounded::run_on_own_thread(deadline, abort, Arc::clone(library), move || {
+                engine.dispose()
+            })
+        }
+        None => bounded::run(deadline, abort, move || engine.dispose()),
+    };
+    match outcome {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
             tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")
@@ -840,12 +935,21 @@ impl Runtime {
                 let worker = lock(&self.instances)
                     .get(&engine_id)
                     .and_then(|c| c.instance.worker());
+                let state = |k: &KeptLibrary| k.unload.as_ref().map(|w| w.state());
+                let count = |s: UnloadState| old.iter().filter(|k| state(k) == Some(s)).count();
+                let mapped: Vec<&&KeptLibrary> = old
+                    .iter()
+                    .filter(|k| state(k) != Some(UnloadState::Unloaded))
+                    .collect();
                 GenerationStatus {
                     worker,
                     generation: self.current_generation(&engine_id),
                     draining: draining.get(&engine_id).copied().unwrap_or(0),
-                    kept_generations: old.len(),
-                    kept_bytes: old.iter().map(|k| k.bytes).sum(),
+                    kept_generations: mapped.len(),
+                    kept_bytes: mapped.iter().map(|k| k.bytes).sum(),
+                    unloading: count(UnloadState::Open),
+                    pinned: count(UnloadState::Pinned),
+                    unloaded_generations: count(UnloadState::Unloaded),
                     plugin_id,
                     engine_id,
                 }

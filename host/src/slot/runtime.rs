@@ -394,6 +394,12 @@ impl Runtime {
                     .iter()
                     .filter_map(|(id, entry)| Some((id.clone(), entry.isolation?))),
             )
+            .with_unload_on_reload(
+                entries
+                    .iter()
+                    .filter(|(_, entry)| entry.unload_on_reload)
+                    .map(|(id, _)| id.clone()),
+            )
     }
 
     /// Every enabled plugin's engine ids among `dirs`, from manifests alone, before any
@@ -974,11 +980,17 @@ impl Runtime {
                 }
             };
         let window = self.timeouts().calls.for_method(Method::Factory);
-        let instance = match bounded::run(
-            Deadline::new(window),
-            Arc::new(AbortController::new()),
-            created,
-        ) {
+        let deadline = Deadline::new(window);
+        let abort = Arc::new(AbortController::new());
+        let outcome = match factory {
+            // A library closed after reload runs its code only on threads that end with the
+            // call.
+            EngineFactory::Plugin { library, .. } if library.unloads() => {
+                bounded::run_on_own_thread(deadline, abort, Arc::clone(library), created)
+            }
+            _ => bounded::run(deadline, abort, created),
+        };
+        let instance = match outcome {
             Ok(created) => created.map_err(|err| ("factory", err.message))?,
             Err(Overrun::TimedOut { waited }) => {
                 return Err((

@@ -13,7 +13,7 @@
 #![allow(clippy::type_complexity)]
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, Once};
@@ -63,7 +63,63 @@ fn contain_panic(payload: Box<dyn Any + Send>) -> String {
 }
 
 thread_local! {
-    static LAST_PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Where the last panic on this thread happened: a `Box<String>` given up as a raw
+    /// pointer (null: none). The library's thread-locals have no destructor on purpose: one
+    /// with a destructor, first touched on a host thread, registers it with the C runtime,
+    /// which then keeps the library mapped until that thread exits — even after the host closed
+    /// it (`unloadOnReload`). A location recorded and never taken (an uncaught panic in an
+    /// engine's own thread) is a few bytes leaked.
+    static LAST_PANIC_LOCATION: Cell<*mut String> = const { Cell::new(std::ptr::null_mut()) };
+    /// Set while an engine or a rollback handle is dropped: the thread is the host's, and
+    /// may outlive the library (a host may drop objects wherever its last owner lets go).
+    static IN_HOST_CALL: Cell<bool> = const { Cell::new(false) };
+}
+
+fn take_panic_location() -> Option<String> {
+    let location = LAST_PANIC_LOCATION.with(|l| l.replace(std::ptr::null_mut()));
+    // SAFETY: a non-null pointer came from `Box::into_raw` in `record_panic_location` and was
+    // swapped out of the cell, so it is owned here and freed once.
+    (!location.is_null()).then(|| *unsafe { Box::from_raw(location) })
+}
+
+fn record_panic_location(location: Option<String>) {
+    let new = location.map_or(std::ptr::null_mut(), |l| Box::into_raw(Box::new(l)));
+    let old = LAST_PANIC_LOCATION.with(|l| l.replace(new));
+    if !old.is_null() {
+        // SAFETY: as in `take_panic_location`.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
+/// Whether this thread is dropping an engine or a rollback handle for the host.
+fn in_host_call() -> bool {
+    IN_HOST_CALL.with(Cell::get)
+}
+
+/// Marks the thread as the host's while an engine or a rollback handle is dropped (not on
+/// the call path: in a `cdylib` each thread-local access is a `__tls_get_addr` call).
+struct HostCall {
+    cell: *const Cell<bool>,
+    previous: bool,
+}
+
+impl HostCall {
+    #[inline]
+    fn enter() -> Self {
+        let cell = IN_HOST_CALL.with(|c| c as *const Cell<bool>);
+        // SAFETY: the thread-local outlives this value, which never leaves its thread (it
+        // holds a raw pointer, so it is neither `Send` nor `Sync`).
+        let previous = unsafe { (*cell).replace(true) };
+        HostCall { cell, previous }
+    }
+}
+
+impl Drop for HostCall {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`.
+        unsafe { (*self.cell).set(self.previous) }
+    }
 }
 
 /// A panic payload's text.
@@ -80,7 +136,7 @@ fn payload_text(payload: &(dyn Any + Send)) -> String {
 /// A caught panic's text with the location the hook recorded for it.
 fn panic_message(payload: &(dyn Any + Send)) -> String {
     let text = payload_text(payload);
-    match LAST_PANIC_LOCATION.with(|l| l.borrow_mut().take()) {
+    match take_panic_location() {
         Some(location) => format!("{text} (at {location})"),
         None => text,
     }
@@ -91,7 +147,12 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// has its own copy of std, so the hook sees only the library's own panics and never touches
 /// the host's. In a test binary ([`crate::testing`]) library and test share one std, so the
 /// previous hook still runs and a failing test prints its panic as usual. (No thread-local is
-/// touched on the call path: in a `cdylib` each access is a `__tls_get_addr` call.)
+/// touched on the call path: in a `cdylib` each access is a `__tls_get_addr` call.) The hook
+/// creates no thread-local with a destructor, and while an engine or a rollback handle is
+/// dropped (on whatever host thread lets go of it last) it does not call
+/// `std::thread::current()`: on a thread this library's `std` did not start, that registers
+/// `std`'s thread-exit hook (a `pthread` key). Either would run this library's code when a
+/// host thread exits — after a host that closes libraries (`unloadOnReload`) closed it.
 fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -106,16 +167,25 @@ fn install_panic_hook() {
                 // Not lost, whatever thread it happened on (an engine's own thread has no
                 // `guard` to report it): the host's log gets it, with its location.
                 let message = payload_text(info.payload());
-                let thread = std::thread::current();
-                let thread = thread.name().unwrap_or("unnamed");
-                tracing::error!(
-                    target: "pincer::plugin::panic",
-                    location = location.as_deref().unwrap_or("unknown"),
-                    thread,
-                    "panic in plugin code (thread \"{thread}\"): {message}"
-                );
+                if in_host_call() {
+                    // A host thread that may outlive the library: no `thread::current()`.
+                    tracing::error!(
+                        target: "pincer::plugin::panic",
+                        location = location.as_deref().unwrap_or("unknown"),
+                        "panic in plugin code (while the host dropped it): {message}"
+                    );
+                } else {
+                    let thread = std::thread::current();
+                    let thread = thread.name().unwrap_or("unnamed");
+                    tracing::error!(
+                        target: "pincer::plugin::panic",
+                        location = location.as_deref().unwrap_or("unknown"),
+                        thread,
+                        "panic in plugin code (thread \"{thread}\"): {message}"
+                    );
+                }
             }
-            LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = location);
+            record_panic_location(location);
         }));
     });
 }
@@ -138,6 +208,7 @@ impl SpawnRollback {
 /// `catch_unwind`, as every other piece of engine code.
 impl Drop for SpawnRollback {
     fn drop(&mut self) {
+        let _host = HostCall::enter();
         let action = self.action.get_mut().map(Option::take).unwrap_or(None);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(action))) {
             tracing::error!(
@@ -404,6 +475,7 @@ struct Adapter<E> {
 impl<E> Drop for Adapter<E> {
     fn drop(&mut self) {
         let _scope = self.scope();
+        let _host = HostCall::enter();
         let engine = &mut self.engine;
         // SAFETY: `engine` is dropped exactly once, here, and never used again.
         let dropped = catch_unwind(AssertUnwindSafe(|| unsafe {

@@ -197,6 +197,16 @@ pub trait CommitTurn: Engine {
 /// release everything the instance holds and **join every thread it started**: the host
 /// cannot see a library's threads, and a thread left running keeps executing the old build's
 /// code after its instance is gone.
+///
+/// This is the contract that makes unloading possible. An operator may set
+/// `plugins.entries.<id>.unloadOnReload: true`: then, after a reload, the old build's library
+/// is closed (`dlclose`) as soon as its last instance has been disposed and dropped and the
+/// host holds nothing else from it — so a thread of yours still running (or parked, or
+/// sleeping) at that moment would execute unmapped code and crash the whole host. Join your
+/// threads here, not in `Drop` alone; stop timers and background tasks; leave no callback
+/// registered anywhere. (Thread-locals your code touches on the threads the host calls it on
+/// are the host's concern: pincer runs such a library's code only on threads that end before
+/// it closes the library. On your own threads they end with the thread — so join it.)
 pub trait Dispose: Engine {
     /// See the trait.
     ///

@@ -39,7 +39,7 @@ use pincer_plugin_api::abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams,
     BootstrapResult, CompactParams, CompactResult, EngineError, EntryId, HostServicesArc,
     IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest,
-    MaintainParams, MaintainResult, Message, SpawnRollbackAbi, SpawnRollbackBox,
+    MaintainParams, MaintainResult, Message, SpawnRollbackAbi,
     SubagentContextMode, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
     ToolCallResult,
 };
@@ -52,7 +52,7 @@ use super::protocol::{
 };
 use super::settings::{Confinement, WorkerSettings};
 use super::wire;
-use crate::engines::backend::{current_call_abort, EngineBackend};
+use crate::engines::backend::{current_call_abort, EngineBackend, Rollback};
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor};
 use crate::types::Method;
 
@@ -1169,7 +1169,7 @@ impl EngineBackend for ProcessBackend {
     fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
-    ) -> Result<Option<SpawnRollbackBox>, EngineCallError> {
+    ) -> Result<Option<Rollback>, EngineCallError> {
         let call = Call::PrepareSubagentSpawn {
             parent_session_key: wire::owned(params.parent_session_key),
             child_session_key: wire::owned(params.child_session_key),
@@ -1185,13 +1185,14 @@ impl EngineBackend for ProcessBackend {
         };
         match self.worker.call(Method::PrepareSubagentSpawn, call)? {
             CallReply::Spawned(None) => Ok(None),
-            CallReply::Spawned(Some(handle)) => Ok(Some(
+            CallReply::Spawned(Some(handle)) => Ok(Some(Rollback::new(
                 pincer_plugin_api::loading::host_spawn_rollback(WorkerRollback {
                     worker: Arc::clone(&self.worker),
                     handle,
                     used: AtomicBool::new(false),
                 }),
-            )),
+                None,
+            ))),
             other => Err(unexpected(Method::PrepareSubagentSpawn, &other)),
         }
     }

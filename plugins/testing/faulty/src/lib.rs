@@ -4,7 +4,8 @@
 //!
 //! Config (`plugins.entries.faulty.config`): one key per method (`factory`, `info`, `ingest`,
 //! `ingestBatch`, `assemble`, `compact`, `bootstrap`, `afterTurn`, `maintain`,
-//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`) with a
+//! `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `commitTurn`, `dispose`, `rollback`, and
+//! `drop`: the instance's `Drop`, where only `touch-thread` does anything) with a
 //! [`Behaviour`]; `hangMs` bounds a hang (default one hour). Unset methods work.
 //! `backgroundMaintenance: true` declares `turnMaintenanceMode: "background"`.
 //! A `factory-behaviour` file in the plugin folder (a behaviour name) overrides `factory`: a
@@ -88,6 +89,11 @@ pub enum Behaviour {
     WriteHome,
     /// Run `/bin/sh -c true`: `Ok` when it worked, `Failed` with the OS error.
     ExecShell,
+    /// Work, after leaving thread-exit work on the calling thread as a careless engine does:
+    /// a `thread_local!` holding a `String` (a C++-style thread-local destructor) and
+    /// `std::thread::current()` (std's exit hook, a `pthread` key) — both run when that thread
+    /// exits, in this library's code.
+    TouchThread,
 }
 
 /// The variable whose number, when set at load time, the library's constructor exits with.
@@ -132,6 +138,10 @@ fn fork_bomb() -> ! {
         #[cfg(not(unix))]
         std::thread::yield_now();
     }
+}
+
+thread_local! {
+    static TOUCHED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -198,6 +208,16 @@ pub struct Faulty {
     host: Host,
     calls: AtomicU64,
     per_method: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// `drop` (a key of the config like the methods') runs when the instance is dropped; only
+/// `touch-thread` does anything there.
+impl Drop for Faulty {
+    fn drop(&mut self) {
+        if self.methods.get("drop") == Some(&Behaviour::TouchThread) {
+            let _ = act(Behaviour::TouchThread, "drop", self.hang, None, None);
+        }
+    }
 }
 
 fn act(
@@ -278,6 +298,11 @@ fn act(
                     }
                 }),
         ),
+        Behaviour::TouchThread => {
+            let name = std::thread::current().name().map(str::to_owned);
+            TOUCHED.with(|t| *t.borrow_mut() = format!("{method} on {name:?}"));
+            Ok(())
+        }
         Behaviour::HangUntilAbort => {
             let start = Instant::now();
             while start.elapsed() < hang {
