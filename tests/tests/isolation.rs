@@ -243,3 +243,88 @@ fn the_pincer_binary_survives_an_isolated_crash_and_a_constructor_that_exits() {
         "engine worker exited with status 7 while starting"
     );
 }
+
+/// `pincer assemble --json` with `faulty` isolated and configured with `engine_config`, its
+/// `$HOME` (which the worker inherits) set to `home_dir`.
+fn assemble_isolated_faulty(home: &Path, home_dir: &Path, engine_config: Value) -> Value {
+    std::fs::write(
+        home.join("pincer.json"),
+        isolated("faulty", engine_config, json!({})).to_string(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home)
+        .args(["assemble", "--json", "--conversation"])
+        .arg(example_conversation())
+        .arg("--plugins-dir")
+        .arg(staged_plugins_dir())
+        .env("HOME", home_dir)
+        .env_remove("PINCER_HOME")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    stdout_json(&out)
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_sandbox_refuses_network_exec_fork_writes_outside_and_runaway_memory_and_says_so() {
+    let protections = pincer_host::engines::isolation::confine::available_protections();
+    let home = TempDir::new().unwrap();
+    let user_home = TempDir::new().unwrap();
+    for (behaviour, needs, expected) in [
+        (
+            "open-socket",
+            "seccomp",
+            "engine worker broke its sandbox (system call socket) during assemble",
+        ),
+        (
+            "exec-shell",
+            "seccomp",
+            "engine worker broke its sandbox (a forbidden system call) during assemble",
+        ),
+        (
+            "fork-bomb",
+            "seccomp",
+            "engine worker broke its sandbox (system call clone) during assemble",
+        ),
+        (
+            "write-home",
+            "landlock",
+            "faulty: writing {home}/faulty-was-here in assemble: Permission denied (os error 13)",
+        ),
+        (
+            "huge-alloc",
+            "limits",
+            "engine worker exceeded its memory limit (memory allocation of 68719476736 bytes failed) during assemble",
+        ),
+        ("abort", "", "engine worker killed by SIGABRT during assemble"),
+    ] {
+        let active = match needs {
+            "seccomp" => protections.seccomp.is_active(),
+            "landlock" => protections.landlock.is_active(),
+            "limits" => protections.limits.is_active(),
+            _ => true,
+        };
+        if !active {
+            // Where the kernel lacks it, doctor says so instead of pretending (confine.rs).
+            eprintln!("skipping {behaviour}: {needs} is not available here");
+            continue;
+        }
+        let report =
+            assemble_isolated_faulty(home.path(), user_home.path(), json!({ "assemble": behaviour }));
+        assert_eq!(report["answeredBy"], "legacy", "{behaviour}: {}", report["quarantine"]);
+        let expected = expected.replace("{home}", &user_home.path().display().to_string());
+        let reason = report["quarantine"][0]["reason"].as_str().unwrap_or_default();
+        // `exec` may be refused in the spawn (SIGSYS) or at the execve (the named call).
+        let acceptable = reason == expected
+            || (behaviour == "exec-shell"
+                && reason == "engine worker broke its sandbox (system call execve) during assemble");
+        assert!(acceptable, "{behaviour}: {reason}");
+    }
+    assert!(
+        !user_home.path().join("faulty-was-here").exists(),
+        "nothing was written outside the engine's directories"
+    );
+}

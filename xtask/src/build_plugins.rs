@@ -95,10 +95,22 @@ impl Staged {
         ws: &Workspace,
         args: &[OsString],
     ) -> Result<std::process::ExitCode> {
-        eprintln!("$ {}", crate::workspace::shell_line("cargo", args));
+        self.run_cargo_with(ws, args, &[])
+    }
+
+    /// [`Staged::run_cargo`] with extra environment variables.
+    pub(crate) fn run_cargo_with(
+        &self,
+        ws: &Workspace,
+        args: &[OsString],
+        env: &[(&str, &str)],
+    ) -> Result<std::process::ExitCode> {
+        let shown: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        eprintln!("$ {shown}{}", crate::workspace::shell_line("cargo", args));
         let status = ws
             .cargo()
             .args(args)
+            .envs(env.iter().copied())
             .env("PINCER_STAGED_PLUGINS", &self.plugins_dir)
             .env("PINCER_PLUGIN_VARIANTS", &self.variants_dir)
             .status()

@@ -5,8 +5,10 @@
 //!
 //! The tests that load real libraries find them through two variables:
 //! `PINCER_STAGED_PLUGINS` (the normal plugins) and `PINCER_PLUGIN_VARIANTS` (the test-only variants).
+//! Then the engine suites a third time with every plugin isolated (`PINCER_ISOLATION=process`,
+//! the process-isolation tier), unless arguments were given.
 //! Arguments after `--` go to both `cargo test` runs unchanged; the first run that fails gives
-//! our exit code, and the second one is skipped.
+//! our exit code, and the later ones are skipped.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -35,8 +37,38 @@ pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
         .into();
     args.push(format!("pincer-plugin-api/{OPTIONAL_FEATURE}").into());
     args.extend(cargo_args.iter().cloned());
-    staged.run_cargo(ws, &args)
+    let code = staged.run_cargo(ws, &args)?;
+    if code != ExitCode::SUCCESS || !cargo_args.is_empty() {
+        return Ok(code);
+    }
+
+    // The engine suites again with every plugin isolated: an engine cannot tell the
+    // difference, so they pass unchanged (a test whose outcome differs says so).
+    let mut args: Vec<OsString> = ["test", "-p", "pincer-tests"].map(OsString::from).into();
+    for suite in ISOLATED_SUITES {
+        args.push("--test".into());
+        args.push((*suite).into());
+    }
+    staged.run_cargo_with(ws, &args, &[("PINCER_ISOLATION", "process")])
 }
+
+/// The test files run a second time with `PINCER_ISOLATION=process`: every test that drives
+/// `sliding-window` or `faulty` through the slot, the harness, the CLI, reload and the
+/// gateway. (`session_workers` and `trust` are about threads and crashes of the host process
+/// itself; `isolation.rs` holds their isolated counterparts.)
+const ISOLATED_SUITES: &[&str] = &[
+    "semantics",
+    "faults",
+    "harness",
+    "cli",
+    "tau_bench",
+    "reload",
+    "gateway",
+    "model",
+    "compaction",
+    "loading",
+    "doctor_truths",
+];
 
 /// The optional feature of `pincer-plugin-api` that the second run turns on.
 const OPTIONAL_FEATURE: &str = "tiktoken";
