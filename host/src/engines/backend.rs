@@ -107,6 +107,14 @@ pub trait EngineBackend: Send + Sync + 'static {
     fn isolation(&self) -> Option<WorkerInfo> {
         None
     }
+    /// The round trip of an empty call: nothing in process, one frame each way for a worker
+    /// (benchmarks, health).
+    ///
+    /// # Errors
+    /// A worker that is gone.
+    fn ping(&self) -> Result<(), EngineCallError> {
+        Ok(())
+    }
 }
 
 /// An isolated engine's worker, as `health` shows it.

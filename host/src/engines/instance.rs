@@ -373,6 +373,14 @@ impl EngineInstance {
         )
     }
 
+    /// The round trip of an empty call (see [`EngineBackend::ping`]).
+    ///
+    /// # Errors
+    /// A worker that is gone.
+    pub fn ping(&self) -> Result<(), EngineCallError> {
+        self.backend.ping()
+    }
+
     /// The worker process of an isolated engine; `None` in process.
     pub fn worker(&self) -> Option<super::backend::WorkerInfo> {
         self.backend.isolation()

@@ -426,13 +426,6 @@ impl ProcessBackend {
         lock(&self.worker.death).clone()
     }
 
-    /// The round trip of an empty call (benchmarks).
-    ///
-    /// # Errors
-    /// When the worker is gone.
-    pub fn ping(&self) -> Result<(), EngineCallError> {
-        self.worker.call(Method::Info, Call::Ping).map(|_| ())
-    }
 }
 
 impl Drop for ProcessBackend {
@@ -1231,6 +1224,10 @@ impl EngineBackend for ProcessBackend {
         };
         self.worker.shutdown();
         result
+    }
+
+    fn ping(&self) -> Result<(), EngineCallError> {
+        self.worker.call(Method::Info, Call::Ping).map(|_| ())
     }
 
     fn isolation(&self) -> Option<crate::engines::backend::WorkerInfo> {
