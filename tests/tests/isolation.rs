@@ -328,3 +328,50 @@ fn the_sandbox_refuses_network_exec_fork_writes_outside_and_runaway_memory_and_s
         "nothing was written outside the engine's directories"
     );
 }
+
+#[test]
+fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_the_host() {
+    // In process: the first load of a library not seen before is probed in a throwaway worker.
+    let home = TempDir::new().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({ "plugins": { "slots": { "contextEngine": "hostile" } } }).to_string(),
+    )
+    .unwrap();
+    let assemble = |env: Option<(&str, &str)>| {
+        let mut command = std::process::Command::new(pincer_bin());
+        command
+            .arg("--home")
+            .arg(home.path())
+            .args(["assemble", "--json", "--conversation"])
+            .arg(example_conversation())
+            .arg("--plugins-dir")
+            .arg(staged_variant("hostile"))
+            .env_remove("PINCER_HOME");
+        if let Some((k, v)) = env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    let out = assemble(Some(("HOSTILE_CONSTRUCTOR_EXIT", "1")));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["answeredBy"], "legacy");
+    let doctor = stdout_json(&std::process::Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["doctor", "--json", "--load", "--plugins-dir"])
+        .arg(staged_variant("hostile"))
+        .env("HOSTILE_CONSTRUCTOR_EXIT", "1")
+        .env_remove("PINCER_HOME")
+        .output()
+        .unwrap());
+    let rendered = doctor.to_string();
+    assert!(
+        rendered.contains("failed its probe in a throwaway worker process (engine worker exited with status 7 while starting)"),
+        "{rendered}"
+    );
+    // A library that passed its probe is not probed again, and loads in process.
+    let out = assemble(None);
+    assert_eq!(stdout_json(&out)["answeredBy"], "hostile", "{}", stderr_text(&out));
+}

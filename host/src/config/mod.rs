@@ -282,6 +282,11 @@ pub struct PluginsConfig {
     /// Caps on what an engine may return (pincer's addition).
     #[serde(default)]
     pub result_limits: ResultLimits,
+    /// Probe each library not seen before in a throwaway worker process before this process
+    /// opens it (default `true`): its constructors and checks run there, and a library whose
+    /// probe crashes is refused for in-process use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_libraries: Option<bool>,
 }
 
 /// `plugins.resultLimits`: what an engine's `assemble` and `callTool` results may hold before the host

@@ -342,16 +342,9 @@ impl EngineInstance {
         host: HostServicesArc,
         confinement: super::isolation::settings::Confinement,
     ) -> Result<Self, EngineCallError> {
-        let facts = library.facts();
         let start = super::isolation::process::WorkerStart {
             library: library.copy_path().to_owned(),
-            expected: super::isolation::protocol::ExpectedLibrary {
-                plugin_id: facts.plugin_id.clone(),
-                plugin_version: facts.plugin_version.clone(),
-                api_version: facts.api_version.clone(),
-                engine_ids: facts.engine_ids.clone(),
-                panic_unwind: facts.panic_unwind,
-            },
+            expected: library.facts().into(),
             engine_id: engine_id.to_owned(),
             config_json: config.to_string(),
             agent_dir: dirs.agent_dir.clone(),

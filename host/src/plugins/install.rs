@@ -220,6 +220,20 @@ impl PreparedPlugin {
         &self.checked.manifest
     }
 
+    /// Probes the library with `loader`'s probe (a throwaway worker process runs its
+    /// constructors and checks) before anything is copied.
+    ///
+    /// # Errors
+    /// [`InstallError::Verify`] with [`super::library::LoadError::ProbeFailed`].
+    pub fn probe(&self, loader: &Loader) -> Result<(), InstallError> {
+        loader
+            .probe(&self.checked)
+            .map_err(|source| InstallError::Verify {
+                path: self.source.clone(),
+                source,
+            })
+    }
+
     /// The verified library's sha256 (what `install` records in the config).
     pub fn library_sha256(&self) -> &str {
         &self.checked.verified.sha256_hex

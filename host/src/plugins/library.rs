@@ -124,6 +124,19 @@ pub enum LoadError {
         /// What the loaded code returned.
         loaded: String,
     },
+    /// The library crashed or failed its checks when probed in a throwaway worker process.
+    #[error(
+        "library {} of plugin \"{plugin_id}\" failed its probe in a throwaway worker process ({reason}), so it is not opened in this process; run its engines isolated (plugins.entries.{plugin_id}.isolation: \"process\") or fix the library",
+        path.display()
+    )]
+    ProbeFailed {
+        /// The plugin.
+        plugin_id: String,
+        /// The library.
+        path: PathBuf,
+        /// What happened in the worker.
+        reason: String,
+    },
     /// The library was built with `panic = "abort"`.
     #[error(
         "plugin \"{plugin_id}\" was built with panic = \"abort\": its first panic would abort the \
@@ -149,6 +162,7 @@ impl LoadError {
             LoadError::PanicAbort { .. } => "panic_abort",
             LoadError::EmbeddedManifest { error, .. } => error.code(),
             LoadError::LoadedManifestDiffers { .. } => "manifest_tampered",
+            LoadError::ProbeFailed { .. } => "probe_failed",
         }
     }
 }
@@ -530,6 +544,23 @@ pub struct Loader {
     isolation: (Isolation, std::collections::BTreeMap<String, Isolation>),
     /// Plugins whose libraries are opened closable (`plugins.entries.<id>.unloadOnReload`).
     unload_on_reload: std::collections::BTreeSet<String>,
+    /// Runs a library not seen before somewhere else before this process opens it.
+    probe: Option<ProbeHook>,
+}
+
+/// Runs a library's code somewhere else — a throwaway worker process — before this process
+/// opens it: `Err` with what happened refuses it. Installed by the runtime (the isolation tier
+/// lives above this layer).
+pub type LibraryProbe = Arc<dyn Fn(&Path, &LibraryFacts) -> Result<(), String> + Send + Sync>;
+
+/// A [`LibraryProbe`] held by a [`Loader`].
+#[derive(Clone)]
+struct ProbeHook(LibraryProbe);
+
+impl std::fmt::Debug for ProbeHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LibraryProbe")
+    }
 }
 
 impl Loader {
@@ -541,7 +572,34 @@ impl Loader {
             installed_pins: std::collections::BTreeMap::new(),
             isolation: (Isolation::InProcess, std::collections::BTreeMap::new()),
             unload_on_reload: std::collections::BTreeSet::new(),
+            probe: None,
         }
+    }
+
+    /// Probes each library not probed before (by content: a record under the cache's
+    /// `probed/` folder) with `probe` before it is opened in this process, and by
+    /// [`Loader::probe`].
+    pub fn with_probe(mut self, probe: LibraryProbe) -> Self {
+        self.probe = Some(ProbeHook(probe));
+        self
+    }
+
+    /// Probes `plugin`'s library (its verified file) with the installed probe, if any: what
+    /// `pincer plugins install` runs before it copies anything.
+    ///
+    /// # Errors
+    /// [`LoadError::ProbeFailed`].
+    pub fn probe(&self, plugin: &VerifiedPlugin) -> Result<(), LoadError> {
+        let Some(ProbeHook(probe)) = &self.probe else {
+            return Ok(());
+        };
+        probe(&plugin.library, &LibraryFacts::from(&plugin.embedded)).map_err(|reason| {
+            LoadError::ProbeFailed {
+                plugin_id: plugin.manifest.id.clone(),
+                path: plugin.library.clone(),
+                reason,
+            }
+        })
     }
 
     /// Where plugins' engines run: `per_plugin`, else `default`. [`Loader::load_verified`]
@@ -672,6 +730,23 @@ impl Loader {
                 unload: None,
                 opened: ManuallyDrop::new(None),
             }));
+        }
+        if let Some(ProbeHook(probe)) = &self.probe {
+            // Once per library content: a record beside the private copies.
+            let record = self.cache_dir.join("probed").join(&verified.sha256_hex);
+            if !record.exists() {
+                probe(&copy_path, &LibraryFacts::from(&embedded)).map_err(|reason| {
+                    LoadError::ProbeFailed {
+                        plugin_id: manifest.id.clone(),
+                        path: source.clone(),
+                        reason,
+                    }
+                })?;
+                if let Some(dir) = record.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let _ = std::fs::write(&record, b"");
+            }
         }
         let closable = self.unload_on_reload.contains(&manifest.id);
         // SAFETY: `copy_path` is the private copy of bytes that passed verification. A

@@ -290,6 +290,13 @@ impl PluginCommands {
             InstallMode::Copy { replace } => {
                 let prepared = install::prepare(source)?;
                 self.refuse_shadowed(&catalog, prepared.manifest(), replace)?;
+                // Its constructors and checks run first in a throwaway worker process: a
+                // library that crashes there is not installed for in-process use.
+                if config.plugins.probe_libraries != Some(false) {
+                    let loader = crate::plugins::library::Loader::new(std::path::PathBuf::new())
+                        .with_probe(crate::engines::isolation::process::library_probe());
+                    prepared.probe(&loader)?;
+                }
                 let mut change = self.binding(prepared.manifest(), &config, &catalog);
                 change.edits.push(pin_library(
                     &prepared.manifest().id,

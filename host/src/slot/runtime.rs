@@ -382,7 +382,13 @@ impl Runtime {
     pub(super) fn loader(&self) -> Loader {
         let config = self.config();
         let entries = &config.config.plugins.entries;
-        Loader::new(self.home.cache_dir())
+        let loader = if config.config.plugins.probe_libraries == Some(false) {
+            Loader::new(self.home.cache_dir())
+        } else {
+            Loader::new(self.home.cache_dir())
+                .with_probe(crate::engines::isolation::process::library_probe())
+        };
+        loader
             .with_installed_pins(
                 entries
                     .iter()

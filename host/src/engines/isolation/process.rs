@@ -397,9 +397,14 @@ impl ProcessBackend {
         };
         let mut worker = worker;
         match worker.handshake(&start) {
-            Ok(ready) => {
+            Ok(Some(ready)) => {
                 worker.protections = ready.protections;
                 *lock(&worker.info) = Some(ready.info);
+            }
+            Ok(None) => {
+                // A probe: it passed; the worker is ended.
+                worker.shutdown();
+                return Err(EngineCallError::new(CallErrorKind::NotImplemented, PROBED));
             }
             Err(error) => {
                 worker.kill_and_reap();
@@ -426,6 +431,88 @@ impl ProcessBackend {
         lock(&self.worker.death).clone()
     }
 
+}
+
+/// The marker of a probe that passed (never an engine's error).
+const PROBED: &str = "probed";
+
+/// Why a probe did not pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// No worker could be started (the `pincer` binary is not where it is looked for): the
+    /// library was not probed.
+    #[error("no worker could be started to probe it: {0}")]
+    Unavailable(String),
+    /// The library crashed or failed its checks in the worker.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The probe the runtime installs in its loader ([`crate::plugins::library::LibraryProbe`]):
+/// [`probe_library`], where a worker that cannot start at all (no `pincer` binary to run) lets
+/// the library through with a warning rather than refusing it.
+pub fn library_probe() -> crate::plugins::library::LibraryProbe {
+    Arc::new(|path, facts| {
+        let services = crate::engines::services::HostServices::new(
+            &facts.plugin_id,
+            Arc::new(crate::engines::services::NoRuntimeCompaction),
+            None,
+        );
+        match probe_library(path, facts.into(), services.into_abi()) {
+            Ok(()) => Ok(()),
+            Err(ProbeError::Unavailable(why)) => {
+                tracing::warn!(plugin = %facts.plugin_id, "the library was not probed: {why}");
+                Ok(())
+            }
+            Err(ProbeError::Failed(reason)) => Err(reason),
+        }
+    })
+}
+
+/// Probes the library at `library` in a throwaway confined worker: its constructors run there
+/// and the ABI and manifest checks run there, never in this process.
+///
+/// # Errors
+/// [`ProbeError::Failed`] with what happened (`engine worker killed by SIGSEGV while
+/// starting`, a failed check); [`ProbeError::Unavailable`] when no worker could start.
+pub fn probe_library(
+    library: &std::path::Path,
+    expected: ExpectedLibrary,
+    services: HostServicesArc,
+) -> Result<(), ProbeError> {
+    let settings = WorkerSettings {
+        lanes: 1,
+        ..WorkerSettings::from_environment()
+    };
+    if !settings.program.is_file() {
+        return Err(ProbeError::Unavailable(format!(
+            "{} is not a file",
+            settings.program.display()
+        )));
+    }
+    let start = WorkerStart {
+        library: library.to_owned(),
+        expected,
+        engine_id: String::new(),
+        config_json: "{}".to_owned(),
+        agent_dir: None,
+        workspace_dir: None,
+        plugin_dir: None,
+        state_dir: None,
+        confinement: Confinement {
+            sandbox: true,
+            ..Confinement::default()
+        },
+        settings,
+    };
+    match ProcessBackend::start(start, services) {
+        Err(e) if e.kind == CallErrorKind::NotImplemented && e.message == PROBED => Ok(()),
+        Err(e) if e.message.starts_with("cannot start the engine worker") => {
+            Err(ProbeError::Unavailable(e.message))
+        }
+        Err(e) => Err(ProbeError::Failed(e.message)),
+        Ok(_) => Err(ProbeError::Failed("the probe created an engine".into())),
+    }
 }
 
 impl Drop for ProcessBackend {
@@ -550,7 +637,11 @@ impl Worker {
         reason
     }
 
-    fn handshake(&mut self, start: &WorkerStart) -> Result<protocol::ReadyReport, EngineCallError> {
+    /// The handshake and start; `Ok(None)` when the start was a probe and it passed.
+    fn handshake(
+        &mut self,
+        start: &WorkerStart,
+    ) -> Result<Option<protocol::ReadyReport>, EngineCallError> {
         let mut control = lock(&self.control).try_clone().map_err(|e| {
             EngineCallError::new(CallErrorKind::Failed, format!("engine worker: {e}"))
         })?;
@@ -620,8 +711,9 @@ impl Worker {
             match protocol::decode::<WorkerFrame>(&buf).map_err(|e| fail(self, e))? {
                 WorkerFrame::Ready(ready) => {
                     let _ = control.set_read_timeout(None);
-                    return Ok(*ready);
+                    return Ok(Some(*ready));
                 }
+                WorkerFrame::Probed => return Ok(None),
                 WorkerFrame::StartFailed(error) => {
                     self.kill_and_reap();
                     return Err(EngineCallError::from(wire::engine_error(error)));

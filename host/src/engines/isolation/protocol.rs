@@ -77,6 +77,9 @@ pub enum WorkerFrame {
     Ready(Box<ReadyReport>),
     /// The engine could not be created (control socket); the worker exits after it.
     StartFailed(WireError),
+    /// A probe's answer (a start request with no engine id): the library opened in the
+    /// confined worker, its constructors ran, and the loaded code says what its bytes said.
+    Probed,
     /// A log event of the engine.
     Log(WireLog),
     /// A host service the engine called during the call on this lane.
@@ -92,7 +95,8 @@ pub struct StartRequest {
     pub library: String,
     /// What the library's bytes said it is (checked again against what the loaded code says).
     pub expected: ExpectedLibrary,
-    /// The engine to create.
+    /// The engine to create; empty for a probe (open the library, check it, answer
+    /// [`WorkerFrame::Probed`]).
     pub engine_id: String,
     /// Its config, JSON.
     pub config_json: String,
@@ -124,6 +128,18 @@ pub struct ExpectedLibrary {
     pub engine_ids: Vec<String>,
     /// Built with `panic = "unwind"`.
     pub panic_unwind: bool,
+}
+
+impl From<&crate::plugins::library::LibraryFacts> for ExpectedLibrary {
+    fn from(facts: &crate::plugins::library::LibraryFacts) -> Self {
+        ExpectedLibrary {
+            plugin_id: facts.plugin_id.clone(),
+            plugin_version: facts.plugin_version.clone(),
+            api_version: facts.api_version.clone(),
+            engine_ids: facts.engine_ids.clone(),
+            panic_unwind: facts.panic_unwind,
+        }
+    }
 }
 
 /// The worker is ready.

@@ -116,7 +116,11 @@ fn run(mut control: UnixStream, shared: &'static [u8], lanes: usize) -> Result<(
     };
     let control_writer = Arc::new(Mutex::new(control.try_clone()?));
     let (engine, protections, stack) = match start_engine(&start, &control_writer) {
-        Ok(started) => started,
+        Ok(Some(started)) => started,
+        Ok(None) => {
+            send(&mut control, &WorkerFrame::Probed, &mut out)?;
+            return Ok(());
+        }
         Err(error) => {
             send(&mut control, &WorkerFrame::StartFailed(error), &mut out)?;
             return Ok(());
@@ -180,10 +184,12 @@ fn lane_signal(shared: &'static [u8], lane: usize) -> &'static AbortSignal {
 
 type Started = (EngineBox, String, usize);
 
+/// Confines the worker, opens and checks the library, and creates the engine (`None`: a
+/// probe, which stops after the checks).
 fn start_engine(
     start: &StartRequest,
     control: &Arc<Mutex<UnixStream>>,
-) -> Result<Started, WireError> {
+) -> Result<Option<Started>, WireError> {
     let confinement: Confinement = serde_json::from_str(&start.confinement_json)
         .map_err(|e| wire::worker_failure(format!("a start request that does not parse: {e}")))?;
     // Landlock keeps `/tmp` (shared with the user's other processes) out of reach: the
@@ -211,6 +217,10 @@ fn start_engine(
             start.expected
         )));
     }
+    if start.engine_id.is_empty() {
+        std::mem::forget(opened);
+        return Ok(None);
+    }
     let services = WorkerServices {
         control: Arc::clone(control),
         max_level: wire::log_level(start.max_log_level),
@@ -228,7 +238,7 @@ fn start_engine(
         .map_err(|e| wire::wire_error(&e))?;
     // The library stays loaded for the life of the process.
     std::mem::forget(opened);
-    Ok((engine, protections, stack))
+    Ok(Some((engine, protections, stack)))
 }
 
 /// A session's messages as this worker holds them.
