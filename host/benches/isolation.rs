@@ -71,7 +71,11 @@ fn ids(n: usize) -> Vec<EntryId> {
     (0..n).map(|i| EntryId::new(format!("e{i:08x}"))).collect()
 }
 
-fn params<'a>(messages: &'a [Message], ids: &'a [EntryId], abort: &'a AbortController) -> AssembleParams<'a> {
+fn params<'a>(
+    messages: &'a [Message],
+    ids: &'a [EntryId],
+    abort: &'a AbortController,
+) -> AssembleParams<'a> {
     AssembleParams {
         session_id: RStr::from_str("bench"),
         messages: RSlice::from_slice(messages),
@@ -141,7 +145,9 @@ fn bench_isolation(c: &mut Criterion) {
         assert_eq!(local.assemble(&p).unwrap(), remote.assemble(&p).unwrap());
         if n == 10_000 {
             if let Some(kib) = remote.worker().and_then(|w| resident_kib(w.pid)) {
-                eprintln!("isolation: worker resident memory after a 10k-message assemble: {kib} KiB");
+                eprintln!(
+                    "isolation: worker resident memory after a 10k-message assemble: {kib} KiB"
+                );
             }
         }
         if n == 100_000 {

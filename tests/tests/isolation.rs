@@ -88,7 +88,10 @@ fn a_crash_of_an_isolated_engine_costs_one_call_and_names_what_happened() {
         assert_eq!(failure.kind, CallErrorKind::Crashed, "{mode}");
         assert_eq!(failure.message, reason);
         let record = runtime.quarantine().get("hostile").expect("quarantined");
-        assert_eq!((record.operation.as_str(), record.reason.as_str()), ("assemble", reason));
+        assert_eq!(
+            (record.operation.as_str(), record.reason.as_str()),
+            ("assemble", reason)
+        );
         // Health shows the dead worker with the same reason.
         let status = runtime
             .generations()
@@ -156,7 +159,10 @@ fn a_dead_worker_is_restarted_as_a_new_generation_until_its_restarts_run_out() {
     let mut pids = Vec::new();
     for generation in 1..=3u64 {
         let resolved = runtime.resolve().unwrap();
-        assert_eq!(resolved.resolution.resolved, "hostile", "generation {generation}");
+        assert_eq!(
+            resolved.resolution.resolved, "hostile",
+            "generation {generation}"
+        );
         assert_eq!(resolved.engine.generation(), generation);
         let pid = resolved.engine.primary().worker().unwrap().pid;
         assert!(!pids.contains(&pid), "a new worker each generation");
@@ -166,7 +172,10 @@ fn a_dead_worker_is_restarted_as_a_new_generation_until_its_restarts_run_out() {
             .engine
             .ingest(ingest_request(&t, "s"), Arc::new(AbortController::new()))
             .unwrap();
-        assert_eq!(ingested.answer.answered_by, "hostile", "generation {generation}");
+        assert_eq!(
+            ingested.answer.answered_by, "hostile",
+            "generation {generation}"
+        );
         let answered = t.assemble(&resolved.engine, "s", None).unwrap();
         assert_eq!(answered.answer.answered_by, "legacy");
         assert!(runtime.quarantine().is_quarantined("hostile"));
@@ -181,7 +190,10 @@ fn a_dead_worker_is_restarted_as_a_new_generation_until_its_restarts_run_out() {
     assert_eq!(restarts.len(), 1);
     assert_eq!((restarts[0].restarts, restarts[0].exhausted), (2, true));
     let reloaded = runtime.reload_plugin("hostile").unwrap();
-    assert!(!reloaded.unchanged, "a dead worker is restarted from unchanged files");
+    assert!(
+        !reloaded.unchanged,
+        "a dead worker is restarted from unchanged files"
+    );
     assert_eq!(reloaded.engines["hostile"], 4);
     runtime.quarantine().clear(Some("hostile"));
     let resolved = runtime.resolve().unwrap();
@@ -357,15 +369,17 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
     assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
     let report = stdout_json(&out);
     assert_eq!(report["answeredBy"], "legacy");
-    let doctor = stdout_json(&std::process::Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["doctor", "--json", "--load", "--plugins-dir"])
-        .arg(staged_variant("hostile"))
-        .env("HOSTILE_CONSTRUCTOR_EXIT", "1")
-        .env_remove("PINCER_HOME")
-        .output()
-        .unwrap());
+    let doctor = stdout_json(
+        &std::process::Command::new(pincer_bin())
+            .arg("--home")
+            .arg(home.path())
+            .args(["doctor", "--json", "--load", "--plugins-dir"])
+            .arg(staged_variant("hostile"))
+            .env("HOSTILE_CONSTRUCTOR_EXIT", "1")
+            .env_remove("PINCER_HOME")
+            .output()
+            .unwrap(),
+    );
     let rendered = doctor.to_string();
     assert!(
         rendered.contains("failed its probe in a throwaway worker process (engine worker exited with status 7 while starting)"),
@@ -373,5 +387,10 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
     );
     // A library that passed its probe is not probed again, and loads in process.
     let out = assemble(None);
-    assert_eq!(stdout_json(&out)["answeredBy"], "hostile", "{}", stderr_text(&out));
+    assert_eq!(
+        stdout_json(&out)["answeredBy"],
+        "hostile",
+        "{}",
+        stderr_text(&out)
+    );
 }

@@ -4,7 +4,8 @@
 //! tour ends with OpenClaw's quick start in pincer's words: install, list, assemble, remove.
 //! The steps are data ([`STEPS`]): to extend the demo, add a row.
 //! A step that exits non-zero is reported and the tour goes on; the demo fails at the end if any step failed.
-//! The demo home (`<target>/demo-home`) is recreated empty on every run, so the tour always starts the same.
+//! The demo home (`<target>/demo-home`) is recreated empty on every run, so the tour always starts the same;
+//! so is `<target>/demo-home-isolated`, where the crashing engine runs in a worker process.
 
 use std::ffi::OsString;
 use std::fs;
@@ -66,6 +67,28 @@ const SEGFAULTING_ASSEMBLE: &[&str] = &[
     "--conversation",
     CONVERSATION,
 ];
+
+/// The same `assemble`, in a home where `hostile` runs isolated (`isolation: "process"`).
+const ISOLATED_SEGFAULTING_ASSEMBLE: &[&str] = &[
+    "--home",
+    "{isolated-home}",
+    "assemble",
+    "--plugins-dir",
+    "{variants}/hostile",
+    "--engine",
+    "hostile",
+    "--config",
+    r#"{"assemble":"segv"}"#,
+    "--conversation",
+    CONVERSATION,
+];
+
+/// The isolated demo home's `pincer.json`.
+const ISOLATED_CONFIG: &str = r#"{
+  // written by `cargo xtask demo`: hostile runs in a worker process of its own
+  plugins: { entries: { hostile: { isolation: "process" } } },
+}
+"#;
 
 const STEPS: &[Step] = &[
     Step {
@@ -187,6 +210,16 @@ const STEPS: &[Step] = &[
         expect: Expect::Success,
     },
     Step {
+        title: "the same engine isolated (plugins.entries.hostile.isolation: \"process\"): its worker dies of the null write, the host lives, the reason is named, legacy answers",
+        args: ISOLATED_SEGFAULTING_ASSEMBLE,
+        expect: Expect::Success,
+    },
+    Step {
+        title: "doctor: which protections this machine gives an isolated engine's worker",
+        args: &["--home", "{isolated-home}", "doctor", "--plugins-dir", "{variants}/hostile"],
+        expect: Expect::Success,
+    },
+    Step {
         title: "plugins install: verified before anything is copied, copied into the home, the slot bound (pincer.json edited in place)",
         args: &["--home", "{home}", "plugins", "install", "{plugins}/sliding-window"],
         expect: Expect::Success,
@@ -221,8 +254,26 @@ pub(crate) fn run(ws: &Workspace) -> Result<ExitCode> {
     fs::write(home.join("pincer.json"), DEMO_CONFIG)
         .with_context(|| format!("cannot write {}", home.join("pincer.json").display()))?;
 
+    let isolated_home = ws.target_dir.join("demo-home-isolated");
+    if isolated_home.exists() {
+        fs::remove_dir_all(&isolated_home)
+            .with_context(|| format!("cannot remove {}", isolated_home.display()))?;
+    }
+    fs::create_dir_all(&isolated_home)
+        .with_context(|| format!("cannot create {}", isolated_home.display()))?;
+    fs::write(isolated_home.join("pincer.json"), ISOLATED_CONFIG).with_context(|| {
+        format!(
+            "cannot write {}",
+            isolated_home.join("pincer.json").display()
+        )
+    })?;
+
     let placeholders = [
         ("{home}", home.to_string_lossy().into_owned()),
+        (
+            "{isolated-home}",
+            isolated_home.to_string_lossy().into_owned(),
+        ),
         (
             "{plugins}",
             staged.plugins_dir.to_string_lossy().into_owned(),
@@ -323,6 +374,7 @@ mod tests {
                     arg,
                     &[
                         ("{home}", String::new()),
+                        ("{isolated-home}", String::new()),
                         ("{plugins}", String::new()),
                         ("{variants}", String::new()),
                         ("{repo}", String::new()),
@@ -330,6 +382,7 @@ mod tests {
                 );
                 assert!(
                     !rest.contains("{h")
+                        && !rest.contains("{i")
                         && !rest.contains("{p")
                         && !rest.contains("{v")
                         && !rest.contains("{r"),

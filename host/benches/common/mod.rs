@@ -44,4 +44,3 @@ pub fn conversation(n: usize) -> Vec<Message> {
     out.truncate(n);
     out
 }
-

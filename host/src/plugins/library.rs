@@ -622,7 +622,6 @@ impl Loader {
             .unwrap_or(self.isolation.0)
     }
 
-
     /// Opens the libraries of these plugins so that they are closed once nothing from them
     /// is alive (`plugins.entries.<id>.unloadOnReload`; see [`LoadedLibrary`]).
     pub fn with_unload_on_reload(mut self, plugin_ids: impl IntoIterator<Item = String>) -> Self {

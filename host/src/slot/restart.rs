@@ -108,7 +108,12 @@ impl Runtime {
                 let instance = Arc::new(instance);
                 let generation = {
                     let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-                    self.install(&mut instances, engine_id, registration.generation, &instance)
+                    self.install(
+                        &mut instances,
+                        engine_id,
+                        registration.generation,
+                        &instance,
+                    )
                 };
                 self.quarantine().clear(Some(engine_id));
                 self.reload.bump();

@@ -633,10 +633,8 @@ impl Runtime {
     ) -> crate::engines::isolation::settings::Confinement {
         let config = self.config();
         let entry = config.config.plugins.entries.get(plugin_id);
-        let mut writable_dirs: Vec<PathBuf> = dirs
-            .engine_state_dir(engine_id)
-            .into_iter()
-            .collect();
+        let mut writable_dirs: Vec<PathBuf> =
+            dirs.engine_state_dir(engine_id).into_iter().collect();
         writable_dirs.extend(dirs.workspace_dir.as_ref().map(PathBuf::from));
         crate::engines::isolation::settings::Confinement {
             limits: entry.and_then(|e| e.limits.clone()),
@@ -960,7 +958,8 @@ impl Runtime {
                     let engine_id = engine_id.clone();
                     if library.is_isolated() {
                         // Nothing runs here: a crash of the worker is not the host's.
-                        let confinement = self.confinement_of(&library.manifest().id, &dirs, &engine_id);
+                        let confinement =
+                            self.confinement_of(&library.manifest().id, &dirs, &engine_id);
                         Box::new(move || {
                             EngineInstance::from_isolated_library(
                                 &library,

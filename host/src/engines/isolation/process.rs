@@ -36,18 +36,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::latest::{
-    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams,
-    BootstrapResult, CompactParams, CompactResult, EngineError, EntryId, HostServicesArc,
-    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest,
-    MaintainParams, MaintainResult, Message, SpawnRollbackAbi,
-    SubagentContextMode, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
-    ToolCallResult,
+    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CompactParams, CompactResult, EngineError, EntryId, HostServicesArc, IngestBatchParams,
+    IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest, MaintainParams,
+    MaintainResult, Message, SpawnRollbackAbi, SubagentContextMode, SubagentEndedParams,
+    SubagentSpawnParams, ToolCallParams, ToolCallResult,
 };
 use pincer_plugin_api::abi::{RResult, RSlice, RString};
 
 use super::protocol::{
     self, Call, CallFrame, CallReply, ExpectedLibrary, FrameError, HostFrame, ServiceReply,
-    ServiceRequest, StartRequest, SyncedMessages, WorkerFrame, WireModel, CONTROL_FD,
+    ServiceRequest, StartRequest, SyncedMessages, WireModel, WorkerFrame, CONTROL_FD,
     FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
 use super::settings::{Confinement, WorkerSettings};
@@ -180,7 +179,12 @@ fn socket_pair() -> std::io::Result<(UnixStream, UnixStream)> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: two fresh descriptors we own.
-    Ok(unsafe { (UnixStream::from_raw_fd(fds[0]), UnixStream::from_raw_fd(fds[1])) })
+    Ok(unsafe {
+        (
+            UnixStream::from_raw_fd(fds[0]),
+            UnixStream::from_raw_fd(fds[1]),
+        )
+    })
 }
 
 /// A close-on-exec duplicate of `fd` numbered above every descriptor the child is given, so
@@ -256,11 +260,10 @@ pub fn signal_name(signal: i32) -> String {
 /// Why a worker ended, from its exit status and the tail of its stderr; `during` names the
 /// call in flight (`during assemble`, `while starting`).
 pub fn death_reason(status: Option<ExitStatus>, stderr_tail: &str, during: &str) -> String {
-    if let Some(line) = stderr_tail
-        .lines()
-        .rev()
-        .find_map(|l| l.split_once(super::SANDBOX_VIOLATION_PREFIX).map(|(_, call)| call.trim()))
-    {
+    if let Some(line) = stderr_tail.lines().rev().find_map(|l| {
+        l.split_once(super::SANDBOX_VIOLATION_PREFIX)
+            .map(|(_, call)| call.trim())
+    }) {
         return format!("engine worker broke its sandbox (system call {line}) {during}");
     }
     if stderr_tail.contains("memory allocation of") && stderr_tail.contains("failed") {
@@ -315,7 +318,10 @@ impl ProcessBackend {
         let (control, control_child) = socket_pair().map_err(|e| io("socket", e))?;
         let mut lanes = Vec::with_capacity(lanes_n);
         let mut child_fds: Vec<(OwnedFd, RawFd)> = Vec::new();
-        child_fds.push((dup_high(page_fd.as_raw_fd()).map_err(|e| io("dup", e))?, SHARED_FD));
+        child_fds.push((
+            dup_high(page_fd.as_raw_fd()).map_err(|e| io("dup", e))?,
+            SHARED_FD,
+        ));
         child_fds.push((
             dup_high(control_child.as_raw_fd()).map_err(|e| io("dup", e))?,
             CONTROL_FD,
@@ -338,8 +344,10 @@ impl ProcessBackend {
             });
         }
         drop(page_fd);
-        let placements: Vec<(RawFd, RawFd)> =
-            child_fds.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
+        let placements: Vec<(RawFd, RawFd)> = child_fds
+            .iter()
+            .map(|(fd, to)| (fd.as_raw_fd(), *to))
+            .collect();
         let mut command = Command::new(&start.settings.program);
         command
             .arg("engine-worker")
@@ -358,12 +366,9 @@ impl ProcessBackend {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| {
-            io(
-                &format!("running {}", start.settings.program.display()),
-                e,
-            )
-        })?;
+        let mut child = command
+            .spawn()
+            .map_err(|e| io(&format!("running {}", start.settings.program.display()), e))?;
         drop(child_fds);
         let pid = child.id();
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -430,7 +435,6 @@ impl ProcessBackend {
     pub fn death(&self) -> Option<String> {
         lock(&self.worker.death).clone()
     }
-
 }
 
 /// The marker of a probe that passed (never an engine's error).
@@ -651,7 +655,9 @@ impl Worker {
         let mut out = Vec::new();
         let fail = |worker: &Worker, err: FrameError| -> EngineCallError {
             match err {
-                FrameError::Io(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                FrameError::Io(e)
+                    if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                {
                     crashed(worker.record_death(
                         "while starting",
                         Some(format!(
@@ -665,7 +671,9 @@ impl Worker {
                 }
                 other => crashed(worker.record_death(
                     "while starting",
-                    Some(format!("engine worker broke the protocol while starting: {other}")),
+                    Some(format!(
+                        "engine worker broke the protocol while starting: {other}"
+                    )),
                 )),
             }
         };
@@ -800,7 +808,10 @@ impl Worker {
             if let Some(lane) = lanes.pop() {
                 return lane;
             }
-            lanes = self.lane_free.wait(lanes).unwrap_or_else(|p| p.into_inner());
+            lanes = self
+                .lane_free
+                .wait(lanes)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -994,7 +1005,9 @@ impl Worker {
                         let ids = wire::abi_ids(messages.ids);
                         let signal = abort.unwrap_or(AbortSignal::never());
                         wire::with_compact(&params, &parsed, &ids, signal, |p| {
-                            self.services.delegate_compaction_to_runtime(p).into_result()
+                            self.services
+                                .delegate_compaction_to_runtime(p)
+                                .into_result()
                         })
                         .map_err(wire::worker_failure)?
                         .map(|r| wire::wire_compact_result(&r))
@@ -1341,9 +1354,12 @@ struct WorkerRollback {
 impl SpawnRollbackAbi for WorkerRollback {
     fn rollback(&self) -> RResult<(), EngineError> {
         self.used.store(true, Ordering::Release);
-        match self.worker.call(Method::Rollback, Call::Rollback {
-            handle: self.handle,
-        }) {
+        match self.worker.call(
+            Method::Rollback,
+            Call::Rollback {
+                handle: self.handle,
+            },
+        ) {
             Ok(_) => RResult::ROk(()),
             Err(e) => RResult::RErr(EngineError::failed(e.message)),
         }
@@ -1353,9 +1369,12 @@ impl SpawnRollbackAbi for WorkerRollback {
 impl Drop for WorkerRollback {
     fn drop(&mut self) {
         if !self.used.load(Ordering::Acquire) && !self.worker.dead.load(Ordering::Acquire) {
-            let _ = self.worker.call(Method::Rollback, Call::DropRollback {
-                handle: self.handle,
-            });
+            let _ = self.worker.call(
+                Method::Rollback,
+                Call::DropRollback {
+                    handle: self.handle,
+                },
+            );
         }
     }
 }

@@ -616,8 +616,8 @@ pub fn encode<T: Serialize>(frame: &T, out: &mut Vec<u8>) -> Result<(), FrameErr
     out.clear();
     out.extend_from_slice(&[0; 4]);
     let mut out_taken = std::mem::take(out);
-    out_taken = postcard::to_extend(frame, out_taken)
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    out_taken =
+        postcard::to_extend(frame, out_taken).map_err(|e| FrameError::Malformed(e.to_string()))?;
     *out = out_taken;
     let len = out.len() - 4;
     if len > MAX_FRAME_BYTES {
@@ -666,15 +666,33 @@ mod tests {
     #[test]
     fn frames_round_trip_and_oversized_lengths_are_refused_before_reading() {
         let mut out = Vec::new();
-        encode(&HostFrame::Call(Box::new(CallFrame { forget: vec!["s".into()], call: Call::Ping })), &mut out).unwrap();
+        encode(
+            &HostFrame::Call(Box::new(CallFrame {
+                forget: vec!["s".into()],
+                call: Call::Ping,
+            })),
+            &mut out,
+        )
+        .unwrap();
         let mut buf = Vec::new();
         read_frame(&mut &out[..], &mut buf).unwrap();
         let back: HostFrame = decode(&buf).unwrap();
-        assert!(matches!(back, HostFrame::Call(c) if matches!(c.call, Call::Ping) && c.forget == ["s"]));
+        assert!(
+            matches!(back, HostFrame::Call(c) if matches!(c.call, Call::Ping) && c.forget == ["s"])
+        );
 
         let huge = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes();
-        assert!(matches!(read_frame(&mut &huge[..], &mut buf), Err(FrameError::TooLarge(_))));
-        assert!(matches!(read_frame(&mut &out[..2], &mut buf), Err(FrameError::Closed)));
-        assert!(matches!(decode::<HostFrame>(&[0xff, 0xff]), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            read_frame(&mut &huge[..], &mut buf),
+            Err(FrameError::TooLarge(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut &out[..2], &mut buf),
+            Err(FrameError::Closed)
+        ));
+        assert!(matches!(
+            decode::<HostFrame>(&[0xff, 0xff]),
+            Err(FrameError::Malformed(_))
+        ));
     }
 }

@@ -8,10 +8,9 @@
 
 use pincer_plugin_api::abi::latest::{
     AbortSignal, AssembleResult, AssembledItem, CompactParams, CompactResult, CompactionDetails,
-    CompactionTarget, EngineError, EngineInfo, EntryId, FieldPair, HostOperation,
-    HostParams, HostRequirement, LogLevel, LogRecord, Message, OptionalMethods, PromptAuthority,
-    PromptCache, RuntimeSettings, SessionTarget, ToolSpec, TranscriptSemantics,
-    TurnMaintenanceMode, Usage,
+    CompactionTarget, EngineError, EngineInfo, EntryId, FieldPair, HostOperation, HostParams,
+    HostRequirement, LogLevel, LogRecord, Message, OptionalMethods, PromptAuthority, PromptCache,
+    RuntimeSettings, SessionTarget, ToolSpec, TranscriptSemantics, TurnMaintenanceMode, Usage,
 };
 use pincer_plugin_api::abi::{RBox, ROption, RSlice, RStr, RString, RVec};
 
@@ -64,7 +63,9 @@ pub(crate) fn parse_message(json: &str) -> Result<Message, String> {
 
 /// Entry ids as the wire carries them.
 pub(crate) fn wire_ids(ids: &[EntryId]) -> Vec<Option<String>> {
-    ids.iter().map(|id| id.as_str().map(str::to_owned)).collect()
+    ids.iter()
+        .map(|id| id.as_str().map(str::to_owned))
+        .collect()
 }
 
 /// Entry ids from the wire.
@@ -93,13 +94,16 @@ pub(crate) fn wire_host(host: &HostParams<'_>) -> WireHost {
             .runtime_settings
             .into_option()
             .and_then(|s| serde_json::to_string(s).ok()),
-        session_target: host.session_target.into_option().map(|t| WireSessionTarget {
-            agent_id: owned_opt(t.agent_id),
-            session_id: owned_opt(t.session_id),
-            session_key: owned_opt(t.session_key),
-            store_path: owned_opt(t.store_path),
-            thread_id: owned_opt(t.thread_id),
-        }),
+        session_target: host
+            .session_target
+            .into_option()
+            .map(|t| WireSessionTarget {
+                agent_id: owned_opt(t.agent_id),
+                session_id: owned_opt(t.session_id),
+                session_key: owned_opt(t.session_key),
+                store_path: owned_opt(t.store_path),
+                thread_id: owned_opt(t.thread_id),
+            }),
         runtime_context_json: owned_opt(host.runtime_context_json),
         abortable: host.abort_signal.is_some(),
         prompt_cache: host.prompt_cache.into_option().map(|c| WirePromptCache {
@@ -122,9 +126,9 @@ pub(crate) fn with_host<R>(
     f: impl FnOnce(HostParams<'_>) -> R,
 ) -> Result<R, String> {
     let settings: Option<RuntimeSettings> = match &wire.runtime_settings_json {
-        Some(json) => Some(
-            serde_json::from_str(json).map_err(|e| format!("runtimeSettings: {e}"))?,
-        ),
+        Some(json) => {
+            Some(serde_json::from_str(json).map_err(|e| format!("runtimeSettings: {e}"))?)
+        }
         None => None,
     };
     let target = wire.session_target.as_ref().map(|t| SessionTarget {
@@ -220,15 +224,19 @@ pub(crate) fn wire_compact_result(result: &CompactResult) -> WireCompactResult {
         ok: result.ok,
         compacted: result.compacted,
         reason: string_opt(&result.reason),
-        details: result.result.as_ref().into_option().map(|d| WireCompaction {
-            summary: string_opt(&d.summary),
-            first_kept_entry_id: string_opt(&d.first_kept_entry_id),
-            tokens_before: d.tokens_before,
-            tokens_after: d.tokens_after.into_option(),
-            details_json: string_opt(&d.details_json),
-            session_id: string_opt(&d.session_id),
-            session_file: string_opt(&d.session_file),
-        }),
+        details: result
+            .result
+            .as_ref()
+            .into_option()
+            .map(|d| WireCompaction {
+                summary: string_opt(&d.summary),
+                first_kept_entry_id: string_opt(&d.first_kept_entry_id),
+                tokens_before: d.tokens_before,
+                tokens_after: d.tokens_after.into_option(),
+                details_json: string_opt(&d.details_json),
+                session_id: string_opt(&d.session_id),
+                session_file: string_opt(&d.session_file),
+            }),
     }
 }
 
@@ -315,7 +323,10 @@ pub(crate) fn wire_info(info: &EngineInfo) -> WireInfo {
             .map(|r| {
                 (
                     r.operation.as_str().to_owned(),
-                    r.required_capabilities.iter().map(|c| c.to_string()).collect(),
+                    r.required_capabilities
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
                     string_opt(&r.unsupported_message),
                 )
             })

@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pincer_plugin_api::abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactResult,
     EngineBox, EngineError, EntryId, ExtensionRef, FactoryParams, HostServicesAbi,
-    IngestBatchParams, IngestParams, LlmCompleteRequest, LlmCompleteResponse, LogLevel,
-    LogRecord, MaintainParams, Message, ModelRef, SpawnRollbackBox, SubagentContextMode,
-    SubagentEndReason, SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
+    IngestBatchParams, IngestParams, LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord,
+    MaintainParams, Message, ModelRef, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
+    SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
 };
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
 use pincer_plugin_api::loading::{host_services, open_library};
@@ -34,8 +34,8 @@ use pincer_plugin_api::tokens;
 
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
-    SyncedMessages, WholeMessages, WireError, WorkerFrame, CONTROL_FD, FIRST_LANE_FD,
-    LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
+    SyncedMessages, WholeMessages, WireError, WorkerFrame, CONTROL_FD, FIRST_LANE_FD, LANES_ENV,
+    LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
 use super::settings::Confinement;
 use super::wire;
@@ -112,7 +112,11 @@ fn run(mut control: UnixStream, shared: &'static [u8], lanes: usize) -> Result<(
     protocol::read_frame(&mut control, &mut buf)?;
     let start = match protocol::decode::<HostFrame>(&buf)? {
         HostFrame::Start(start) => start,
-        other => return Err(FrameError::Malformed(format!("expected Start, got {other:?}"))),
+        other => {
+            return Err(FrameError::Malformed(format!(
+                "expected Start, got {other:?}"
+            )))
+        }
     };
     let control_writer = Arc::new(Mutex::new(control.try_clone()?));
     let (engine, protections, stack) = match start_engine(&start, &control_writer) {
@@ -129,7 +133,11 @@ fn run(mut control: UnixStream, shared: &'static [u8], lanes: usize) -> Result<(
     let info = match engine.info().into_result() {
         Ok(info) => wire::wire_info(&info),
         Err(err) => {
-            send(&mut control, &WorkerFrame::StartFailed(wire::wire_error(&err)), &mut out)?;
+            send(
+                &mut control,
+                &WorkerFrame::StartFailed(wire::wire_error(&err)),
+                &mut out,
+            )?;
             return Ok(());
         }
     };
@@ -358,7 +366,13 @@ fn serve_lane(mut stream: UnixStream, state: &WorkerState, signal: &'static Abor
             ))),
             Err(err) => Err(wire::worker_failure(err.to_string())),
         };
-        if send(&mut stream, &WorkerFrame::Reply(reply.map(Box::new)), &mut out).is_err() {
+        if send(
+            &mut stream,
+            &WorkerFrame::Reply(reply.map(Box::new)),
+            &mut out,
+        )
+        .is_err()
+        {
             return;
         }
     }
