@@ -388,8 +388,23 @@ fn faultys_process_ending_knobs_end_the_process() {
         stderr_text(&out)
     );
 
-    // The constructor exits when the library is loaded, before any engine code.
+    // The constructor exits when the library is loaded, before any engine code: in the
+    // throwaway worker that probes a library not seen before, which refuses it (the host lives)…
     let home = faulty_home(json!({}));
+    let out = assemble_with_faulty(home.path(), &[("PINCER_FAULTY_CONSTRUCTOR_EXIT", "42")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    assert_eq!(stdout_json(&out)["answeredBy"], "legacy");
+    assert!(
+        stderr_text(&out).contains("engine worker exited with status 42 while starting"),
+        "{}",
+        stderr_text(&out)
+    );
+    // …and in the host itself when the probe is turned off.
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("pincer.json")).unwrap())
+            .unwrap();
+    config["plugins"]["probeLibraries"] = json!(false);
+    std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
     let out = assemble_with_faulty(home.path(), &[("PINCER_FAULTY_CONSTRUCTOR_EXIT", "42")]);
     assert_eq!(out.status.code(), Some(42), "{}", stderr_text(&out));
 }

@@ -394,3 +394,73 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
         stderr_text(&out)
     );
 }
+
+#[test]
+fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session() {
+    use pincer_host::engines::request::{AssembleRequest, HostInputs};
+    use pincer_plugin_api::abi::latest::{EntryId, Message};
+
+    let Some(data) = tau_bench_transcripts() else {
+        return;
+    };
+    let dir = TempDir::new().unwrap();
+    let session = dir.path().join("session.jsonl");
+    generate_session(&data, 2_000, &session);
+    let t = Transcript::read(&session).unwrap();
+    let (messages, ids) = (t.shared_messages(), t.entry_ids());
+    assert!(messages.len() > 100 && ids.len() == messages.len());
+
+    let local_home = TempDir::new().unwrap();
+    let local = runtime_with(
+        local_home.path(),
+        json!({ "plugins": { "slots": { "contextEngine": "sliding-window" } } }),
+    );
+    let remote_home = TempDir::new().unwrap();
+    let remote = runtime_with(
+        remote_home.path(),
+        isolated("sliding-window", json!({}), json!({})),
+    );
+    let (local, remote) = (local.resolve().unwrap(), remote.resolve().unwrap());
+    assert!(local.engine.primary().worker().is_none());
+    assert!(remote.engine.primary().worker().is_some());
+
+    // The context grows a few messages at a time, as turns grow it; now and then a compaction
+    // replaces its head with a summary (a new entry), as a session's context changes. The
+    // worker is sent deltas; what it assembles must be what the in-process engine assembles.
+    let (mut k, mut step, mut compared) = (1usize, 0usize, 0usize);
+    while k <= messages.len() {
+        let (window, window_ids): (Vec<Message>, Vec<EntryId>) = if step % 7 == 6 {
+            let from = k / 2;
+            let mut m = vec![Message::user(format!(
+                "summary of the first {from} messages"
+            ))];
+            m.extend_from_slice(&messages[from..k]);
+            let mut i = vec![EntryId::new(format!("summary-{step}"))];
+            i.extend_from_slice(&ids[from..k]);
+            (m, i)
+        } else {
+            (messages[..k].to_vec(), ids[..k].to_vec())
+        };
+        let request = Arc::new(AssembleRequest {
+            session_id: Arc::from("tau"),
+            messages: Arc::from(window),
+            entry_ids: Arc::from(window_ids),
+            token_budget: Some(if step % 2 == 0 { 300 } else { 3_000 }),
+            host: HostInputs::default(),
+        });
+        let a = local
+            .engine
+            .assemble(Arc::clone(&request), Arc::new(AbortController::new()))
+            .unwrap();
+        let b = remote
+            .engine
+            .assemble(request, Arc::new(AbortController::new()))
+            .unwrap();
+        assert_eq!(b.answer.answered_by, "sliding-window", "step {step}");
+        assert_eq!(a.value, b.value, "step {step}, {k} messages");
+        compared += 1;
+        k += 1 + step % 5;
+        step += 1;
+    }
+    assert!(compared > 50, "{compared}");
+}

@@ -854,6 +854,13 @@ impl Runtime {
                 )
             }
         };
+        // An isolated engine's calls are not journaled: its crash is its worker's, not the
+        // host's, and the host dying mid-call is no evidence against it.
+        let journaled_sha256 = if instance.worker().is_some() {
+            None
+        } else {
+            self.registry.library_sha256(selected)
+        };
         Ok(ResolvedEngine {
             engine: GuardedEngine::new(
                 selected,
@@ -867,7 +874,7 @@ impl Runtime {
             .with_generation(generation)
             .with_trust(
                 self.config().config.plugins.result_limits,
-                self.registry.library_sha256(selected).as_deref(),
+                journaled_sha256.as_deref(),
             ),
             resolution: Resolution {
                 selected: selected.to_owned(),

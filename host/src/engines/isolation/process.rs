@@ -57,6 +57,9 @@ use crate::types::Method;
 
 /// How many sessions' messages a worker holds at most (the least recently used go first).
 const HELD_SESSIONS: usize = 64;
+/// How long a call that no guard bounds (`dispose`) may take before its worker is killed: the
+/// cleanup deadline's default.
+const UNGUARDED_CALL_LIMIT: Duration = crate::config::DEFAULT_DISPOSE_TIMEOUT;
 /// How much of a worker's stderr is kept to explain its death.
 const STDERR_TAIL_BYTES: usize = 8 << 10;
 
@@ -852,6 +855,7 @@ impl Worker {
             ));
         }
         let mut written = 0usize;
+        let started = Instant::now();
         let mut aborted_at: Option<Instant> = None;
         let mut chunk = [0u8; 64 << 10];
         loop {
@@ -937,12 +941,21 @@ impl Worker {
                     ));
                 }
             }
+            // A call with no abort of its own (`dispose` at shutdown or after a reload) is
+            // bounded by the cleanup deadline here: its worker is ended after it.
+            if abort.is_none() && started.elapsed() >= UNGUARDED_CALL_LIMIT {
+                let reason = format!(
+                    "engine worker did not answer {method} within {} s and was killed (SIGKILL)",
+                    UNGUARDED_CALL_LIMIT.as_secs()
+                );
+                return Err(crashed(self.record_death(&during(method), Some(reason))));
+            }
             let timeout_ms = match (aborted_at, abort) {
                 (Some(at), _) => {
                     (self.abort_grace.saturating_sub(at.elapsed()).as_millis() as i32).max(1)
                 }
                 (None, Some(_)) => 5,
-                (None, None) => 1000,
+                (None, None) => 100,
             };
             let mut events = libc::POLLIN;
             if written < lane.out.len() {
