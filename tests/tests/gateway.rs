@@ -208,9 +208,14 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
         ]}),
     );
     assert_eq!(batch["result"]["entryIds"].as_array().unwrap().len(), 2);
-    // Assemble by reference: entry ids of the session file, in order, and no message sent.
-    let refs = gw.ok("assemble", session, json!({"tokenBudget": 100000}));
-    let ids: Vec<&str> = refs["result"]["items"]
+    // Assemble by reference, each message on its own: entry ids of the session file, in
+    // order, and no message sent.
+    let each = gw.ok(
+        "assemble",
+        session,
+        json!({"tokenBudget": 100000, "refs": "each"}),
+    );
+    let ids: Vec<&str> = each["result"]["items"]
         .as_array()
         .unwrap()
         .iter()
@@ -222,6 +227,13 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     assert_eq!(ids, session_message_ids(home.path(), session));
     assert_eq!(ids.len(), 7, "two turns (4 messages) and three ingested");
     assert_eq!(ids[4], ingested["result"]["entryIds"][0]);
+    // By default consecutive kept messages come as runs {from, to, count}: the same
+    // references, fewer items.
+    let refs = gw.ok("assemble", session, json!({"tokenBudget": 100000}));
+    assert_eq!(refs["result"]["count"], 7, "{refs}");
+    let runs = refs["result"]["items"].as_array().unwrap();
+    assert!(runs.len() < 7, "kept messages as runs: {refs}");
+    assert_eq!(expand_runs(runs, &ids), ids, "{refs}");
     // In full, on request; and over explicit messages, which need no session history.
     let full = gw.ok("assemble", session, json!({"full": true}));
     let texts: Vec<String> = full["result"]["items"]
@@ -252,7 +264,7 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
         text_of(&explicit["result"]["items"][0]["message"]),
         "only this"
     );
-    answers.extend([first, second, ingested, batch, refs, full, explicit]);
+    answers.extend([first, second, ingested, batch, each, refs, full, explicit]);
     answers.push(gw.ok("afterTurn", session, json!({"prePromptMessageCount": 5})));
     answers.push(gw.ok("maintain", session, json!({"reason": "turn"})));
     answers.push(gw.ok(
@@ -308,6 +320,29 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     assert_eq!(printed["result"], compacted["result"]);
     let (status, _) = gw.stop();
     assert!(status.success());
+}
+
+/// The entry ids `items` of an `assemble` answer by reference stand for: each `entryId`, and
+/// for each run `{from, to, count}` the `count` ids of `context` (the session's context, in
+/// order) from `from` to `to`.
+fn expand_runs<'a>(items: &'a [Value], context: &[&'a str]) -> Vec<&'a str> {
+    let mut ids = Vec::new();
+    for item in items {
+        assert!(item.get("message").is_none(), "by reference: {item}");
+        if let Some(id) = item["entryId"].as_str() {
+            ids.push(id);
+            continue;
+        }
+        let from = item["from"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a run: {item}"));
+        let count = item["count"].as_u64().unwrap() as usize;
+        let start = context.iter().position(|id| *id == from).unwrap();
+        let run = &context[start..start + count];
+        assert_eq!(run.last().copied(), item["to"].as_str(), "{item}");
+        ids.extend(run.iter().copied());
+    }
+    ids
 }
 
 #[test]
@@ -692,6 +727,12 @@ fn live_answers_match_the_documented_schema() {
         ),
         ("assemble", s, json!({})),
         ("assemble", s, json!({"full": true, "tokenBudget": 1000})),
+        ("assemble", s, json!({"refs": "each"})),
+        (
+            "assemble",
+            s,
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}),
+        ),
         ("afterTurn", s, json!({})),
         ("maintain", s, json!({})),
         ("callTool", s, json!({"name": "t"})),
@@ -1164,4 +1205,136 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     signal(&gw.child, "HUP");
     wait_for_generation(&gw, "faulty", 2);
     assert_eq!(gw.ok("assemble", "s", json!({}))["generation"], 2);
+}
+
+/// `pincer serve` in `home` (its pincer.json already written) with the staged plugins, no file
+/// watching, and `args`.
+fn serve_faulty(home: &Path, args: &[&str]) -> Served {
+    Served::start(home, &[&["--no-watch"], args].concat())
+}
+
+/// A home whose slot is `faulty` with `config`.
+fn home_with_faulty(config: Value) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {
+            "slots": {"contextEngine": "faulty"},
+            "entries": {"faulty": {"config": config}},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    home
+}
+
+#[test]
+fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() {
+    // assemble hangs 4 s (ignoring its abort; the engine deadline, 60 s, is far): the client
+    // gets `timeout` after --call-timeout 1 while the call goes on in its session.
+    let home = home_with_faulty(json!({"assemble": "hang", "hangMs": 4000}));
+    let gw = serve_faulty(home.path(), &["--call-timeout", "1"]);
+    gw.ok(
+        "ingest",
+        "stuck",
+        json!({"message": {"role": "user", "content": "first"}}),
+    );
+    let started = Instant::now();
+    let hanging = {
+        let socket = gw.socket.clone();
+        std::thread::spawn(move || {
+            let answer = call(&socket, "assemble", Some("stuck"), json!({}));
+            (answer, started.elapsed())
+        })
+    };
+    // Meanwhile another session and the gateway's own methods are served at once.
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let other = gw.ok(
+        "ingest",
+        "other",
+        json!({"message": {"role": "user", "content": "hi"}}),
+    );
+    assert_eq!(other["engineId"], "faulty");
+    assert_eq!(gw.call("health", None, Value::Null).0, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "other calls waited for the hanging one: {:?}",
+        t.elapsed()
+    );
+    let ((status, answer), took) = hanging.join().unwrap();
+    assert_eq!(status, 504, "{answer}");
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["error"]["code"], "timeout", "{answer}");
+    assert_eq!(
+        answer["engineId"], "faulty",
+        "the engine involved: {answer}"
+    );
+    assert_eq!(answer["generation"], 1, "{answer}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(3500),
+        "answered after --call-timeout, before the engine returned: {took:?}"
+    );
+    // The session's next call waits for the hanging one (order kept), then is served.
+    let next = gw.ok(
+        "ingest",
+        "stuck",
+        json!({"message": {"role": "user", "content": "after"}}),
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(3900),
+        "the next call of the session ran before the hanging one ended: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(next["result"]["ingested"], true, "{next}");
+    let (status, log) = gw.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn error_answers_name_the_engine_and_generation_involved() {
+    let home = home_with_faulty(json!({"prepareSubagentSpawn": "error"}));
+    let gw = serve_faulty(home.path(), &[]);
+    // The engine failed with no fallback: the answer names it.
+    let (status, answer) = gw.call(
+        "prepareSubagentSpawn",
+        Some("parent"),
+        json!({"childSessionKey": "child"}),
+    );
+    assert_eq!(status, 500, "{answer}");
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["engineId"], "faulty", "{answer}");
+    assert_eq!(answer["generation"], 1, "{answer}");
+    // A refused reload names the engine that keeps serving.
+    let (status, answer) = gw.call("reload", None, json!({"pluginId": "no-such-plugin"}));
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["engineId"], "faulty", "{answer}");
+    assert_eq!(answer["generation"], 1, "{answer}");
+    // A request refused before any engine was taken names none.
+    let (status, answer) = gw.call("assemble", Some("parent"), json!({"tokenBudget": "x"}));
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.get("engineId").is_none(), "{answer}");
+    assert!(answer.get("generation").is_none(), "{answer}");
+    // Each of them as the schema says.
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_root().join("docs/gateway.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for answer in [
+        gw.call(
+            "prepareSubagentSpawn",
+            Some("parent"),
+            json!({"childSessionKey": "c2"}),
+        )
+        .1,
+        gw.call("assemble", Some("parent"), json!({"tokenBudget": "x"}))
+            .1,
+    ] {
+        let errors: Vec<String> = validator
+            .iter_errors(&answer)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{answer}: {errors:?}");
+    }
 }
