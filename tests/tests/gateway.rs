@@ -1029,20 +1029,12 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
         );
         seen.extend(generations);
     }
-    // Three builds: at least three new generations. (Once, under the whole suite's load, a
-    // fourth appeared; why is not known yet — the note below prints the reloads when it
-    // happens. Every generation must still be disposed exactly once.)
+    // Three builds: three new generations, never more (a reload racing the next build's
+    // files once made one build two generations: see `Runtime::reload_plugin`'s fingerprint,
+    // and reload.rs's `a_build_landing_while_a_reload_verifies_…`). Every generation is
+    // disposed exactly once.
     let last = engine_health(&gw, "faulty")["generation"].as_u64().unwrap();
-    if last != 4 {
-        let reloads: Vec<String> = gw
-            .log()
-            .lines()
-            .filter(|l| l.contains("reload"))
-            .map(str::to_owned)
-            .collect();
-        eprintln!("note: generation {last} after three builds: {reloads:#?}");
-    }
-    assert!(last >= 4, "three builds reloaded: generation {last}");
+    assert_eq!(last, 4, "three builds, three new generations: {}", gw.log());
     assert!(
         seen.is_subset(&(1..=last).collect()),
         "generations answered: {seen:?}"
@@ -1230,15 +1222,18 @@ fn home_with_faulty(config: Value) -> tempfile::TempDir {
 
 #[test]
 fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() {
-    // assemble hangs 4 s (ignoring its abort; the engine deadline, 60 s, is far): the client
-    // gets `timeout` after --call-timeout 1 while the call goes on in its session.
-    let home = home_with_faulty(json!({"assemble": "hang", "hangMs": 4000}));
-    let gw = serve_faulty(home.path(), &["--call-timeout", "1"]);
-    gw.ok(
-        "ingest",
-        "stuck",
-        json!({"message": {"role": "user", "content": "first"}}),
-    );
+    // assemble hangs 5 s (ignoring its abort; the engine deadline, 60 s, is far): the client
+    // gets `timeout` after --call-timeout 2 while the call goes on in its session.
+    let home = home_with_faulty(json!({"assemble": "hang", "hangMs": 5000}));
+    let gw = serve_faulty(home.path(), &["--call-timeout", "2"]);
+    // Both sessions opened first (creating a session file may itself take a while on a
+    // loaded machine: a call that timed out goes on, the next one waits for it).
+    for session in ["stuck", "other"] {
+        let start = Instant::now();
+        while gw.call("maintain", Some(session), json!({})).0 != 200 {
+            assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
+        }
+    }
     let started = Instant::now();
     let hanging = {
         let socket = gw.socket.clone();
@@ -1247,9 +1242,8 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
             (answer, started.elapsed())
         })
     };
-    // Meanwhile another session and the gateway's own methods are served at once.
-    std::thread::sleep(Duration::from_millis(200));
-    let t = Instant::now();
+    // Meanwhile another session and the gateway's own methods are served, not held back.
+    std::thread::sleep(Duration::from_millis(300));
     let other = gw.ok(
         "ingest",
         "other",
@@ -1258,9 +1252,9 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
     assert_eq!(other["engineId"], "faulty");
     assert_eq!(gw.call("health", None, Value::Null).0, 200);
     assert!(
-        t.elapsed() < Duration::from_millis(900),
+        started.elapsed() < Duration::from_millis(4500),
         "other calls waited for the hanging one: {:?}",
-        t.elapsed()
+        started.elapsed()
     );
     let ((status, answer), took) = hanging.join().unwrap();
     assert_eq!(status, 504, "{answer}");
@@ -1272,21 +1266,25 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
     );
     assert_eq!(answer["generation"], 1, "{answer}");
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_millis(3500),
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(4500),
         "answered after --call-timeout, before the engine returned: {took:?}"
     );
-    // The session's next call waits for the hanging one (order kept), then is served.
-    let next = gw.ok(
-        "ingest",
-        "stuck",
-        json!({"message": {"role": "user", "content": "after"}}),
-    );
+    // The session's next call waits for the hanging one (order kept; one queued behind it
+    // may itself time out), then is served.
+    let next = loop {
+        let (status, answer) = gw.call("maintain", Some("stuck"), json!({}));
+        if status == 200 {
+            break answer;
+        }
+        assert_eq!(answer["error"]["code"], "timeout", "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(60), "{}", gw.log());
+    };
     assert!(
-        started.elapsed() >= Duration::from_millis(3900),
+        started.elapsed() >= Duration::from_millis(4900),
         "the next call of the session ran before the hanging one ended: {:?}",
         started.elapsed()
     );
-    assert_eq!(next["result"]["ingested"], true, "{next}");
+    assert_eq!(next["engineId"], "faulty", "{next}");
     let (status, log) = gw.stop();
     assert!(status.success(), "{log}");
 }
@@ -1295,6 +1293,11 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
 fn error_answers_name_the_engine_and_generation_involved() {
     let home = home_with_faulty(json!({"prepareSubagentSpawn": "error"}));
     let gw = serve_faulty(home.path(), &[]);
+    // A refused reload names the engine that keeps serving.
+    let (status, answer) = gw.call("reload", None, json!({"pluginId": "no-such-plugin"}));
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["engineId"], "faulty", "{answer}");
+    assert_eq!(answer["generation"], 1, "{answer}");
     // The engine failed with no fallback: the answer names it.
     let (status, answer) = gw.call(
         "prepareSubagentSpawn",
@@ -1305,11 +1308,10 @@ fn error_answers_name_the_engine_and_generation_involved() {
     assert_eq!(answer["ok"], false, "{answer}");
     assert_eq!(answer["engineId"], "faulty", "{answer}");
     assert_eq!(answer["generation"], 1, "{answer}");
-    // A refused reload names the engine that keeps serving.
+    // Quarantined now: a refused reload names the engine serving instead.
     let (status, answer) = gw.call("reload", None, json!({"pluginId": "no-such-plugin"}));
     assert_eq!(status, 404, "{answer}");
-    assert_eq!(answer["engineId"], "faulty", "{answer}");
-    assert_eq!(answer["generation"], 1, "{answer}");
+    assert_eq!(answer["engineId"], "legacy", "{answer}");
     // A request refused before any engine was taken names none.
     let (status, answer) = gw.call("assemble", Some("parent"), json!({"tokenBudget": "x"}));
     assert_eq!(status, 400, "{answer}");
@@ -1337,4 +1339,58 @@ fn error_answers_name_the_engine_and_generation_involved() {
             .collect();
         assert!(errors.is_empty(), "{answer}: {errors:?}");
     }
+}
+
+#[test]
+fn health_without_a_gateway_shows_each_engine_as_a_fresh_process_would_serve_it() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {
+            "slots": {"contextEngine": "sliding-window"},
+            "load": {"paths": [staged_plugins_dir()]},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .args(["health", "--json"])
+        .env_remove("PINCER_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let health: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["offline"], true, "{health}");
+    assert_eq!(health["slot"], "sliding-window", "{health}");
+    let engines = health["engines"].as_array().unwrap();
+    for id in ["legacy", "sliding-window", "faulty"] {
+        let engine = engines
+            .iter()
+            .find(|e| e["engineId"] == id)
+            .unwrap_or_else(|| panic!("{id} in {health}"));
+        assert_eq!(engine["generation"], 1, "{engine}");
+        assert_eq!(engine["keptGenerations"], 0, "{engine}");
+        assert_eq!(engine["keptBytes"], 0, "{engine}");
+        assert_eq!(engine["draining"], 0, "{engine}");
+        assert_eq!(engine["quarantined"], false, "{engine}");
+    }
+    let out = Command::new(pincer_bin())
+        .arg("--home")
+        .arg(home.path())
+        .arg("health")
+        .env_remove("PINCER_HOME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("sliding-window (slot): generation 1, no old generations kept"),
+        "{text}"
+    );
 }

@@ -508,12 +508,14 @@ fn serve_session(
                 || match params.str("refs")? {
                     None | Some("runs") => false,
                     Some("each") => true,
-                    Some(other) => return Err(GatewayError::bad_request(
-                        "invalid_params",
-                        format!(
+                    Some(other) => {
+                        return Err(GatewayError::bad_request(
+                            "invalid_params",
+                            format!(
                             "params.refs of assemble must be \"runs\" or \"each\", not {other:?}"
                         ),
-                    )),
+                        ))
+                    }
                 };
             let mut items = Vec::new();
             let mut count = 0;
