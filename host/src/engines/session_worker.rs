@@ -69,7 +69,7 @@ pub fn spin_until(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
             return true;
         }
         looks = looks.wrapping_add(1);
-        if looks % 16 == 0 {
+        if looks.is_multiple_of(16) {
             if start.elapsed() >= limit {
                 return false;
             }
