@@ -1394,3 +1394,24 @@ fn health_without_a_gateway_shows_each_engine_as_a_fresh_process_would_serve_it(
         "{text}"
     );
 }
+
+#[test]
+fn a_turn_whose_model_fails_names_the_engine_it_started_on() {
+    let server = ChatServer::start();
+    for _ in 0..10 {
+        server.reply(
+            400,
+            json!({"error": {"message": "bad request, on purpose"}}),
+        );
+    }
+    let home = home_with(Some(&server.base_url), json!({}));
+    let gw = Served::start(
+        home.path(),
+        &["--engine", "sliding-window", "--model", "openai:test-model"],
+    );
+    let (status, answer) = gw.call("turn", Some("t"), json!({"prompt": "hello"}));
+    assert_eq!(status, 502, "{answer}");
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert_eq!(answer["engineId"], "sliding-window", "{answer}");
+    assert_eq!(answer["generation"], 1, "{answer}");
+}

@@ -258,9 +258,16 @@ fn take(parts: &GatewayParts, involved: &Involved) -> Arc<GuardedEngine> {
     engine
 }
 
-/// A failed turn or compaction names the engine the harness pinned for it.
-fn pinned_error(err: GatewayError, session: &HarnessSession, involved: &Involved) -> GatewayError {
-    if let Some(served) = session.served_by() {
+/// A failed turn or compaction names the engine the harness pinned for it (`before`: what the
+/// session said before the operation; unchanged, the operation failed before pinning one and
+/// the engine [`take`]n for it stays named).
+fn pinned_error(
+    err: GatewayError,
+    before: Option<EngineServed>,
+    session: &HarnessSession,
+    involved: &Involved,
+) -> GatewayError {
+    if let Some(served) = session.served_by().filter(|s| Some(*s) != before.as_ref()) {
         *lock_involved(involved) = Some(served.clone());
     }
     err
@@ -445,9 +452,10 @@ fn serve_session(
                 }
             };
             drop(take(parts, involved));
+            let before = session.served_by().cloned();
             let report = harness
                 .turn(session, prompt)
-                .map_err(|err| pinned_error(harness_error(err), session, involved))?;
+                .map_err(|err| pinned_error(harness_error(err), before, session, involved))?;
             let served = session
                 .served_by()
                 .cloned()
@@ -726,9 +734,10 @@ fn serve_session(
         GatewayMethod::Compact => {
             let instructions = params.str("customInstructions")?;
             drop(take(parts, involved));
+            let before = session.served_by().cloned();
             let report = harness
                 .compact_now(session, instructions)
-                .map_err(|err| pinned_error(harness_error(err), session, involved))?;
+                .map_err(|err| pinned_error(harness_error(err), before, session, involved))?;
             let served = session
                 .served_by()
                 .cloned()
