@@ -450,6 +450,8 @@ fn abandon(worker: &Arc<Worker>, error: WorkError) {
 struct Job {
     run: Box<dyn FnOnce() + Send>,
     fail: Arc<dyn Fail>,
+    /// When it was queued.
+    queued_at: Instant,
 }
 
 #[derive(Default)]
@@ -513,16 +515,22 @@ fn spawn_worker(session: &Arc<Session>, queue: &mut Queue) {
 fn worker_loop(me: Arc<Worker>) {
     LOCAL.with(|l| l.worker.set(Arc::as_ptr(&me)));
     let session = Arc::clone(&me.session);
+    // Whether looking for the next job before sleeping pays: the last gap between two jobs
+    // was short (adaptive: a session whose jobs come far apart never spins for nothing).
+    let mut spin_pays = true;
     loop {
         let job = {
+            let idle_since = Instant::now();
             let mut queue = session.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let mut spun = false;
+            let mut spun = !spin_pays;
             loop {
                 if me.abandoned.load(Ordering::Acquire) {
                     break None;
                 }
                 if let Some(job) = queue.jobs.pop_front() {
                     session.queued.fetch_sub(1, Ordering::Relaxed);
+                    // The gap as the submitter saw it (not when this thread woke up).
+                    spin_pays = job.queued_at.saturating_duration_since(idle_since) <= SPIN;
                     break Some(job);
                 }
                 if queue.closed {
@@ -734,6 +742,7 @@ impl SessionWorker {
                 result.complete(Ok(outcome));
             }),
             fail: Arc::clone(&shared) as Arc<dyn Fail>,
+            queued_at: Instant::now(),
         };
         let mut queue = self.session.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.jobs.push_back(job);

@@ -10,8 +10,9 @@
 //! the messages.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::latest::{
     AbortController, AssembledItem, EntryId, Message, SpawnRollbackBox, SubagentContextMode,
@@ -76,6 +77,9 @@ struct Held {
     /// Rollbacks of `prepareSubagentSpawn`, by child key, until the child ends. Locked only
     /// briefly, never across an engine call (a stuck call's thread never returns).
     rollbacks: Mutex<HashMap<String, SpawnRollbackBox>>,
+    /// The session's last call took longer than looking for its result pays for: the next
+    /// one parks at once instead of spinning first.
+    slow: AtomicBool,
 }
 
 /// What the gateway serves with.
@@ -176,10 +180,12 @@ impl Gateway {
                             }
                         })
                         .await?;
+                    let submitted = Instant::now();
+                    let spin = !held.slow.load(Ordering::Relaxed);
                     let held = Arc::clone(&held);
                     let took = Arc::clone(&involved);
                     let handle = runner.submit(move |harness, session| {
-                        serve_session(
+                        let served = serve_session(
                             &parts,
                             harness,
                             method,
@@ -188,11 +194,19 @@ impl Gateway {
                             &held.rollbacks,
                             call.params.as_ref(),
                             &took,
-                        )
+                        );
+                        // Measured here, where the result is ready (not when this call's
+                        // task wakes up to take it).
+                        held.slow
+                            .store(submitted.elapsed() > SPIN, Ordering::Relaxed);
+                        served
                     });
                     // Most calls take microseconds on the worker: look for the result a little
-                    // before parking this task (a wake-up of a tokio thread costs more).
-                    handle.spin(SPIN);
+                    // before parking this task (a wake-up of a tokio thread costs more) — unless
+                    // this session's last call took longer than that.
+                    if spin {
+                        handle.spin(SPIN);
+                    }
                     handle.await.map_err(work_error)?
                 }
             }
