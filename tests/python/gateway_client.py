@@ -65,6 +65,21 @@ def main():
     if any("message" in item for item in refs["items"]):
         raise SystemExit("assemble by reference sent messages")
     full = gw.call("assemble", session, {"full": True})["result"]
+    # References come as runs {from, to, count} of consecutive messages of the session's
+    # context (and {entryId} for single ones): resolved against the context's entry ids.
+    context = [item["entryId"] for item in full["items"]]
+    reference_ids = []
+    for item in refs["items"]:
+        if "entryId" in item:
+            reference_ids.append(item["entryId"])
+            continue
+        start = context.index(item["from"])
+        run = context[start:start + item["count"]]
+        if run[-1] != item["to"]:
+            raise SystemExit(f"a run that does not end at its 'to': {item} in {context}")
+        reference_ids.extend(run)
+    if refs["count"] != len(reference_ids):
+        raise SystemExit(f"count {refs['count']} but {len(reference_ids)} references")
     texts = []
     for item in full["items"]:
         content = item["message"]["content"]
@@ -80,7 +95,7 @@ def main():
         "replies": replies,
         "servedBy": sorted(list(x) for x in served_by),
         "ingestedEntry": ingested["entryIds"][0],
-        "referenceEntryIds": [item.get("entryId") for item in refs["items"]],
+        "referenceEntryIds": reference_ids,
         "contextTexts": texts,
         "health": health,
     }))

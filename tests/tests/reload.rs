@@ -775,3 +775,69 @@ fn a_harness_turn_in_flight_finishes_on_its_generation_and_the_next_turn_takes_t
     runtime.shutdown();
     assert_eq!(setup.disposed().len(), 2, "{:?}", setup.disposed());
 }
+
+/// One build, one generation: a new build (library and manifest) landing while a reload is
+/// still verifying the files before it never makes the old build look changed. The library is
+/// padded to 48 MiB so that hashing it takes long enough for the next build to land meanwhile.
+/// (The gateway's reload test once saw three builds make four new generations under the whole
+/// suite's load: the fingerprint re-read the manifest after the library had been hashed, so the
+/// old library was fingerprinted with the new manifest, looked changed, and was loaded again.)
+#[test]
+fn a_build_landing_while_a_reload_verifies_the_last_one_never_makes_two_generations() {
+    let setup = Setup::new(json!({}));
+    let padded = |n: usize| {
+        let mut bytes = setup.build(n);
+        bytes.resize(bytes.len() + (48 << 20), 0);
+        bytes.extend_from_slice(format!("\0padded-build-{n}\0").as_bytes());
+        bytes
+    };
+    // A build: its bytes and their sha256 (computed before it is installed: installing it is
+    // then quick, well within the time a reload takes to hash the previous one).
+    let build = |n: usize| {
+        let bytes = padded(n);
+        let sha = pincer_host::plugins::verify::sha256_hex(&bytes);
+        (bytes, sha)
+    };
+    // Written beside and renamed over, then the manifest pinning its sha256.
+    let install = |(bytes, sha): (Vec<u8>, String)| {
+        let tmp = setup.plugin.join(".new-build.tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        std::fs::rename(&tmp, &setup.library).unwrap();
+        let mut manifest = read_manifest_json(&setup.plugin);
+        manifest["sha256"] = json!(sha);
+        write_manifest_json(&setup.plugin, &manifest);
+        sha
+    };
+    let first_sha = install(build(1));
+    let next = build(2);
+    let runtime = setup.runtime();
+    assert_eq!(runtime.resolve().unwrap().engine.generation(), 1);
+    // A reload of the unchanged build 1, and build 2 landing while it hashes the library.
+    let reloading = {
+        let runtime = Arc::clone(&runtime);
+        std::thread::spawn(move || runtime.reload_plugin("faulty"))
+    };
+    std::thread::sleep(Duration::from_millis(30));
+    let second_sha = install(next);
+    match reloading.join().unwrap() {
+        // Done before build 2 landed, or refused because it landed meanwhile.
+        Ok(outcome) if outcome.unchanged => assert_eq!(outcome.sha256, first_sha),
+        Err(ReloadError::Refused { .. }) => {}
+        // Build 1 loaded again as a new generation: one build, two generations.
+        Ok(outcome) => assert_eq!(
+            outcome.sha256, second_sha,
+            "the unchanged build reloaded as generation {:?}",
+            outcome.engines
+        ),
+        Err(other) => panic!("{other}"),
+    }
+    // The reload of build 2 (if the first did not already load it): generation 2, not 3.
+    let outcome = runtime.reload_plugin("faulty").unwrap();
+    assert_eq!(outcome.sha256, second_sha);
+    assert_eq!(
+        runtime.resolve().unwrap().engine.generation(),
+        2,
+        "one new build, one new generation: {outcome:?}"
+    );
+    runtime.shutdown();
+}

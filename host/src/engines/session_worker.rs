@@ -51,6 +51,35 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// How long a call whose abort fired may take to return before its worker is abandoned.
 pub const GRACE: Duration = Duration::from_millis(100);
 
+/// How long a session worker that ran out of work keeps looking for the next job before it
+/// sleeps on its condition variable, and how long [`WorkHandle::spin`] looks for a result
+/// before its caller parks: a job or a result that arrives within it costs no thread wake-up
+/// (a futex wake and, on a virtual machine, an idle core's exit from halt — tens of
+/// microseconds). Bounded, and yielding the core between looks, so an idle session costs
+/// nothing after it.
+pub const SPIN: Duration = Duration::from_micros(50);
+
+/// Looks at `ready` until it says so or `limit` has passed, yielding the core every few
+/// looks (a thread waiting for a core gets it); whether `ready` said so.
+pub fn spin_until(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut looks = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        looks = looks.wrapping_add(1);
+        if looks.is_multiple_of(16) {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// Why submitted work produced no result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkError {
@@ -421,6 +450,8 @@ fn abandon(worker: &Arc<Worker>, error: WorkError) {
 struct Job {
     run: Box<dyn FnOnce() + Send>,
     fail: Arc<dyn Fail>,
+    /// When it was queued.
+    queued_at: Instant,
 }
 
 #[derive(Default)]
@@ -429,12 +460,16 @@ struct Queue {
     /// The live worker (abandoned ones are not here).
     worker: Option<Arc<Worker>>,
     closed: bool,
+    /// The worker sleeps on `ready` (else it is running or spinning: no wake-up needed).
+    sleeping: bool,
 }
 
 struct Session {
     name: String,
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// Jobs queued, as a spinning worker reads it without the lock.
+    queued: AtomicU64,
 }
 
 /// Starts a worker for `session` (its queue locked by the caller). On failure every queued job
@@ -443,6 +478,7 @@ fn spawn_worker(session: &Arc<Session>, queue: &mut Queue) {
     let watchdog = match watchdog() {
         Ok(watchdog) => watchdog,
         Err(err) => {
+            session.queued.store(0, Ordering::Relaxed);
             for job in queue.jobs.drain(..) {
                 job.fail.fail(WorkError::Unavailable(err.to_owned()));
             }
@@ -468,6 +504,7 @@ fn spawn_worker(session: &Arc<Session>, queue: &mut Queue) {
             queue.worker = Some(worker);
         }
         Err(err) => {
+            session.queued.store(0, Ordering::Relaxed);
             for job in queue.jobs.drain(..) {
                 job.fail.fail(WorkError::Unavailable(err.to_string()));
             }
@@ -478,21 +515,43 @@ fn spawn_worker(session: &Arc<Session>, queue: &mut Queue) {
 fn worker_loop(me: Arc<Worker>) {
     LOCAL.with(|l| l.worker.set(Arc::as_ptr(&me)));
     let session = Arc::clone(&me.session);
+    // Whether looking for the next job before sleeping pays: the last gap between two jobs
+    // was short (adaptive: a session whose jobs come far apart never spins for nothing).
+    let mut spin_pays = true;
     loop {
         let job = {
+            let idle_since = Instant::now();
             let mut queue = session.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut spun = !spin_pays;
             loop {
                 if me.abandoned.load(Ordering::Acquire) {
                     break None;
                 }
                 if let Some(job) = queue.jobs.pop_front() {
+                    session.queued.fetch_sub(1, Ordering::Relaxed);
+                    // The gap as the submitter saw it (not when this thread woke up).
+                    spin_pays = job.queued_at.saturating_duration_since(idle_since) <= SPIN;
                     break Some(job);
                 }
                 if queue.closed {
                     queue.worker = None;
                     break None;
                 }
+                if !spun {
+                    // The next job often follows closely (a client's next call): look for it
+                    // a little before sleeping.
+                    spun = true;
+                    drop(queue);
+                    spin_until(SPIN, || {
+                        session.queued.load(Ordering::Acquire) > 0
+                            || me.abandoned.load(Ordering::Relaxed)
+                    });
+                    queue = session.queue.lock().unwrap_or_else(|e| e.into_inner());
+                    continue;
+                }
+                queue.sleeping = true;
                 queue = session.ready.wait(queue).unwrap_or_else(|e| e.into_inner());
+                queue.sleeping = false;
             }
         };
         let Some(job) = job else { break };
@@ -512,6 +571,8 @@ type Outcome<T> = Result<std::thread::Result<T>, WorkError>;
 /// A job's result, delivered once: by the job, or by the watchdog when the job is stuck.
 struct Oneshot<T> {
     state: Mutex<OneshotState<T>>,
+    /// `state.done`, readable without the lock (for [`WorkHandle::spin`]).
+    done: AtomicBool,
 }
 
 struct OneshotState<T> {
@@ -531,6 +592,7 @@ impl<T> Oneshot<T> {
             }
             state.value = Some(value);
             state.done = true;
+            self.done.store(true, Ordering::Release);
             (state.waker.take(), state.thread.take())
         };
         if let Some(waker) = waker {
@@ -580,6 +642,7 @@ impl<T> WorkHandle<T> {
     /// # Errors
     /// [`WorkError::Stuck`] when an engine call of the work overran and ignored its abort.
     pub fn wait(self) -> Result<T, WorkError> {
+        self.spin(SPIN);
         loop {
             {
                 let mut state = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -590,6 +653,13 @@ impl<T> WorkHandle<T> {
             }
             std::thread::park();
         }
+    }
+
+    /// Looks for the result for up to `limit` (see [`SPIN`]) without parking or registering a
+    /// waker; whether it is there. Work expected to finish within microseconds is then taken
+    /// without a thread wake-up; `wait` or `.await` it afterwards either way.
+    pub fn spin(&self, limit: Duration) -> bool {
+        spin_until(limit, || self.shared.done.load(Ordering::Acquire))
     }
 
     /// Whether the result is there (a wait would not block).
@@ -645,6 +715,7 @@ impl SessionWorker {
                 name: name.replace('\0', ""),
                 queue: Mutex::new(Queue::default()),
                 ready: Condvar::new(),
+                queued: AtomicU64::new(0),
             }),
         }
     }
@@ -662,6 +733,7 @@ impl SessionWorker {
                 waker: None,
                 thread: None,
             }),
+            done: AtomicBool::new(false),
         });
         let result = Arc::clone(&shared);
         let job = Job {
@@ -670,12 +742,15 @@ impl SessionWorker {
                 result.complete(Ok(outcome));
             }),
             fail: Arc::clone(&shared) as Arc<dyn Fail>,
+            queued_at: Instant::now(),
         };
         let mut queue = self.session.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.jobs.push_back(job);
+        self.session.queued.fetch_add(1, Ordering::Release);
         if queue.worker.is_none() {
             spawn_worker(&self.session, &mut queue);
-        } else {
+        } else if queue.sleeping {
+            // A running or spinning worker finds the job by itself.
             self.session.ready.notify_all();
         }
         WorkHandle { shared }

@@ -5,7 +5,8 @@
 //! harness's `turn`, or a gateway method (`health`, `doctor`, `reload`), the session key it is
 //! for, and its parameters. Every successful answer carries the `engineId` and `generation`
 //! that served it; every failure a stable snake_case `code` and a message saying what was wrong
-//! and what to do. Documented in `docs/GATEWAY.md`, schema `docs/gateway.schema.json`.
+//! and what to do, and — when an engine had been taken for the call — that engine's `engineId`
+//! and `generation` too. Documented in `docs/GATEWAY.md`, schema `docs/gateway.schema.json`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -136,9 +137,17 @@ pub struct CallAnswer {
 
 /// A failed call's answer body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ErrorAnswer {
     /// Always `false`.
     pub ok: bool,
+    /// The engine the call had taken when it failed (absent when no engine was involved: a
+    /// malformed request, a parameter of the wrong type, an unknown method).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_id: Option<String>,
+    /// The generation of that engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
     /// What went wrong.
     pub error: ErrorBody,
 }
@@ -162,6 +171,8 @@ pub struct GatewayError {
     pub code: &'static str,
     /// What was wrong and what to do.
     pub message: String,
+    /// The engine (id, generation) the call had taken when it failed, if any.
+    pub engine: Option<(String, u64)>,
 }
 
 impl GatewayError {
@@ -171,7 +182,18 @@ impl GatewayError {
             status,
             code,
             message: message.into(),
+            engine: None,
         }
+    }
+
+    /// The same error, naming the engine (id and generation) that was serving the call when
+    /// it failed; an engine already named is kept.
+    #[must_use]
+    pub fn served_by(mut self, engine_id: &str, generation: u64) -> Self {
+        if self.engine.is_none() {
+            self.engine = Some((engine_id.to_owned(), generation));
+        }
+        self
     }
 
     /// A request the gateway cannot use (400).
@@ -188,6 +210,8 @@ impl GatewayError {
     pub fn body(&self) -> ErrorAnswer {
         ErrorAnswer {
             ok: false,
+            engine_id: self.engine.as_ref().map(|(id, _)| id.clone()),
+            generation: self.engine.as_ref().map(|(_, generation)| *generation),
             error: ErrorBody {
                 code: self.code.to_owned(),
                 message: self.message.clone(),

@@ -10,8 +10,9 @@
 //! the messages.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::latest::{
     AbortController, AssembledItem, EntryId, Message, SubagentContextMode, SubagentEndReason,
@@ -25,7 +26,7 @@ use crate::engines::request::{
     no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
     MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
-use crate::engines::session_worker::WorkError;
+use crate::engines::session_worker::{WorkError, SPIN};
 use crate::harness::runner::SessionRunner;
 use crate::harness::{EngineServed, Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;
@@ -76,6 +77,9 @@ struct Held {
     /// Rollbacks of `prepareSubagentSpawn`, by child key, until the child ends. Locked only
     /// briefly, never across an engine call (a stuck call's thread never returns).
     rollbacks: Mutex<HashMap<String, Rollback>>,
+    /// The session's last call took longer than looking for its result pays for: the next
+    /// one parks at once instead of spinning first.
+    slow: AtomicBool,
 }
 
 /// What the gateway serves with.
@@ -138,7 +142,9 @@ impl Gateway {
     ) -> Result<Served, GatewayError> {
         let parts = Arc::clone(&self.parts);
         let timeout = parts.call_timeout;
-        let work = async move {
+        // The engine the call takes, once it has taken one: named by its failure too.
+        let involved: Arc<Involved> = Arc::default();
+        let work = async {
             match method {
                 GatewayMethod::Health | GatewayMethod::Doctor | GatewayMethod::Reload => {
                     let parts = Arc::clone(&parts);
@@ -174,9 +180,12 @@ impl Gateway {
                             }
                         })
                         .await?;
+                    let submitted = Instant::now();
+                    let spin = !held.slow.load(Ordering::Relaxed);
                     let held = Arc::clone(&held);
+                    let took = Arc::clone(&involved);
                     let handle = runner.submit(move |harness, session| {
-                        serve_session(
+                        let served = serve_session(
                             &parts,
                             harness,
                             method,
@@ -184,13 +193,25 @@ impl Gateway {
                             session,
                             &held.rollbacks,
                             call.params.as_ref(),
-                        )
+                            &took,
+                        );
+                        // Measured here, where the result is ready (not when this call's
+                        // task wakes up to take it).
+                        held.slow
+                            .store(submitted.elapsed() > SPIN, Ordering::Relaxed);
+                        served
                     });
+                    // Most calls take microseconds on the worker: look for the result a little
+                    // before parking this task (a wake-up of a tokio thread costs more) — unless
+                    // this session's last call took longer than that.
+                    if spin {
+                        handle.spin(SPIN);
+                    }
                     handle.await.map_err(work_error)?
                 }
             }
         };
-        match tokio::time::timeout(timeout, work).await {
+        let result = match tokio::time::timeout(timeout, work).await {
             Ok(result) => result,
             Err(_) => Err(GatewayError::new(
                 504,
@@ -201,7 +222,16 @@ impl Gateway {
                     timeout.as_secs_f64()
                 ),
             )),
-        }
+        };
+        result.map_err(|err| {
+            // A failure of the serving (not of the request) names the engine it had taken.
+            match lock_involved(&involved).as_ref() {
+                Some(served) if err.status >= 500 => {
+                    err.served_by(&served.engine_id, served.generation)
+                }
+                _ => err,
+            }
+        })
     }
 
     /// Waits for every held session's queued work, makes each session durable and lets it
@@ -226,6 +256,35 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The engine a call has taken (set on the session's worker, read by the call's answer).
+type Involved = Mutex<Option<EngineServed>>;
+
+fn lock_involved(involved: &Involved) -> std::sync::MutexGuard<'_, Option<EngineServed>> {
+    involved.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The slot's engine for a call starting now, recorded as the one the call took.
+fn take(parts: &GatewayParts, involved: &Involved) -> Arc<GuardedEngine> {
+    let engine = parts.source.current();
+    *lock_involved(involved) = Some(EngineServed::of(&engine));
+    engine
+}
+
+/// A failed turn or compaction names the engine the harness pinned for it (`before`: what the
+/// session said before the operation; unchanged, the operation failed before pinning one and
+/// the engine [`take`]n for it stays named).
+fn pinned_error(
+    err: GatewayError,
+    before: Option<EngineServed>,
+    session: &HarnessSession,
+    involved: &Involved,
+) -> GatewayError {
+    if let Some(served) = session.served_by().filter(|s| Some(*s) != before.as_ref()) {
+        *lock_involved(involved) = Some(served.clone());
+    }
+    err
 }
 
 fn work_error(err: WorkError) -> GatewayError {
@@ -260,9 +319,14 @@ fn serve_global(
         GatewayMethod::Doctor => Served::of(&engine, &doctor(&parts.runtime)),
         GatewayMethod::Reload => {
             let params = Params::new(method, call.params.as_ref())?;
+            // A refusal names the engine that keeps serving.
+            let refused = |err| {
+                let engine = parts.source.current();
+                reload_error(err).served_by(engine.id(), engine.generation())
+            };
             let reloaded = match params.str("pluginId")? {
-                Some(id) => vec![parts.runtime.reload_plugin(id).map_err(reload_error)?],
-                None => reload_everything(&parts.runtime).map_err(reload_error)?,
+                Some(id) => vec![parts.runtime.reload_plugin(id).map_err(refused)?],
+                None => reload_everything(&parts.runtime).map_err(refused)?,
             };
             // The engine that serves from now on.
             let engine = parts.source.current();
@@ -342,9 +406,16 @@ pub struct EngineHealth {
     pub pinned: usize,
     /// Whether it is quarantined now.
     pub quarantined: bool,
+    /// The worker process of an isolated engine: its pid, protections, and why it died.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<crate::engines::backend::WorkerInfo>,
+    /// Restarts of an isolated engine's dead workers, when it had any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<crate::slot::restart::RestartStatus>,
 }
 
 fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
+    let restarts = runtime.worker_restarts();
     GatewayHealth {
         slot: engine.id().to_owned(),
         engines: runtime
@@ -352,6 +423,11 @@ fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> Gateway
             .into_iter()
             .map(|g| EngineHealth {
                 quarantined: runtime.quarantine().is_quarantined(&g.engine_id),
+                restarts: restarts
+                    .iter()
+                    .find(|r| r.engine_id == g.engine_id)
+                    .cloned(),
+                worker: g.worker,
                 engine_id: g.engine_id,
                 generation: g.generation,
                 draining: g.draining,
@@ -367,6 +443,7 @@ fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> Gateway
 }
 
 /// The methods on a session, run on its worker.
+#[allow(clippy::too_many_arguments)]
 fn serve_session(
     parts: &GatewayParts,
     harness: &Harness,
@@ -375,6 +452,7 @@ fn serve_session(
     session: &mut HarnessSession,
     rollbacks: &Mutex<HashMap<String, Rollback>>,
     params: Option<&Value>,
+    involved: &Involved,
 ) -> Result<Served, GatewayError> {
     let params = Params::new(method, params)?;
     let rollbacks = || rollbacks.lock().unwrap_or_else(|e| e.into_inner());
@@ -408,7 +486,11 @@ fn serve_session(
                     ))
                 }
             };
-            let report = harness.turn(session, prompt).map_err(harness_error)?;
+            drop(take(parts, involved));
+            let before = session.served_by().cloned();
+            let report = harness
+                .turn(session, prompt)
+                .map_err(|err| pinned_error(harness_error(err), before, session, involved))?;
             let served = session
                 .served_by()
                 .cloned()
@@ -438,7 +520,7 @@ fn serve_session(
             )
         }
         GatewayMethod::Assemble => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let full = params.flag("full")?;
             let prompt = params.str("prompt")?;
@@ -464,34 +546,98 @@ fn serve_session(
             let guarded = engine
                 .assemble(request, abort())
                 .map_err(guard_error(method))?;
+            // Kept messages as runs (`{from, to, count}`) unless every item is wanted on its own.
+            let each = full
+                || match params.str("refs")? {
+                    None | Some("runs") => false,
+                    Some("each") => true,
+                    Some(other) => {
+                        return Err(GatewayError::bad_request(
+                            "invalid_params",
+                            format!(
+                            "params.refs of assemble must be \"runs\" or \"each\", not {other:?}"
+                        ),
+                        ))
+                    }
+                };
             let mut items = Vec::new();
+            let mut count = 0;
             for item in guarded.value.items.iter() {
                 match item {
                     AssembledItem::Input { start, end } => {
-                        for i in *start as usize..(*end as usize).min(messages.len()) {
-                            items.push(Item {
-                                entry_id: entry_ids.get(i).and_then(EntryId::as_str),
-                                index: entry_ids.get(i).is_none().then_some(i),
-                                message: full.then(|| &messages[i]),
+                        let (start, end) = (*start as usize, (*end as usize).min(messages.len()));
+                        if start >= end {
+                            continue;
+                        }
+                        count += end - start;
+                        let id = |i: usize| entry_ids.get(i).and_then(EntryId::as_str);
+                        if each {
+                            for i in start..end {
+                                items.push(Item::Each {
+                                    entry_id: id(i),
+                                    index: entry_ids.get(i).is_none().then_some(i),
+                                    message: full.then(|| &messages[i]),
+                                });
+                            }
+                        } else if end <= entry_ids.len() {
+                            match (id(start), id(end - 1)) {
+                                (Some(from), Some(to)) => items.push(Item::Run {
+                                    from,
+                                    to,
+                                    count: end - start,
+                                }),
+                                // An entry without an id (never in a held session's context).
+                                _ => items.extend((start..end).map(|i| Item::Each {
+                                    entry_id: id(i),
+                                    index: None,
+                                    message: None,
+                                })),
+                            }
+                        } else {
+                            items.push(Item::IndexRun {
+                                from_index: start,
+                                to_index: end - 1,
+                                count: end - start,
                             });
                         }
                     }
-                    AssembledItem::New(message) => items.push(Item {
-                        entry_id: None,
-                        index: None,
-                        message: Some(message),
-                    }),
+                    AssembledItem::New(message) => {
+                        count += 1;
+                        items.push(Item::Each {
+                            entry_id: None,
+                            index: None,
+                            message: Some(message),
+                        });
+                    }
                 }
             }
             #[derive(Serialize)]
-            #[serde(rename_all = "camelCase")]
-            struct Item<'a> {
-                #[serde(skip_serializing_if = "Option::is_none")]
-                entry_id: Option<&'a str>,
-                #[serde(skip_serializing_if = "Option::is_none")]
-                index: Option<usize>,
-                #[serde(skip_serializing_if = "Option::is_none")]
-                message: Option<&'a Message>,
+            #[serde(untagged)]
+            enum Item<'a> {
+                /// One message: by entry id, by index into passed messages, or whole.
+                Each {
+                    #[serde(rename = "entryId", skip_serializing_if = "Option::is_none")]
+                    entry_id: Option<&'a str>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    index: Option<usize>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    message: Option<&'a Message>,
+                },
+                /// `count` consecutive messages of the session's context, entry `from` to
+                /// entry `to` (both included).
+                Run {
+                    from: &'a str,
+                    to: &'a str,
+                    count: usize,
+                },
+                /// `count` consecutive passed messages, `fromIndex` to `toIndex` (included).
+                IndexRun {
+                    #[serde(rename = "fromIndex")]
+                    from_index: usize,
+                    #[serde(rename = "toIndex")]
+                    to_index: usize,
+                    count: usize,
+                },
             }
             #[derive(Serialize)]
             #[serde(rename_all = "camelCase")]
@@ -506,7 +652,7 @@ fn serve_session(
             Served::of(
                 &engine,
                 &AssembleResult {
-                    count: items.len(),
+                    count,
                     items,
                     estimated_tokens: value.estimated_tokens.into_option(),
                     system_prompt_addition: value
@@ -519,7 +665,7 @@ fn serve_session(
             )
         }
         GatewayMethod::Ingest | GatewayMethod::IngestBatch => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let heartbeat = params.flag("isHeartbeat")?;
             let incoming: Vec<Message> = if method == GatewayMethod::Ingest {
@@ -621,9 +767,12 @@ fn serve_session(
             )
         }
         GatewayMethod::Compact => {
+            let instructions = params.str("customInstructions")?;
+            drop(take(parts, involved));
+            let before = session.served_by().cloned();
             let report = harness
-                .compact_now(session, params.str("customInstructions")?)
-                .map_err(harness_error)?;
+                .compact_now(session, instructions)
+                .map_err(|err| pinned_error(harness_error(err), before, session, involved))?;
             let served = session
                 .served_by()
                 .cloned()
@@ -631,7 +780,7 @@ fn serve_session(
             Served::by(served, &report)
         }
         GatewayMethod::AfterTurn => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
             let pre_prompt = params
@@ -654,7 +803,7 @@ fn serve_session(
             Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
         }
         GatewayMethod::Maintain => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let request = Arc::new(MaintainRequest {
                 session_id,
@@ -678,7 +827,7 @@ fn serve_session(
             )
         }
         GatewayMethod::CallTool => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let arguments = match params.get("arguments") {
                 None => "{}".to_owned(),
@@ -705,7 +854,7 @@ fn serve_session(
             )
         }
         GatewayMethod::PrepareSubagentSpawn => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
             let mode = match params.str("contextMode")? {
@@ -749,7 +898,7 @@ fn serve_session(
             )
         }
         GatewayMethod::OnSubagentEnded => {
-            let engine = parts.source.current();
+            let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
             let reason = match params.str("reason")?.unwrap_or("completed") {

@@ -474,8 +474,18 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The content hash of a plugin's files: its manifest's bytes and its library's sha256.
 fn fingerprint(dir: &Path, library_sha256: &str) -> String {
+    fingerprint_of(&read_manifest_bytes(dir), library_sha256)
+}
+
+/// The manifest's bytes in `dir` (empty when it cannot be read).
+fn read_manifest_bytes(dir: &Path) -> Vec<u8> {
+    std::fs::read(dir.join(MANIFEST_FILE_NAME)).unwrap_or_default()
+}
+
+/// The content hash of the manifest bytes `manifest` and the library sha256.
+fn fingerprint_of(manifest: &[u8], library_sha256: &str) -> String {
     let mut hash = Sha256::new();
-    hash.update(std::fs::read(dir.join(MANIFEST_FILE_NAME)).unwrap_or_default());
+    hash.update(manifest);
     hash.update(library_sha256.as_bytes());
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -625,11 +635,29 @@ impl Runtime {
             .admit(&manifest, &claims)
             .map_err(|problem| refused(&problem.code, problem.message))?;
         // Steps 1–4 first (no code runs): an unchanged build stops here; a changed one is
-        // loaded from exactly the bytes that were verified and hashed.
+        // loaded from exactly the bytes that were verified and hashed. The fingerprint must
+        // describe those files: the manifest is read before and after the verification (which
+        // reads it and then the library), and a manifest rewritten meanwhile — the next build
+        // landing while this one's library was being hashed — refuses this reload (the write
+        // that changed it triggers the next one). Else the old build would be fingerprinted
+        // with the new manifest, look changed, and be loaded again as a new generation: one
+        // build, two generations.
+        let manifest_before = read_manifest_bytes(&status.dir);
         let verified = loader
             .verify(&status.dir)
             .map_err(|err| refused(err.code(), err.to_string()))?;
-        let fingerprint = fingerprint(&status.dir, &verified.verified.sha256_hex);
+        let manifest_after = read_manifest_bytes(&status.dir);
+        if manifest_before != manifest_after {
+            return Err(refused(
+                "files_changing",
+                format!(
+                    "{} changed while the plugin was being verified; reload again once its \
+                     files are written (a file watcher does so by itself)",
+                    status.dir.join(MANIFEST_FILE_NAME).display()
+                ),
+            ));
+        }
+        let fingerprint = fingerprint_of(&manifest_after, &verified.verified.sha256_hex);
         // An isolated engine whose worker died is started again even from unchanged files:
         // the operator's way back after its restarts ran out.
         let worker_dead = status.engines.iter().any(|e| self.worker_dead(e));
