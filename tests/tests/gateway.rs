@@ -28,6 +28,11 @@ impl Served {
     /// Starts `pincer serve` in `home` with the staged plugins and `args`, and waits until its
     /// socket answers.
     fn start(home: &Path, args: &[&str]) -> Served {
+        Served::start_with(home, &staged_plugins_dir(), args)
+    }
+
+    /// `pincer serve` with the plugins of `plugins_dir`.
+    fn start_with(home: &Path, plugins_dir: &Path, args: &[&str]) -> Served {
         let socket = home.join("gw.sock");
         let stderr = home.join(format!("serve-{}.log", std::process::id()));
         let child = Command::new(pincer_bin())
@@ -36,7 +41,7 @@ impl Served {
             .args(["--log", "info", "serve", "--socket"])
             .arg(&socket)
             .arg("--plugins-dir")
-            .arg(staged_plugins_dir())
+            .arg(plugins_dir)
             .args(args)
             .env_remove("PINCER_HOME")
             .env_remove("PINCER_LOG")
@@ -1469,29 +1474,8 @@ fn unload_on_reload_in_the_gateway_health_tells_kept_from_unloaded() {
         .to_string(),
     )
     .unwrap();
-    let socket = home.path().join("gw.sock");
-    let stderr = home.path().join("serve.log");
-    let child = Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["serve", "--no-watch", "--socket"])
-        .arg(&socket)
-        .arg("--plugins-dir")
-        .arg(plugins.path())
-        .env_remove("PINCER_HOME")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let gw = Served {
-        child,
-        socket,
-        stderr,
-    };
-    while UnixStream::connect(&gw.socket).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gw = Served::start_with(home.path(), plugins.path(), &["--no-watch"]);
+    let pid = gw.child.id();
     gw.ok("assemble", "parent", json!({}));
     let spawned = gw.ok(
         "prepareSubagentSpawn",

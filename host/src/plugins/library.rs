@@ -214,6 +214,20 @@ impl LibraryFacts {
     }
 }
 
+impl LibraryFacts {
+    /// What an opened library's own code says it is (its root module's manifest).
+    pub fn of_opened(opened: &OpenedLibrary) -> Self {
+        let lib = opened.manifest();
+        LibraryFacts {
+            plugin_id: lib.plugin_id.to_string(),
+            plugin_version: lib.plugin_version.to_string(),
+            api_version: lib.api_version.to_string(),
+            engine_ids: lib.engine_ids.iter().map(|s| s.to_string()).collect(),
+            panic_unwind: lib.panic_unwind,
+        }
+    }
+}
+
 impl From<&EmbeddedManifest> for LibraryFacts {
     fn from(manifest: &EmbeddedManifest) -> Self {
         LibraryFacts {
@@ -765,15 +779,7 @@ impl Loader {
                 source,
             }
         })?;
-        let lib = opened.manifest();
-        let facts = LibraryFacts {
-            plugin_id: lib.plugin_id.to_string(),
-            plugin_version: lib.plugin_version.to_string(),
-            api_version: lib.api_version.to_string(),
-            engine_ids: lib.engine_ids.iter().map(|s| s.to_string()).collect(),
-            panic_unwind: lib.panic_unwind,
-        };
-        drop(lib);
+        let facts = LibraryFacts::of_opened(&opened);
         // The id, version, API major and `panic = "unwind"` were checked against the sidecar
         // before `dlopen` (step 4); what the loaded code says must be what its bytes said.
         let expected = LibraryFacts::from(&embedded);

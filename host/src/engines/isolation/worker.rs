@@ -210,15 +210,8 @@ fn start_engine(
     // SAFETY: the verified private copy the host made of the bytes it checked.
     let opened = unsafe { open_library(Path::new(&start.library)) }
         .map_err(|e| wire::worker_failure(format!("cannot open {}: {e}", start.library)))?;
-    let lib = opened.manifest();
-    let loaded = protocol::ExpectedLibrary {
-        plugin_id: lib.plugin_id.to_string(),
-        plugin_version: lib.plugin_version.to_string(),
-        api_version: lib.api_version.to_string(),
-        engine_ids: lib.engine_ids.iter().map(|s| s.to_string()).collect(),
-        panic_unwind: lib.panic_unwind,
-    };
-    drop(lib);
+    let loaded =
+        protocol::ExpectedLibrary::from(&crate::plugins::library::LibraryFacts::of_opened(&opened));
     if loaded != start.expected {
         return Err(wire::worker_failure(format!(
             "the loaded library says it is {loaded:?} but its bytes said {:?}",
