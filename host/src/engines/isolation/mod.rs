@@ -27,6 +27,28 @@ pub mod worker;
 
 pub use confine::{SANDBOX_VIOLATION_PREFIX, SANDBOX_VIOLATION_STATUS};
 
+/// How long either side looks for the other's next frame before it sleeps in the kernel: a
+/// wake-up from a blocking read or `poll` costs tens of µs on an idle machine, more than a
+/// whole call of a fast engine.
+pub(crate) const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Returns once `stream` has something to read, or after `limit` (then the caller blocks).
+pub(crate) fn spin_until_readable(stream: &impl std::os::fd::AsRawFd, limit: std::time::Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        let mut fd = libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        if unsafe { libc::poll(&mut fd, 1, 0) } != 0 {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Applies `confinement` in the worker, before the library is opened and before any thread
 /// that runs engine calls starts: the limits always, the sandbox unless turned off. Returns a
 /// line naming the protections in force, and the stack size of the threads that run calls.

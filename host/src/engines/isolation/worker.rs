@@ -332,10 +332,18 @@ fn serve_lane(mut stream: UnixStream, state: &WorkerState, signal: &'static Abor
     }
     let mut buf = Vec::new();
     let mut out = Vec::new();
+    // Whether the last call came soon after the reply before it: then the next one is looked
+    // for briefly before sleeping (a wake-up from a blocking read costs tens of µs).
+    let mut busy = false;
     loop {
+        let idle_since = std::time::Instant::now();
+        if busy {
+            super::spin_until_readable(&stream, super::SPIN);
+        }
         if protocol::read_frame(&mut stream, &mut buf).is_err() {
             return;
         }
+        busy = idle_since.elapsed() < super::SPIN * 2;
         let reply = match protocol::decode::<HostFrame>(&buf) {
             Ok(HostFrame::Call(frame)) => {
                 if !frame.forget.is_empty() {
