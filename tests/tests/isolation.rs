@@ -464,3 +464,64 @@ fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session()
     }
     assert!(compared > 50, "{compared}");
 }
+
+#[test]
+fn concurrent_calls_on_shared_sessions_stay_exact_across_lanes() {
+    use pincer_host::engines::request::{AssembleRequest, HostInputs};
+    use pincer_plugin_api::abi::latest::EntryId;
+
+    let t = Transcript::read(&example_conversation()).unwrap();
+    let messages = t.shared_messages();
+    let ids: Vec<EntryId> = (0..messages.len())
+        .map(|i| EntryId::new(format!("entry-{i}")))
+        .collect();
+    let local_home = TempDir::new().unwrap();
+    let local = runtime_with(
+        local_home.path(),
+        json!({ "plugins": { "slots": { "contextEngine": "sliding-window" } } }),
+    );
+    let remote_home = TempDir::new().unwrap();
+    let remote = runtime_with(
+        remote_home.path(),
+        isolated("sliding-window", json!({}), json!({})),
+    );
+    let local = Arc::new(local.resolve().unwrap());
+    let remote = Arc::new(remote.resolve().unwrap());
+    // Four threads, two sessions: each call's window is its own length, so calls of one
+    // session that overtook each other on different lanes would leave the worker's copy wrong.
+    let threads: Vec<_> = (0..4)
+        .map(|thread| {
+            let (local, remote, messages, ids) = (
+                Arc::clone(&local),
+                Arc::clone(&remote),
+                Arc::clone(&messages),
+                ids.clone(),
+            );
+            std::thread::spawn(move || {
+                for round in 0..40usize {
+                    let k = 1 + (round * 7 + thread * 3) % messages.len();
+                    let request = Arc::new(AssembleRequest {
+                        session_id: Arc::from(if round % 2 == 0 { "a" } else { "b" }),
+                        messages: Arc::from(messages[..k].to_vec()),
+                        entry_ids: Arc::from(ids[..k].to_vec()),
+                        token_budget: Some(200),
+                        host: HostInputs::default(),
+                    });
+                    let a = local
+                        .engine
+                        .assemble(Arc::clone(&request), Arc::new(AbortController::new()))
+                        .unwrap();
+                    let b = remote
+                        .engine
+                        .assemble(request, Arc::new(AbortController::new()))
+                        .unwrap();
+                    assert_eq!(b.answer.answered_by, "sliding-window", "{:?}", b.answer);
+                    assert_eq!(a.value, b.value, "thread {thread}, round {round}");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}

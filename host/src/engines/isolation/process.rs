@@ -60,6 +60,8 @@ const HELD_SESSIONS: usize = 64;
 /// How long a call that no guard bounds (`dispose`) may take before its worker is killed: the
 /// cleanup deadline's default.
 const UNGUARDED_CALL_LIMIT: Duration = crate::config::DEFAULT_DISPOSE_TIMEOUT;
+/// How a worker's error begins when it no longer holds what the host thinks it holds.
+const LOST_COPY: &str = "engine worker: asked to keep";
 /// How much of a worker's stderr is kept to explain its death.
 const STDERR_TAIL_BYTES: usize = 8 << 10;
 
@@ -108,6 +110,8 @@ struct Worker {
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     stderr_done: Arc<(Mutex<bool>, Condvar)>,
     synced: Mutex<SyncState>,
+    /// Per session, the lock its message-carrying calls take (see `synced_call`).
+    gates: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     abort_grace: Duration,
     protections: String,
     info: Mutex<Option<protocol::WireInfo>>,
@@ -384,7 +388,7 @@ impl ProcessBackend {
                 Arc::clone(&stderr_done),
             );
         }
-        let worker = Worker {
+        let mut worker = Worker {
             engine_id: start.engine_id.clone(),
             pid,
             services,
@@ -399,11 +403,11 @@ impl ProcessBackend {
             stderr_tail,
             stderr_done,
             synced: Mutex::new(SyncState::default()),
+            gates: Mutex::new(HashMap::new()),
             abort_grace: start.settings.abort_grace,
             protections: String::new(),
             info: Mutex::new(None),
         };
-        let mut worker = worker;
         match worker.handshake(&start) {
             Ok(Some(ready)) => {
                 worker.protections = ready.protections;
@@ -1069,6 +1073,8 @@ impl Worker {
                 state.forget.push(oldest);
             }
         }
+        // A pending `forget` of this session would drop what is sent now.
+        state.forget.retain(|s| s != session);
         let held = state.sessions.entry(session.to_owned()).or_insert(HeldIds {
             ids: Vec::new(),
             used: now,
@@ -1101,20 +1107,40 @@ impl Worker {
     }
 
     /// A call carrying a session's messages: on failure, the worker's copy is not trusted.
+    ///
+    /// Calls of one session are serialized here (the worker's copy follows them in order); a
+    /// worker that lost its copy meanwhile (a `forget` overtaking a re-send on another lane)
+    /// says so, and the call is sent once more with every message.
     fn synced_call(
         &self,
         method: Method,
         session: &str,
-        call: impl FnOnce(SyncedMessages) -> Call,
+        call: impl Fn(SyncedMessages) -> Call,
         messages: &[Message],
         ids: &[EntryId],
     ) -> Result<CallReply, EngineCallError> {
+        let gate = self.session_gate(session);
+        let _serial = lock(&gate);
         let synced = self.sync(session, messages, ids);
-        let result = self.call(method, call(synced));
+        let mut result = self.call(method, call(synced));
+        if matches!(&result, Err(e) if e.message.starts_with(LOST_COPY)) {
+            self.unsync(session);
+            let synced = self.sync(session, messages, ids);
+            result = self.call(method, call(synced));
+        }
         if result.is_err() {
             self.unsync(session);
         }
         result
+    }
+
+    /// The lock that serializes `session`'s calls that carry messages.
+    fn session_gate(&self, session: &str) -> Arc<Mutex<()>> {
+        let mut gates = lock(&self.gates);
+        if gates.len() > 4 * HELD_SESSIONS {
+            gates.retain(|_, gate| Arc::strong_count(gate) > 1);
+        }
+        Arc::clone(gates.entry(session.to_owned()).or_default())
     }
 }
 
