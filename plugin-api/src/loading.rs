@@ -470,6 +470,14 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     None
 }
 
+/// A rollback object made by the host (an isolated engine's rollback runs in its worker), in
+/// the shape `prepareSubagentSpawn` returns.
+pub fn host_spawn_rollback<T: crate::abi::latest::SpawnRollbackAbi + 'static>(
+    rollback: T,
+) -> crate::abi::latest::SpawnRollbackBox {
+    crate::abi::latest::SpawnRollbackAbi_TO::from_value(rollback, TD_Opaque)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,12 +535,4 @@ mod tests {
         let err = unsafe { open_library(Path::new("/nonexistent/libx.so")) }.unwrap_err();
         assert_eq!(err.code(), "dlopen_failed");
     }
-}
-
-/// A rollback object made by the host (an isolated engine's rollback runs in its worker), in
-/// the shape `prepareSubagentSpawn` returns.
-pub fn host_spawn_rollback<T: crate::abi::latest::SpawnRollbackAbi + 'static>(
-    rollback: T,
-) -> crate::abi::latest::SpawnRollbackBox {
-    crate::abi::latest::SpawnRollbackAbi_TO::from_value(rollback, TD_Opaque)
 }

@@ -1047,10 +1047,8 @@ impl Worker {
         let with_ids = !ids.is_empty() && ids.len() == messages.len();
         let mut state = lock(&self.synced);
         if session.is_empty() || !with_ids {
-            if !session.is_empty() {
-                if state.sessions.remove(session).is_some() {
-                    state.forget.push(session.to_owned());
-                }
+            if !session.is_empty() && state.sessions.remove(session).is_some() {
+                state.forget.push(session.to_owned());
             }
             return SyncedMessages {
                 session: String::new(),

@@ -168,14 +168,9 @@ fn run(mut control: UnixStream, shared: &'static [u8], lanes: usize) -> Result<(
     )?;
     // The control socket: a shutdown, or the host's end closing, ends the process. Nothing
     // is dropped on the way out (the engine was disposed by the host, or the host is gone).
-    loop {
-        match protocol::read_frame(&mut control, &mut buf) {
-            Ok(()) => {
-                if let Ok(HostFrame::Shutdown) = protocol::decode::<HostFrame>(&buf) {
-                    break;
-                }
-            }
-            Err(_) => break,
+    while protocol::read_frame(&mut control, &mut buf).is_ok() {
+        if let Ok(HostFrame::Shutdown) = protocol::decode::<HostFrame>(&buf) {
+            break;
         }
     }
     let _ = std::io::stderr().flush();
