@@ -1071,47 +1071,53 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
     );
 }
 
+/// A private copy of the staged `faulty` plugin (to rebuild in place) and a home selecting it
+/// with `entry` as its `plugins.entries.faulty`.
+struct OwnFaulty {
+    plugins: tempfile::TempDir,
+    home: tempfile::TempDir,
+    dir: PathBuf,
+    original: Vec<u8>,
+}
+
+impl OwnFaulty {
+    fn new(entry: Value) -> Self {
+        let plugins = tempfile::tempdir().unwrap();
+        let dir = pincer_tests::copy_plugin(
+            &pincer_tests::staged_plugin("faulty"),
+            plugins.path(),
+            "faulty",
+        );
+        let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
+        let home = tempfile::tempdir().unwrap();
+        std::fs::write(
+            home.path().join("pincer.json"),
+            json!({"plugins": {
+                "slots": {"contextEngine": "faulty"},
+                "entries": {"faulty": entry},
+            }})
+            .to_string(),
+        )
+        .unwrap();
+        OwnFaulty {
+            plugins,
+            home,
+            dir,
+            original,
+        }
+    }
+
+    /// `pincer serve` over this copy, without file watching.
+    fn serve(&self) -> Served {
+        Served::start_with(self.home.path(), self.plugins.path(), &["--no-watch"])
+    }
+}
+
 #[test]
 fn a_successful_reload_clears_the_quarantine() {
-    let plugins = tempfile::tempdir().unwrap();
-    let dir = pincer_tests::copy_plugin(
-        &pincer_tests::staged_plugin("faulty"),
-        plugins.path(),
-        "faulty",
-    );
-    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
-    let home = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        json!({"plugins": {
-            "slots": {"contextEngine": "faulty"},
-            "entries": {"faulty": {"config": {"assemble": "error"}}},
-        }})
-        .to_string(),
-    )
-    .unwrap();
-    let socket = home.path().join("gw.sock");
-    let stderr = home.path().join("serve.log");
-    let child = Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["serve", "--no-watch", "--socket"])
-        .arg(&socket)
-        .arg("--plugins-dir")
-        .arg(plugins.path())
-        .env_remove("PINCER_HOME")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let gw = Served {
-        child,
-        socket,
-        stderr,
-    };
-    while UnixStream::connect(&gw.socket).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let own = OwnFaulty::new(json!({"config": {"assemble": "error"}}));
+    let (dir, original) = (&own.dir, &own.original);
+    let gw = own.serve();
     let failed = gw.ok("assemble", "q", json!({}));
     assert_eq!(failed["result"]["answeredBy"], "legacy", "{failed}");
     assert_eq!(engine_health(&gw, "faulty")["quarantined"], true);
@@ -1119,7 +1125,7 @@ fn a_successful_reload_clears_the_quarantine() {
     let same = gw.call("reload", None, json!({"pluginId": "faulty"})).1;
     assert_eq!(same["result"]["reloaded"][0]["unchanged"], true, "{same}");
     assert_eq!(engine_health(&gw, "faulty")["quarantined"], true);
-    install_build(&dir, &original, "fixed", Replace::Rename, false);
+    install_build(dir, original, "fixed", Replace::Rename, false);
     let out = Command::new(pincer_bin())
         .args(["plugins", "reload", "faulty", "--socket"])
         .arg(&gw.socket)
@@ -1457,24 +1463,9 @@ fn wait_for_health(gw: &Served, engine: &str, what: &str, check: impl Fn(&Value)
 #[cfg(target_os = "linux")]
 #[test]
 fn unload_on_reload_in_the_gateway_health_tells_kept_from_unloaded() {
-    let plugins = tempfile::tempdir().unwrap();
-    let dir = pincer_tests::copy_plugin(
-        &pincer_tests::staged_plugin("faulty"),
-        plugins.path(),
-        "faulty",
-    );
-    let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
-    let home = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        json!({"plugins": {
-            "slots": {"contextEngine": "faulty"},
-            "entries": {"faulty": {"unloadOnReload": true}},
-        }})
-        .to_string(),
-    )
-    .unwrap();
-    let gw = Served::start_with(home.path(), plugins.path(), &["--no-watch"]);
+    let own = OwnFaulty::new(json!({"unloadOnReload": true}));
+    let (dir, original) = (&own.dir, &own.original);
+    let gw = own.serve();
     let pid = gw.child.id();
     gw.ok("assemble", "parent", json!({}));
     let spawned = gw.ok(
@@ -1486,7 +1477,7 @@ fn unload_on_reload_in_the_gateway_health_tells_kept_from_unloaded() {
     let first = faulty_mappings(pid);
     assert_eq!(first.len(), 1, "{first:?}");
 
-    install_build(&dir, &original, "build 1", Replace::Rename, false);
+    install_build(dir, original, "build 1", Replace::Rename, false);
     let out = Command::new(pincer_bin())
         .args(["plugins", "reload", "faulty", "--socket"])
         .arg(&gw.socket)

@@ -395,6 +395,62 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
     );
 }
 
+/// `sliding-window` in process and isolated, each in a home of its own.
+struct SideBySide {
+    local: pincer_host::slot::runtime::ResolvedEngine,
+    remote: pincer_host::slot::runtime::ResolvedEngine,
+    _runtimes: (Runtime, Runtime),
+    _homes: (TempDir, TempDir),
+}
+
+impl SideBySide {
+    fn new() -> Self {
+        let local_home = TempDir::new().unwrap();
+        let local = runtime_with(
+            local_home.path(),
+            json!({ "plugins": { "slots": { "contextEngine": "sliding-window" } } }),
+        );
+        let remote_home = TempDir::new().unwrap();
+        let remote = runtime_with(
+            remote_home.path(),
+            isolated("sliding-window", json!({}), json!({})),
+        );
+        let (l, r) = (local.resolve().unwrap(), remote.resolve().unwrap());
+        assert!(l.engine.primary().worker().is_none());
+        assert!(r.engine.primary().worker().is_some());
+        SideBySide {
+            local: l,
+            remote: r,
+            _runtimes: (local, remote),
+            _homes: (local_home, remote_home),
+        }
+    }
+
+    /// Both assemble `request`; the isolated engine answers, and answers the same.
+    fn assert_same(
+        &self,
+        request: Arc<pincer_host::engines::request::AssembleRequest>,
+        what: &str,
+    ) {
+        let a = self
+            .local
+            .engine
+            .assemble(Arc::clone(&request), Arc::new(AbortController::new()))
+            .unwrap();
+        let b = self
+            .remote
+            .engine
+            .assemble(request, Arc::new(AbortController::new()))
+            .unwrap();
+        assert_eq!(
+            b.answer.answered_by, "sliding-window",
+            "{what}: {:?}",
+            b.answer
+        );
+        assert_eq!(a.value, b.value, "{what}");
+    }
+}
+
 #[test]
 fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session() {
     use pincer_host::engines::request::{AssembleRequest, HostInputs};
@@ -410,19 +466,7 @@ fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session()
     let (messages, ids) = (t.shared_messages(), t.entry_ids());
     assert!(messages.len() > 100 && ids.len() == messages.len());
 
-    let local_home = TempDir::new().unwrap();
-    let local = runtime_with(
-        local_home.path(),
-        json!({ "plugins": { "slots": { "contextEngine": "sliding-window" } } }),
-    );
-    let remote_home = TempDir::new().unwrap();
-    let remote = runtime_with(
-        remote_home.path(),
-        isolated("sliding-window", json!({}), json!({})),
-    );
-    let (local, remote) = (local.resolve().unwrap(), remote.resolve().unwrap());
-    assert!(local.engine.primary().worker().is_none());
-    assert!(remote.engine.primary().worker().is_some());
+    let pair = SideBySide::new();
 
     // The context grows a few messages at a time, as turns grow it; now and then a compaction
     // replaces its head with a summary (a new entry), as a session's context changes. The
@@ -448,16 +492,7 @@ fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session()
             token_budget: Some(if step % 2 == 0 { 300 } else { 3_000 }),
             host: HostInputs::default(),
         });
-        let a = local
-            .engine
-            .assemble(Arc::clone(&request), Arc::new(AbortController::new()))
-            .unwrap();
-        let b = remote
-            .engine
-            .assemble(request, Arc::new(AbortController::new()))
-            .unwrap();
-        assert_eq!(b.answer.answered_by, "sliding-window", "step {step}");
-        assert_eq!(a.value, b.value, "step {step}, {k} messages");
+        pair.assert_same(request, &format!("step {step}, {k} messages"));
         compared += 1;
         k += 1 + step % 5;
         step += 1;
@@ -475,28 +510,12 @@ fn concurrent_calls_on_shared_sessions_stay_exact_across_lanes() {
     let ids: Vec<EntryId> = (0..messages.len())
         .map(|i| EntryId::new(format!("entry-{i}")))
         .collect();
-    let local_home = TempDir::new().unwrap();
-    let local = runtime_with(
-        local_home.path(),
-        json!({ "plugins": { "slots": { "contextEngine": "sliding-window" } } }),
-    );
-    let remote_home = TempDir::new().unwrap();
-    let remote = runtime_with(
-        remote_home.path(),
-        isolated("sliding-window", json!({}), json!({})),
-    );
-    let local = Arc::new(local.resolve().unwrap());
-    let remote = Arc::new(remote.resolve().unwrap());
+    let pair = Arc::new(SideBySide::new());
     // Four threads, two sessions: each call's window is its own length, so calls of one
     // session that overtook each other on different lanes would leave the worker's copy wrong.
     let threads: Vec<_> = (0..4)
         .map(|thread| {
-            let (local, remote, messages, ids) = (
-                Arc::clone(&local),
-                Arc::clone(&remote),
-                Arc::clone(&messages),
-                ids.clone(),
-            );
+            let (pair, messages, ids) = (Arc::clone(&pair), Arc::clone(&messages), ids.clone());
             std::thread::spawn(move || {
                 for round in 0..40usize {
                     let k = 1 + (round * 7 + thread * 3) % messages.len();
@@ -507,16 +526,7 @@ fn concurrent_calls_on_shared_sessions_stay_exact_across_lanes() {
                         token_budget: Some(200),
                         host: HostInputs::default(),
                     });
-                    let a = local
-                        .engine
-                        .assemble(Arc::clone(&request), Arc::new(AbortController::new()))
-                        .unwrap();
-                    let b = remote
-                        .engine
-                        .assemble(request, Arc::new(AbortController::new()))
-                        .unwrap();
-                    assert_eq!(b.answer.answered_by, "sliding-window", "{:?}", b.answer);
-                    assert_eq!(a.value, b.value, "thread {thread}, round {round}");
+                    pair.assert_same(request, &format!("thread {thread}, round {round}"));
                 }
             })
         })
