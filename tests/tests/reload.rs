@@ -61,7 +61,9 @@ impl Setup {
         let mut config = json!({
             "plugins": {
                 "slots": { "contextEngine": "faulty" },
-                "entries": { "faulty": { "config": engine_config } }
+                // `sandbox: false`: the dispose log lies outside the engine's own directories,
+                // where an isolated engine's sandbox would refuse the write (the third pass).
+                "entries": { "faulty": { "config": engine_config, "sandbox": false } }
             }
         });
         if let (Some(into), Value::Object(more)) = (config.as_object_mut(), extra) {
