@@ -95,23 +95,28 @@ fn an_internet_socket_is_refused_by_name_and_a_unix_socket_pair_is_not() {
         "{}",
         stdout_text(&out)
     );
-    assert_eq!(
-        out.status.code(),
-        Some(SANDBOX_VIOLATION_STATUS),
-        "{}",
-        stdout_text(&out)
-    );
-    assert!(
-        stderr_text(&out).contains(&refusal("socket")),
-        "{}",
-        stderr_text(&out)
-    );
+    assert_refused(&out, "socket");
     assert!(!stdout_text(&out).contains("ok: socket"));
 
     // A thread started before the sandbox was applied is filtered too (TSYNC).
     let (_, out) = sandbox_try(&[], &[], &["early:socket"]);
     assert_eq!(out.status.code(), Some(SANDBOX_VIOLATION_STATUS));
     assert!(stderr_text(&out).contains(&refusal("socket")));
+}
+
+/// `out` is a worker ended by its sandbox for `call`: status 121 and the call named.
+fn assert_refused(out: &Output, call: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(SANDBOX_VIOLATION_STATUS),
+        "{}",
+        stdout_text(out)
+    );
+    assert!(
+        stderr_text(out).contains(&refusal(call)),
+        "{}",
+        stderr_text(out)
+    );
 }
 
 #[test]
@@ -121,17 +126,7 @@ fn running_a_program_is_refused() {
         assert!(!available_or_reported_missing("seccomp"), "{protections}");
         return;
     }
-    assert_eq!(
-        out.status.code(),
-        Some(SANDBOX_VIOLATION_STATUS),
-        "{}",
-        stdout_text(&out)
-    );
-    assert!(
-        stderr_text(&out).contains(&refusal("execve")),
-        "{}",
-        stderr_text(&out)
-    );
+    assert_refused(&out, "execve");
 
     // std's Command: glibc blocks every signal around its clone, so the kernel forces SIGSYS
     // itself (no line): a violation all the same, and nothing ran.

@@ -343,17 +343,21 @@ impl EngineInstance {
         confinement: super::isolation::settings::Confinement,
     ) -> Result<Self, EngineCallError> {
         let start = super::isolation::process::WorkerStart {
-            library: library.copy_path().to_owned(),
-            expected: library.facts().into(),
-            engine_id: engine_id.to_owned(),
-            config_json: config.to_string(),
-            agent_dir: dirs.agent_dir.clone(),
-            workspace_dir: dirs.workspace_dir.clone(),
-            plugin_dir: Some(library.manifest().dir.to_string_lossy().into_owned()),
-            state_dir: dirs
-                .engine_state_dir(engine_id)
-                .map(|d| d.to_string_lossy().into_owned()),
-            confinement,
+            request: super::isolation::protocol::StartRequest {
+                agent_dir: dirs.agent_dir.clone(),
+                workspace_dir: dirs.workspace_dir.clone(),
+                plugin_dir: Some(library.manifest().dir.to_string_lossy().into_owned()),
+                state_dir: dirs
+                    .engine_state_dir(engine_id)
+                    .map(|d| d.to_string_lossy().into_owned()),
+                ..super::isolation::protocol::StartRequest::new(
+                    library.copy_path(),
+                    library.facts().into(),
+                    engine_id.to_owned(),
+                    config.to_string(),
+                    &confinement,
+                )
+            },
             settings: super::isolation::settings::WorkerSettings::from_environment(),
         };
         let backend = super::isolation::process::ProcessBackend::start(start, host)?;

@@ -67,24 +67,9 @@ const STDERR_TAIL_BYTES: usize = 8 << 10;
 
 /// What the host needs to start a worker for one engine.
 pub struct WorkerStart {
-    /// The verified private copy of the library.
-    pub library: std::path::PathBuf,
-    /// What its bytes said it is.
-    pub expected: ExpectedLibrary,
-    /// The engine to create.
-    pub engine_id: String,
-    /// Its config.
-    pub config_json: String,
-    /// `agentDir`.
-    pub agent_dir: Option<String>,
-    /// `workspaceDir`.
-    pub workspace_dir: Option<String>,
-    /// `pluginDir`.
-    pub plugin_dir: Option<String>,
-    /// The engine's state directory.
-    pub state_dir: Option<String>,
-    /// The confinement the worker applies.
-    pub confinement: Confinement,
+    /// What the worker is asked (its `max_log_level` is the host services' own, set when
+    /// it is sent).
+    pub request: StartRequest,
     /// How to start it.
     pub settings: WorkerSettings,
 }
@@ -314,6 +299,18 @@ impl ProcessBackend {
     /// Why the worker could not start, or its engine could not be created (the factory's own
     /// error, or how the worker died).
     pub fn start(start: WorkerStart, services: HostServicesArc) -> Result<Self, EngineCallError> {
+        match Self::launch(start, services)? {
+            Launched::Engine(backend) => Ok(backend),
+            Launched::Probed => Err(EngineCallError::new(
+                CallErrorKind::Failed,
+                "a start request without an engine id is a probe (probe_library)",
+            )),
+        }
+    }
+
+    /// Starts a worker; a request without an engine id is a probe, which ends it once it
+    /// has opened and checked the library.
+    fn launch(start: WorkerStart, services: HostServicesArc) -> Result<Launched, EngineCallError> {
         let lanes_n = start.settings.lanes.clamp(1, 64);
         let io = |what: &str, e: std::io::Error| {
             EngineCallError::new(
@@ -383,13 +380,13 @@ impl ProcessBackend {
         if let Some(stderr) = child.stderr.take() {
             spawn_stderr_reader(
                 stderr,
-                start.engine_id.clone(),
+                start.request.engine_id.clone(),
                 Arc::clone(&stderr_tail),
                 Arc::clone(&stderr_done),
             );
         }
         let mut worker = Worker {
-            engine_id: start.engine_id.clone(),
+            engine_id: start.request.engine_id.clone(),
             pid,
             services,
             child: Mutex::new(Some(child)),
@@ -416,7 +413,7 @@ impl ProcessBackend {
             Ok(None) => {
                 // A probe: it passed; the worker is ended.
                 worker.shutdown();
-                return Err(EngineCallError::new(CallErrorKind::NotImplemented, PROBED));
+                return Ok(Launched::Probed);
             }
             Err(error) => {
                 worker.kill_and_reap();
@@ -425,7 +422,7 @@ impl ProcessBackend {
         }
         let worker = Arc::new(worker);
         Worker::spawn_control_reader(&worker);
-        Ok(ProcessBackend { worker })
+        Ok(Launched::Engine(ProcessBackend { worker }))
     }
 
     /// The worker's process id.
@@ -444,8 +441,13 @@ impl ProcessBackend {
     }
 }
 
-/// The marker of a probe that passed (never an engine's error).
-const PROBED: &str = "probed";
+/// What a started worker became.
+enum Launched {
+    /// An engine, serving.
+    Engine(ProcessBackend),
+    /// A probe that passed (the worker is ended).
+    Probed,
+}
 
 /// Why a probe did not pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -502,27 +504,25 @@ pub fn probe_library(
         )));
     }
     let start = WorkerStart {
-        library: library.to_owned(),
-        expected,
-        engine_id: String::new(),
-        config_json: "{}".to_owned(),
-        agent_dir: None,
-        workspace_dir: None,
-        plugin_dir: None,
-        state_dir: None,
-        confinement: Confinement {
-            sandbox: true,
-            ..Confinement::default()
-        },
+        request: StartRequest::new(
+            library,
+            expected,
+            String::new(),
+            "{}".to_owned(),
+            &Confinement {
+                sandbox: true,
+                ..Confinement::default()
+            },
+        ),
         settings,
     };
-    match ProcessBackend::start(start, services) {
-        Err(e) if e.kind == CallErrorKind::NotImplemented && e.message == PROBED => Ok(()),
+    match ProcessBackend::launch(start, services) {
+        Ok(Launched::Probed) => Ok(()),
+        Ok(Launched::Engine(_)) => Err(ProbeError::Failed("the probe created an engine".into())),
         Err(e) if e.message.starts_with("cannot start the engine worker") => {
             Err(ProbeError::Unavailable(e.message))
         }
         Err(e) => Err(ProbeError::Failed(e.message)),
-        Ok(_) => Err(ProbeError::Failed("the probe created an engine".into())),
     }
 }
 
@@ -707,16 +707,8 @@ impl Worker {
             }
         }
         let request = StartRequest {
-            library: start.library.display().to_string(),
-            expected: start.expected.clone(),
-            engine_id: start.engine_id.clone(),
-            config_json: start.config_json.clone(),
-            agent_dir: start.agent_dir.clone(),
-            workspace_dir: start.workspace_dir.clone(),
-            plugin_dir: start.plugin_dir.clone(),
-            state_dir: start.state_dir.clone(),
             max_log_level: self.services.max_log_level() as u8,
-            confinement_json: serde_json::to_string(&start.confinement).unwrap_or_default(),
+            ..start.request.clone()
         };
         protocol::encode(&HostFrame::Start(Box::new(request)), &mut out)
             .and_then(|()| control.write_all(&out).map_err(FrameError::from))

@@ -89,7 +89,7 @@ pub enum WorkerFrame {
 }
 
 /// What the worker needs to create the engine.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StartRequest {
     /// The verified private copy of the library.
     pub library: String,
@@ -128,6 +128,31 @@ pub struct ExpectedLibrary {
     pub engine_ids: Vec<String>,
     /// Built with `panic = "unwind"`.
     pub panic_unwind: bool,
+}
+
+impl StartRequest {
+    /// A request for engine `engine_id` (empty: a probe) of the library at `library`, with no
+    /// directories and the host's log level left to the sender.
+    pub fn new(
+        library: &std::path::Path,
+        expected: ExpectedLibrary,
+        engine_id: String,
+        config_json: String,
+        confinement: &super::settings::Confinement,
+    ) -> Self {
+        StartRequest {
+            library: library.display().to_string(),
+            expected,
+            engine_id,
+            config_json,
+            agent_dir: None,
+            workspace_dir: None,
+            plugin_dir: None,
+            state_dir: None,
+            max_log_level: 0,
+            confinement_json: serde_json::to_string(confinement).unwrap_or_default(),
+        }
+    }
 }
 
 impl From<&crate::plugins::library::LibraryFacts> for ExpectedLibrary {
