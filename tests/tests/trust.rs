@@ -308,6 +308,9 @@ fn a_process_stopped_by_the_operator_mid_call_does_not_quarantine_the_engine() {
             assert!(start.elapsed().as_secs() < 30, "the call never started");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        // The tag is first written by the factory's call; the hanging `assemble` (60 s) is
+        // surely in flight a moment later, not in the gap between the two.
+        std::thread::sleep(std::time::Duration::from_millis(1_000));
         let killed = std::process::Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(child.id().to_string())
