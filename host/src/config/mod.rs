@@ -147,15 +147,59 @@ pub struct EntryConfig {
     /// Limits of an isolated engine's worker (`memoryBytes`, `openFiles`, `stackBytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<serde_json::Value>,
-    /// Whether an isolated engine's worker sandboxes itself (default `true`).
+    /// An isolated engine's sandbox (default on): `false` turns it off, an object keeps it on
+    /// with the operator's grants (`readPaths`, `env`, `allowWeak`); see [`SandboxConfig`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<bool>,
+    pub sandbox: Option<SandboxConfig>,
     /// How often an isolated engine whose worker died is restarted (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
     /// The backoff before its first restart, doubled for each next one (default 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_backoff_ms: Option<u64>,
+}
+
+/// `plugins.entries.<id>.sandbox`: `true` / `false`, or the sandbox with the operator's grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SandboxConfig {
+    /// `true` (the default) or `false` (no seccomp, no Landlock, no `no_new_privs`: limits only).
+    Switch(bool),
+    /// On, with grants.
+    Grants(SandboxGrants),
+}
+
+/// What the operator grants an isolated engine beyond what every worker may read
+/// (`docs/ISOLATION.md`, "Confinement").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxGrants {
+    /// Absolute paths the engine may also read (a folder: everything beneath it). Read only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_paths: Vec<PathBuf>,
+    /// Environment variables the worker starts with, beside the host's own few (a worker
+    /// inherits nothing from the host's environment).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Start the worker although this kernel cannot confine its reads (no Landlock): a weaker
+    /// sandbox, which `doctor` shows. Default `false`: such a worker refuses to start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_weak: bool,
+}
+
+impl SandboxConfig {
+    /// Whether the sandbox is on.
+    pub fn enabled(&self) -> bool {
+        !matches!(self, SandboxConfig::Switch(false))
+    }
+
+    /// The grants (none for `true` / `false`).
+    pub fn grants(&self) -> SandboxGrants {
+        match self {
+            SandboxConfig::Switch(_) => SandboxGrants::default(),
+            SandboxConfig::Grants(g) => g.clone(),
+        }
+    }
 }
 
 /// Where a plugin's engines run (`plugins.entries.<id>.isolation`).

@@ -201,7 +201,12 @@ fn start_engine(
         std::env::set_var("TMPDIR", dir);
         std::env::set_var("SQLITE_TMPDIR", dir);
     }
-    let (protections, stack) = super::confine_worker(&confinement).map_err(wire::worker_failure)?;
+    // What it may read besides the grants: its library's private copy and its plugin folder
+    // (data an engine ships beside its library).
+    let mut readable = vec![std::path::PathBuf::from(&start.library)];
+    readable.extend(start.plugin_dir.as_ref().map(std::path::PathBuf::from));
+    let (protections, stack) =
+        super::confine_worker(&confinement, readable).map_err(wire::worker_failure)?;
     // SAFETY: the verified private copy the host made of the bytes it checked.
     let opened = unsafe { open_library(Path::new(&start.library)) }
         .map_err(|e| wire::worker_failure(format!("cannot open {}: {e}", start.library)))?;
