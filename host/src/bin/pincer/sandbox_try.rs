@@ -25,7 +25,7 @@ pub struct SandboxTryArgs {
     #[arg(long, value_name = "PATH")]
     readable: Vec<PathBuf>,
     /// What to try, in order (repeatable): socket | unix-socket | unix-connect:PATH | write:PATH | read:PATH |
-    /// read:parent/NAME (`/proc/<parent>/NAME`) | chmod:PATH |
+    /// read:parent/NAME (`/proc/<parent>/NAME`) | caps (the capability sets) | chmod:PATH |
     /// exec | spawn |
     /// fork | thread | clone3 | alloc:BYTES | dlopen:PATH | kill-parent | abort |
     /// stack-overflow; prefixed with
@@ -195,6 +195,14 @@ fn attempt(action: &str) -> Result<String, String> {
             }
             Ok(format!("allocated {bytes} bytes"))
         }
+        "caps" => std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .filter(|l| l.starts_with("Cap"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .map_err(os_error),
         "read" => {
             // `read:parent/NAME` reads /proc/<parent pid>/NAME.
             let path = match arg.strip_prefix("parent/") {
