@@ -85,6 +85,13 @@ pub fn confine_worker(
         allow_connect: false,
     })
     .map_err(|e| e.to_string())?;
+    Ok((refuse_weak(&protections, confinement.allow_weak)?, stack))
+}
+
+/// The protections line of a worker, or why it refuses to start: a sandbox that cannot confine
+/// reads (Landlock) or drop capabilities here is refused unless the operator accepted a weaker
+/// one (`sandbox.allowWeak`), and then the line says so.
+fn refuse_weak(protections: &confine::Protections, allow_weak: bool) -> Result<String, String> {
     let weak: Vec<String> = [
         ("landlock", &protections.landlock),
         ("capabilities", &protections.capabilities),
@@ -93,7 +100,7 @@ pub fn confine_worker(
     .filter(|(_, p)| !p.is_active())
     .map(|(name, p)| format!("{name}: {p}"))
     .collect();
-    if !weak.is_empty() && !confinement.allow_weak {
+    if !weak.is_empty() && !allow_weak {
         return Err(format!(
             "the sandbox cannot confine this engine here ({}): the worker refuses to start; run the engine in process, or accept the weaker sandbox with plugins.entries.<id>.sandbox.allowWeak: true (doctor shows it)",
             weak.join("; ")
@@ -103,5 +110,38 @@ pub fn confine_worker(
     if !weak.is_empty() {
         line.push_str("\nweak: accepted by sandbox.allowWeak");
     }
-    Ok((line, stack))
+    Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confine::{Protection, Protections};
+    use super::refuse_weak;
+
+    #[test]
+    fn a_sandbox_that_cannot_confine_reads_is_refused_unless_accepted() {
+        let active = Protection::Active {
+            detail: String::new(),
+        };
+        let mut p = Protections {
+            no_new_privs: active.clone(),
+            seccomp: active.clone(),
+            landlock: active.clone(),
+            landlock_abi: Some(7),
+            capabilities: active.clone(),
+            limits: active,
+        };
+        assert!(refuse_weak(&p, false).is_ok());
+        p.landlock = Protection::Unavailable {
+            reason: "kernel lacks it".into(),
+        };
+        let refused = refuse_weak(&p, false).unwrap_err();
+        assert!(
+            refused.starts_with("the sandbox cannot confine this engine here (landlock: unavailable — kernel lacks it): the worker refuses to start"),
+            "{refused}"
+        );
+        assert!(refused.contains("sandbox.allowWeak: true"), "{refused}");
+        let accepted = refuse_weak(&p, true).unwrap();
+        assert!(accepted.ends_with("weak: accepted by sandbox.allowWeak"), "{accepted}");
+    }
 }
