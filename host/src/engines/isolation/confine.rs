@@ -6,7 +6,7 @@
 //! # Order
 //!
 //! [`apply_sandbox`] does everything in this order: `PR_SET_NO_NEW_PRIVS`; the limits of
-//! [`SandboxPolicy::limits`] ([`apply_limits`]); Landlock; the `SIGSYS` handler; seccomp (with
+//! [`SandboxPolicy::limits`] ([`apply_limits`]); dropping every capability; Landlock; the `SIGSYS` handler; seccomp (with
 //! `SECCOMP_FILTER_FLAG_TSYNC`, so every thread of the process is filtered, including threads
 //! the worker started before). It is irreversible and meant to be called once per process.
 //! Connect to the host (or inherit the connection's file descriptor) **before**: descriptors
@@ -33,8 +33,18 @@
 //!
 //! # The sandbox ([`SandboxPolicy`])
 //!
-//! - **Read**: everything the user can read (the engine reads its library, its config, the
-//!   system's shared libraries and certificates). Landlock handles no read right.
+//! - **Read** (Landlock): only beneath [`SandboxPolicy::readable_paths`] (the worker's library
+//!   copy, its plugin folder, the operator's `sandbox.readPaths`), the writable directories,
+//!   [`ALWAYS_READABLE`] (shared libraries and the loader's cache, `/etc/localtime` and the
+//!   zone file it names, `/dev/null`, `/dev/zero`, `/dev/random`, `/dev/urandom`,
+//!   `/sys/devices/system/cpu`), its own cgroup folder, and its own `/proc/self` — the rule
+//!   names the folder `/proc/self` resolves to when it is applied, kept open for the life of
+//!   the process, so no other process's `/proc/<pid>` (the host's `environ`, `cmdline`,
+//!   `fd/`, `maps`) and no listing of `/proc`. Refused reads fail with `EACCES`.
+//! - **Capabilities**: none. The ambient and bounding sets are cleared and the effective,
+//!   permitted and inheritable sets emptied (`capset`), checked from `/proc/self/status`: a
+//!   worker of a root host keeps uid 0 but none of root's powers (`CAP_DAC_OVERRIDE` would
+//!   otherwise read any file the mode bits deny; Landlock binds root too).
 //! - **Write** (Landlock): only beneath [`SandboxPolicy::writable_dirs`] (the engine's state
 //!   directory and its workspace), plus `/dev/null`. **Not `/tmp`**: it is shared with every
 //!   other process of the user, so an engine could plant files there for others; a worker
@@ -87,7 +97,8 @@
 //! Each protection is reported as [`Protection::Active`], [`Protection::Unavailable`] (this
 //! kernel or OS lacks it) or [`Protection::Failed`] (it should work and did not).
 //! [`apply_sandbox`] does not refuse to continue when one is missing: the worker (and the
-//! operator, through `pincer doctor`) decides. Landlock before ABI 8 confines only the
+//! operator, through `pincer doctor`) decides — a worker refuses to start when Landlock or the
+//! capability drop is not in force, unless its entry sets `sandbox.allowWeak`. Landlock before ABI 8 confines only the
 //! calling thread and the threads it starts afterwards; the report says so when other threads
 //! were already running. Process-count control by a cgroup `pids` controller is not used:
 //! `clone` filtering covers it without needing a delegated cgroup.

@@ -1,4 +1,6 @@
-//! The worker side: `pincer engine-worker`, one process per isolated engine instance.
+//! The worker side: `<host executable> engine-worker`, one process per isolated engine
+//! instance, entered through [`super::serve_worker_if_requested`]. Its environment is what the
+//! host gave it (the lane count and the entry's `sandbox.env`), nothing inherited.
 //!
 //! It says hello, takes its start request, confines itself ([`super::confine`]), opens the
 //! verified private copy of the library (checking that the loaded code says what its bytes
@@ -45,6 +47,9 @@ pub const WORKER_SETUP_FAILED: i32 = 120;
 
 /// Runs the worker; returns the process's exit status.
 pub fn main() -> i32 {
+    // Started through /proc/self/exe, the kernel would name it `exe`; `ps` shows this instead.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"pincer-worker".as_ptr(), 0, 0, 0) };
     let lanes: usize = match std::env::var(LANES_ENV).ok().and_then(|v| v.parse().ok()) {
         Some(n) if (1..=64).contains(&n) => n,
         _ => {
