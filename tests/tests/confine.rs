@@ -309,7 +309,13 @@ fn doctor_reports_the_protections_this_machine_provides() {
     let out = run_pincer(home.path(), &["doctor", "--json"]);
     let report = stdout_json(&out);
     let probed = serde_json::to_value(available_protections()).unwrap();
-    for name in ["noNewPrivs", "seccomp", "landlock", "capabilities", "limits"] {
+    for name in [
+        "noNewPrivs",
+        "seccomp",
+        "landlock",
+        "capabilities",
+        "limits",
+    ] {
         let state = report["isolation"]["protections"][name]["state"]
             .as_str()
             .unwrap_or_else(|| panic!("{name}: {report}"));
@@ -558,7 +564,8 @@ fn reads_are_confined_to_what_is_granted_and_the_processs_own_proc_entries() {
 fn a_sandboxed_process_holds_no_capability() {
     let (protections, out) = sandbox_try(&[], &[], &["read:/proc/self/status"]);
     assert_eq!(
-        protections["capabilities"]["state"], "active",
+        protections["capabilities"]["state"],
+        "active",
         "{protections} {}",
         stderr_text(&out)
     );

@@ -176,7 +176,13 @@ fn an_isolated_engine_starts_with_a_minimal_environment_and_only_what_is_granted
         .filter_map(|l| l.split_once('=').map(|(k, _)| k))
         .collect();
     assert!(!env.contains("sk-canary"), "{env}");
-    for absent in ["PINCER_TEST_CANARY_SECRET", "OPENAI_API_KEY", "HOME", "PATH", "USER"] {
+    for absent in [
+        "PINCER_TEST_CANARY_SECRET",
+        "OPENAI_API_KEY",
+        "HOME",
+        "PATH",
+        "USER",
+    ] {
         assert!(!names.contains(&absent), "{absent} crossed: {env}");
     }
     assert!(names.contains(&"PINCER_WORKER_LANES"), "{env}");
@@ -331,7 +337,9 @@ fn doctor_shows_that_libraries_are_opened_unprobed_when_the_operator_turns_probe
     assert_eq!(doctor["isolation"]["probeLibraries"], false, "{doctor}");
     let text = stdout_text(&run_pincer(home.path(), &["doctor"]));
     assert!(
-        text.contains("plugins.probeLibraries is false: libraries are opened in this process without a probe"),
+        text.contains(
+            "plugins.probeLibraries is false: libraries are opened in this process without a probe"
+        ),
         "{text}"
     );
 }

@@ -142,6 +142,9 @@ mod tests {
         );
         assert!(refused.contains("sandbox.allowWeak: true"), "{refused}");
         let accepted = refuse_weak(&p, true).unwrap();
-        assert!(accepted.ends_with("weak: accepted by sandbox.allowWeak"), "{accepted}");
+        assert!(
+            accepted.ends_with("weak: accepted by sandbox.allowWeak"),
+            "{accepted}"
+        );
     }
 }

@@ -49,7 +49,10 @@ pub struct Confinement {
 impl Confinement {
     /// The confinement `plugins.entries.<id>` asks for (`limits`, `sandbox`), with these
     /// writable directories.
-    pub fn of_entry(entry: Option<&crate::config::EntryConfig>, writable_dirs: Vec<PathBuf>) -> Self {
+    pub fn of_entry(
+        entry: Option<&crate::config::EntryConfig>,
+        writable_dirs: Vec<PathBuf>,
+    ) -> Self {
         let sandbox = entry.and_then(|e| e.sandbox.clone());
         let grants = sandbox.as_ref().map(|s| s.grants()).unwrap_or_default();
         Confinement {

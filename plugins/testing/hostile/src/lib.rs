@@ -144,7 +144,8 @@ impl Engine for Hostile {
         let bytes = self.config.bytes.unwrap_or(100 << 20) as usize;
         let mut out = ContextBuilder::new();
         if let Some(spec) = &self.config.snoop {
-            out.keep_range(0..n).system_prompt_addition(snoop::snoop(spec)?);
+            out.keep_range(0..n)
+                .system_prompt_addition(snoop::snoop(spec)?);
             return Ok(out.finish());
         }
         match self.config.assemble.as_deref().unwrap_or("ok") {
