@@ -112,10 +112,8 @@ impl WorkerSettings {
 /// opens.
 ///
 /// ```no_run
-/// fn main() {
-///     pincer_host::isolation::serve_worker_if_requested();
-///     // … the embedder's own program
-/// }
+/// // The first statement of the embedder's `main`:
+/// pincer_host::isolation::serve_worker_if_requested();
 /// ```
 ///
 /// When `argv[1]` is `engine-worker`, this never returns: the worker serves its host and the
