@@ -105,10 +105,8 @@ fn resident_kib(pid: u32) -> Option<u64> {
 
 fn bench_isolation(c: &mut Criterion) {
     // The worker is this package's own `pincer` binary, built with the benchmark.
-    std::env::set_var(
-        pincer_host::engines::isolation::settings::WORKER_PROGRAM_ENV,
-        env!("CARGO_BIN_EXE_pincer"),
-    );
+    pincer_host::isolation::set_worker_program(std::path::Path::new(env!("CARGO_BIN_EXE_pincer")))
+        .expect("the worker program");
     let cache = tempfile::tempdir().unwrap();
     let shared = load(cache.path(), Isolation::InProcess);
     let apart = load(cache.path(), Isolation::Process);

@@ -77,6 +77,9 @@ pub mod slot;
 pub mod types;
 
 pub use config::{ConfigError, PincerHome};
+/// The process-isolation tier; an embedder's `main` calls
+/// [`isolation::serve_worker_if_requested`] first.
+pub use engines::isolation;
 pub use engines::session_worker::{SessionWorker, WorkError, WorkHandle};
 pub use engines::{EngineCallError, EngineInstance};
 pub use plugins::LoadError;

@@ -25,8 +25,29 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// The folder `cargo xtask build-plugins` stages normal plugins into.
+/// Names the built `pincer` binary as this test process's worker program
+/// (`pincer_host::isolation::set_worker_program`): a libtest `main` cannot call
+/// `serve_worker_if_requested`, so runtimes opened in the test process start their isolated
+/// engines and library probes from it. Called by the staged-plugin helpers below.
+pub fn use_pincer_as_worker() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let bin = std::fs::canonicalize(pincer_bin()).unwrap_or_else(|_| pincer_bin());
+        if let Err(err) = pincer_host::isolation::set_worker_program(&bin) {
+            panic!("{err}");
+        }
+    });
+}
+
+/// The folder `cargo xtask build-plugins` stages normal plugins into (and the built `pincer`
+/// named as this process's worker program: [`use_pincer_as_worker`]).
 pub fn staged_plugins_dir() -> PathBuf {
+    use_pincer_as_worker();
+    staged_plugins_path()
+}
+
+/// [`staged_plugins_dir`] without naming a worker program.
+pub fn staged_plugins_path() -> PathBuf {
     let dir = std::env::var_os("PINCER_STAGED_PLUGINS")
         .map(PathBuf::from)
         .unwrap_or_else(|| target_dir().join("plugins"));
@@ -47,6 +68,7 @@ pub fn staged_plugin(id: &str) -> PathBuf {
 
 /// The folder of one staged variant (`faulty-abort`, `future-api`).
 pub fn staged_variant(name: &str) -> PathBuf {
+    use_pincer_as_worker();
     let dir = std::env::var_os("PINCER_PLUGIN_VARIANTS")
         .map(PathBuf::from)
         .unwrap_or_else(|| target_dir().join("plugin-variants"));

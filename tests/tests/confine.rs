@@ -271,7 +271,13 @@ fn an_allocation_beyond_the_memory_limit_fails() {
 #[test]
 fn a_plugin_library_still_loads_and_the_parent_cannot_be_signalled() {
     let library = library_path(&staged_plugin("faulty"));
-    let (protections, out) = sandbox_try(&[], &[], &[&format!("dlopen:{}", library.display())]);
+    let library_arg = library.display().to_string();
+    // Readable when granted (a worker is granted its library's private copy)…
+    let (protections, out) = sandbox_try(
+        &[],
+        &["--readable", &library_arg],
+        &[&format!("dlopen:{}", library.display())],
+    );
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -281,6 +287,16 @@ fn a_plugin_library_still_loads_and_the_parent_cannot_be_signalled() {
     );
     if !active(&protections, "seccomp") && !active(&protections, "landlock") {
         return;
+    }
+    // …and not otherwise: reads are confined too.
+    if active(&protections, "landlock") {
+        let (_, out) = sandbox_try(&[], &[], &[&format!("dlopen:{}", library.display())]);
+        assert_eq!(out.status.code(), Some(1), "{}", stdout_text(&out));
+        assert!(
+            stdout_text(&out).contains("Permission denied"),
+            "{}",
+            stdout_text(&out)
+        );
     }
     // Even a signal-0 probe of the host: seccomp traps kill() of another process.
     let (_, out) = sandbox_try(&[], &[], &["kill-parent"]);
@@ -293,7 +309,13 @@ fn doctor_reports_the_protections_this_machine_provides() {
     let out = run_pincer(home.path(), &["doctor", "--json"]);
     let report = stdout_json(&out);
     let probed = serde_json::to_value(available_protections()).unwrap();
-    for name in ["noNewPrivs", "seccomp", "landlock", "limits"] {
+    for name in [
+        "noNewPrivs",
+        "seccomp",
+        "landlock",
+        "capabilities",
+        "limits",
+    ] {
         let state = report["isolation"]["protections"][name]["state"]
             .as_str()
             .unwrap_or_else(|| panic!("{name}: {report}"));
@@ -385,7 +407,14 @@ fn faultys_process_ending_knobs_end_the_process() {
 
     // The constructor exits when the library is loaded, before any engine code: in the
     // throwaway worker that probes a library not seen before, which refuses it (the host lives)…
+    // (A worker inherits no environment: the variable reaches it as the entry's grant.)
     let home = faulty_home(json!({}));
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join("pincer.json")).unwrap())
+            .unwrap();
+    config["plugins"]["entries"]["faulty"]["sandbox"] =
+        json!({ "env": { "PINCER_FAULTY_CONSTRUCTOR_EXIT": "42" } });
+    std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
     let out = assemble_with_faulty(home.path(), &[("PINCER_FAULTY_CONSTRUCTOR_EXIT", "42")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
     assert_eq!(stdout_json(&out)["answeredBy"], "legacy");
@@ -465,4 +494,95 @@ fn the_users_unix_sockets_cannot_be_reached_unless_the_policy_allows_it() {
         "{}",
         stdout_text(&out)
     );
+}
+
+#[test]
+fn reads_are_confined_to_what_is_granted_and_the_processs_own_proc_entries() {
+    let work = TempDir::new().unwrap();
+    let canary = work.path().join("canary-secret.txt");
+    std::fs::write(&canary, "PINCER_TEST_CANARY file\n").unwrap();
+    let granted = work.path().join("granted");
+    std::fs::create_dir(&granted).unwrap();
+    std::fs::write(granted.join("data.txt"), "granted data\n").unwrap();
+    let writable = work.path().join("state");
+    std::fs::create_dir(&writable).unwrap();
+    std::fs::write(writable.join("own.txt"), "own state\n").unwrap();
+    let read = |path: &Path| format!("read:{}", path.display());
+    let tries = [
+        read(&canary),
+        read(&granted.join("data.txt")),
+        read(&writable.join("own.txt")),
+        "read:/proc/self/status".to_owned(),
+        "read:/proc/thread-self/status".to_owned(),
+        "read:parent/environ".to_owned(),
+        "read:parent/cmdline".to_owned(),
+        "read:parent/maps".to_owned(),
+        "read:parent/status".to_owned(),
+    ];
+    let granted_arg = granted.display().to_string();
+    // One process per try (sandbox-try stops at the first error).
+    let mut stdout = String::new();
+    for t in &tries {
+        let (protections, out) = sandbox_try(&[&writable], &["--readable", &granted_arg], &[t]);
+        if !active(&protections, "landlock") {
+            assert!(!available_or_reported_missing("landlock"), "{protections}");
+            return;
+        }
+        stdout.push_str(&stdout_text(&out));
+    }
+    let outcome = |what: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(&format!(" {what}:")))
+            .unwrap_or_else(|| panic!("no outcome for {what}: {stdout}"))
+            .to_owned()
+    };
+    let denied = |what: &str| {
+        let line = outcome(what);
+        assert!(
+            line.starts_with("error:") && line.contains("[errno 13]"),
+            "{what} must be refused (EACCES): {line}"
+        );
+    };
+    denied(&read(&canary));
+    denied("read:parent/environ");
+    denied("read:parent/cmdline");
+    denied("read:parent/maps");
+    denied("read:parent/status");
+    for allowed in [
+        read(&granted.join("data.txt")),
+        read(&writable.join("own.txt")),
+        "read:/proc/self/status".to_owned(),
+        "read:/proc/thread-self/status".to_owned(),
+    ] {
+        assert!(outcome(&allowed).starts_with("ok:"), "{stdout}");
+    }
+    assert!(!stdout.contains("PINCER_TEST_CANARY"), "{stdout}");
+}
+
+#[test]
+fn a_sandboxed_process_holds_no_capability() {
+    let (protections, out) = sandbox_try(&[], &[], &["read:/proc/self/status"]);
+    assert_eq!(
+        protections["capabilities"]["state"],
+        "active",
+        "{protections} {}",
+        stderr_text(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout_text(&out));
+    // The sets themselves, as the kernel reports them, read by the confined process.
+    let mut cmd = Command::new(pincer_bin());
+    cmd.args(["sandbox-try", "--try", "caps"]);
+    let out = cmd.output().unwrap();
+    let stdout = stdout_text(&out);
+    for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert!(
+            stdout.contains(&format!("{set}:\t0000000000000000")),
+            "{set}: {stdout}"
+        );
+    }
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(stdout.contains("CapBnd:\t0000000000000000"), "{stdout}");
+    }
 }

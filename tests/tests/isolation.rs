@@ -238,6 +238,17 @@ fn the_pincer_binary_survives_an_isolated_crash_and_a_constructor_that_exits() {
     assert_ne!(again["quarantine"][0]["crash"], true);
 
     // A library whose constructor calls exit(7) runs it in its worker, which dies starting.
+    // (A worker inherits no environment: the variable reaches it as the entry's grant.)
+    std::fs::write(
+        home.path().join("pincer.json"),
+        isolated(
+            "hostile",
+            json!({ "assemble": "segv" }),
+            json!({ "sandbox": { "env": { "HOSTILE_CONSTRUCTOR_EXIT": "1" } } }),
+        )
+        .to_string(),
+    )
+    .unwrap();
     let out = std::process::Command::new(pincer_bin())
         .arg("--home")
         .arg(home.path())
@@ -257,11 +268,16 @@ fn the_pincer_binary_survives_an_isolated_crash_and_a_constructor_that_exits() {
 }
 
 /// `pincer assemble --json` with `faulty` isolated and configured with `engine_config`, its
-/// `$HOME` (which the worker inherits) set to `home_dir`.
+/// `$HOME` set to `home_dir` (granted to the worker, which inherits no environment).
 fn assemble_isolated_faulty(home: &Path, home_dir: &Path, engine_config: Value) -> Value {
     std::fs::write(
         home.join("pincer.json"),
-        isolated("faulty", engine_config, json!({})).to_string(),
+        isolated(
+            "faulty",
+            engine_config,
+            json!({ "sandbox": { "env": { "HOME": home_dir } } }),
+        )
+        .to_string(),
     )
     .unwrap();
     let out = std::process::Command::new(pincer_bin())
@@ -343,13 +359,18 @@ fn the_sandbox_refuses_network_exec_fork_writes_outside_and_runaway_memory_and_s
 
 #[test]
 fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_the_host() {
-    // In process: the first load of a library not seen before is probed in a throwaway worker.
+    // In process: the first load of a library not seen before is probed in a throwaway worker
+    // (which inherits no environment: the variable reaches it as the entry's grant).
     let home = TempDir::new().unwrap();
-    std::fs::write(
-        home.path().join("pincer.json"),
-        json!({ "plugins": { "slots": { "contextEngine": "hostile" } } }).to_string(),
-    )
-    .unwrap();
+    let write_config = |grant: bool| {
+        let mut config = json!({ "plugins": { "slots": { "contextEngine": "hostile" } } });
+        if grant {
+            config["plugins"]["entries"]["hostile"] =
+                json!({ "sandbox": { "env": { "HOSTILE_CONSTRUCTOR_EXIT": "1" } } });
+        }
+        std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
+    };
+    write_config(true);
     let assemble = |env: Option<(&str, &str)>| {
         let mut command = std::process::Command::new(pincer_bin());
         command
@@ -386,6 +407,7 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
         "{rendered}"
     );
     // A library that passed its probe is not probed again, and loads in process.
+    write_config(false);
     let out = assemble(None);
     assert_eq!(
         stdout_json(&out)["answeredBy"],

@@ -404,15 +404,10 @@ fn fail(message: impl std::fmt::Display, code: u8) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    // `pincer engine-worker`: the worker process of an isolated engine, started by a host with
-    // its sockets in place (not for people: no help, no config, no logging of its own).
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == "engine-worker")
-    {
-        let status = pincer_host::engines::isolation::worker::main();
-        return ExitCode::from(u8::try_from(status).unwrap_or(1));
-    }
+    // `pincer engine-worker`: the worker process of an isolated engine, started by a host from
+    // its own executable with its sockets in place (not for people: no help, no config, no
+    // logging of its own). Otherwise this process can now start workers from itself.
+    pincer_host::isolation::serve_worker_if_requested();
     // A closed pipe (`pincer … | head`) ends the process quietly, as it ends `cat`, instead of
     // a panic on the next print.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.

@@ -147,15 +147,75 @@ pub struct EntryConfig {
     /// Limits of an isolated engine's worker (`memoryBytes`, `openFiles`, `stackBytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<serde_json::Value>,
-    /// Whether an isolated engine's worker sandboxes itself (default `true`).
+    /// An isolated engine's sandbox (default on): `false` turns it off, an object keeps it on
+    /// with the operator's grants (`readPaths`, `env`, `allowWeak`); see [`SandboxConfig`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<bool>,
+    pub sandbox: Option<SandboxConfig>,
     /// How often an isolated engine whose worker died is restarted (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
     /// The backoff before its first restart, doubled for each next one (default 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_backoff_ms: Option<u64>,
+}
+
+/// `plugins.entries.<id>.sandbox`: `true` / `false`, or the sandbox with the operator's grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum SandboxConfig {
+    /// `true` (the default) or `false` (no seccomp, no Landlock, no `no_new_privs`: limits only).
+    Switch(bool),
+    /// On, with grants.
+    Grants(SandboxGrants),
+}
+
+/// What the operator grants an isolated engine beyond what every worker may read
+/// (`docs/ISOLATION.md`, "Confinement").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxGrants {
+    /// Absolute paths the engine may also read (a folder: everything beneath it). Read only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_paths: Vec<PathBuf>,
+    /// Environment variables the worker starts with, beside the host's own few (a worker
+    /// inherits nothing from the host's environment).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Start the worker although this kernel cannot confine its reads (no Landlock): a weaker
+    /// sandbox, which `doctor` shows. Default `false`: such a worker refuses to start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_weak: bool,
+}
+
+impl<'de> Deserialize<'de> for SandboxConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // Not `untagged`: a misspelled grant must be named, not "no variant matched".
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::Bool(on) => Ok(SandboxConfig::Switch(on)),
+            value @ serde_json::Value::Object(_) => serde_json::from_value(value)
+                .map(SandboxConfig::Grants)
+                .map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "sandbox must be true, false or an object of grants (readPaths, env, allowWeak), found {other}"
+            ))),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// Whether the sandbox is on.
+    pub fn enabled(&self) -> bool {
+        !matches!(self, SandboxConfig::Switch(false))
+    }
+
+    /// The grants (none for `true` / `false`).
+    pub fn grants(&self) -> SandboxGrants {
+        match self {
+            SandboxConfig::Switch(_) => SandboxGrants::default(),
+            SandboxConfig::Grants(g) => g.clone(),
+        }
+    }
 }
 
 /// Where a plugin's engines run (`plugins.entries.<id>.isolation`).
@@ -614,6 +674,36 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             ));
         }
     }
+    for (id, entry) in &config.plugins.entries {
+        let grants = entry
+            .sandbox
+            .as_ref()
+            .map(SandboxConfig::grants)
+            .unwrap_or_default();
+        if let Some(path) = grants.read_paths.iter().find(|p| !p.is_absolute()) {
+            return Err((
+                format!("plugins.entries.{id}.sandbox.readPaths"),
+                format!(
+                    "{} is not an absolute path: name what the engine may read from the root (/…)",
+                    path.display()
+                ),
+            ));
+        }
+        if let Some(name) = grants.env.keys().find(|k| {
+            k.is_empty() || k.contains(['=', '\0']) || k.as_str() == "PINCER_WORKER_LANES"
+        }) {
+            return Err((
+                format!("plugins.entries.{id}.sandbox.env"),
+                format!("{name:?} is not a variable the worker can be given (empty, containing = or NUL, or the host's own PINCER_WORKER_LANES)"),
+            ));
+        }
+        if let Some((name, _)) = grants.env.iter().find(|(_, v)| v.contains('\0')) {
+            return Err((
+                format!("plugins.entries.{id}.sandbox.env.{name}"),
+                "contains a NUL character, which no environment variable can hold".to_owned(),
+            ));
+        }
+    }
     if let Some(seconds) = config.agents.defaults.compaction.timeout_seconds {
         if !seconds.is_finite() || seconds < 1.0 {
             return Err((
@@ -729,5 +819,43 @@ mod tests {
             "\"none\" is legacy (§13)"
         );
         assert!(!config.engine_is_configured());
+    }
+
+    #[test]
+    fn sandbox_is_a_switch_or_grants_and_bad_grants_are_named() {
+        let load = |sandbox: &str| {
+            LoadedConfig::from_text(
+                Path::new("pincer.json"),
+                &format!(r#"{{ plugins: {{ entries: {{ e: {{ sandbox: {sandbox} }} }} }} }}"#),
+            )
+        };
+        let sandbox = |sandbox: &str| {
+            load(sandbox).unwrap().config.plugins.entries["e"]
+                .sandbox
+                .clone()
+        };
+        assert_eq!(sandbox("false"), Some(SandboxConfig::Switch(false)));
+        assert!(!sandbox("false").unwrap().enabled());
+        let grants = sandbox(r#"{ readPaths: ["/srv/data"], env: { LANG: "C" } }"#).unwrap();
+        assert!(grants.enabled());
+        assert_eq!(grants.grants().read_paths, vec![PathBuf::from("/srv/data")]);
+        assert_eq!(grants.grants().env["LANG"], "C");
+        let typo = load(r#"{ readPath: ["/srv"] }"#).unwrap_err().to_string();
+        assert!(typo.contains("unknown field `readPath`"), "{typo}");
+        let relative = load(r#"{ readPaths: ["data"] }"#).unwrap_err().to_string();
+        assert!(
+            relative.contains("plugins.entries.e.sandbox.readPaths")
+                && relative.contains("data is not an absolute path"),
+            "{relative}"
+        );
+        let lanes = load(r#"{ env: { PINCER_WORKER_LANES: "64" } }"#)
+            .unwrap_err()
+            .to_string();
+        assert!(lanes.contains("PINCER_WORKER_LANES"), "{lanes}");
+        let other = load("3").unwrap_err().to_string();
+        assert!(
+            other.contains("sandbox must be true, false or an object of grants"),
+            "{other}"
+        );
     }
 }

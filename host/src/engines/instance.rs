@@ -358,7 +358,8 @@ impl EngineInstance {
                     &confinement,
                 )
             },
-            settings: super::isolation::settings::WorkerSettings::from_environment(),
+            settings: super::isolation::settings::WorkerSettings::from_environment()
+                .map_err(|e| EngineCallError::new(CallErrorKind::Failed, e))?,
         };
         let backend = super::isolation::process::ProcessBackend::start(start, host)?;
         Self::with_backend(

@@ -83,6 +83,31 @@ pub struct IsolationSummary {
     pub protections: Protections,
     /// One line per protection that is missing, with what an isolated engine can then do.
     pub missing: Vec<String>,
+    /// The program workers (and library probes) start from, or why there is none.
+    pub worker_program: String,
+    /// Whether libraries are probed in a throwaway worker before this process opens them
+    /// (`plugins.probeLibraries`, default `true`).
+    pub probe_libraries: bool,
+    /// What each configured entry grants its worker beyond the defaults
+    /// (`plugins.entries.<id>.sandbox`); entries without grants are left out.
+    pub grants: Vec<SandboxGrantSummary>,
+}
+
+/// One entry's `sandbox` setting, as `doctor` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxGrantSummary {
+    /// The plugin id.
+    pub plugin: String,
+    /// Whether the sandbox is on (`sandbox: false` turns it off).
+    pub sandbox: bool,
+    /// Extra readable paths (`sandbox.readPaths`).
+    pub read_paths: Vec<String>,
+    /// The names of the variables set in the worker's environment (`sandbox.env`; the values
+    /// are not shown).
+    pub env: Vec<String>,
+    /// Whether the worker starts where reads cannot be confined (`sandbox.allowWeak`).
+    pub allow_weak: bool,
 }
 
 impl IsolationSummary {
@@ -92,7 +117,34 @@ impl IsolationSummary {
         IsolationSummary {
             missing: protections.missing(),
             protections,
+            worker_program: crate::engines::isolation::settings::describe_worker_program(),
+            probe_libraries: true,
+            grants: Vec::new(),
         }
+    }
+
+    /// [`IsolationSummary::probe`] with what `config` sets: `probeLibraries`, the grants.
+    pub fn probe_with(config: &crate::config::Config) -> Self {
+        let mut summary = Self::probe();
+        summary.probe_libraries = config.plugins.probe_libraries != Some(false);
+        for (id, entry) in &config.plugins.entries {
+            let Some(sandbox) = &entry.sandbox else {
+                continue;
+            };
+            let grants = sandbox.grants();
+            summary.grants.push(SandboxGrantSummary {
+                plugin: id.clone(),
+                sandbox: sandbox.enabled(),
+                read_paths: grants
+                    .read_paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect(),
+                env: grants.env.keys().cloned().collect(),
+                allow_weak: grants.allow_weak,
+            });
+        }
+        summary
     }
 }
 
@@ -179,7 +231,7 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
         health: health_line(&quarantine),
         quarantine,
         context_engine,
-        isolation: IsolationSummary::probe(),
+        isolation: IsolationSummary::probe_with(&config.config),
         ok,
     }
 }
@@ -267,6 +319,46 @@ impl DoctorReport {
         }
         for line in &self.isolation.missing {
             let _ = writeln!(out, "  warning: {line}");
+        }
+        let _ = writeln!(out, "  worker program: {}", self.isolation.worker_program);
+        if !self.isolation.probe_libraries {
+            let _ = writeln!(
+                out,
+                "  warning: plugins.probeLibraries is false: libraries are opened in this process without a probe (a constructor that crashes takes the host down)"
+            );
+        }
+        for grant in &self.isolation.grants {
+            if !grant.sandbox {
+                let _ = writeln!(
+                    out,
+                    "  warning: {}: sandbox is false (its worker applies limits only)",
+                    grant.plugin
+                );
+                continue;
+            }
+            if !grant.read_paths.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  {}: may also read {}",
+                    grant.plugin,
+                    grant.read_paths.join(", ")
+                );
+            }
+            if !grant.env.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  {}: worker environment sets {}",
+                    grant.plugin,
+                    grant.env.join(", ")
+                );
+            }
+            if grant.allow_weak {
+                let _ = writeln!(
+                    out,
+                    "  warning: {}: sandbox.allowWeak: its worker starts even where reads cannot be confined (weak)",
+                    grant.plugin
+                );
+            }
         }
         if let Some(line) = &self.health {
             let _ = writeln!(out, "{line}");

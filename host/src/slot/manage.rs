@@ -294,7 +294,9 @@ impl PluginCommands {
                 // library that crashes there is not installed for in-process use.
                 if config.plugins.probe_libraries != Some(false) {
                     let loader = crate::plugins::library::Loader::new(std::path::PathBuf::new())
-                        .with_probe(crate::engines::isolation::process::library_probe());
+                        .with_probe(crate::engines::isolation::process::library_probe(
+                            &config.plugins.entries,
+                        ));
                     prepared.probe(&loader)?;
                 }
                 let mut change = self.binding(prepared.manifest(), &config, &catalog);

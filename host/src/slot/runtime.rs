@@ -386,7 +386,7 @@ impl Runtime {
             Loader::new(self.home.cache_dir())
         } else {
             Loader::new(self.home.cache_dir())
-                .with_probe(crate::engines::isolation::process::library_probe())
+                .with_probe(crate::engines::isolation::process::library_probe(entries))
         };
         loader
             .with_installed_pins(
@@ -636,11 +636,7 @@ impl Runtime {
         let mut writable_dirs: Vec<PathBuf> =
             dirs.engine_state_dir(engine_id).into_iter().collect();
         writable_dirs.extend(dirs.workspace_dir.as_ref().map(PathBuf::from));
-        crate::engines::isolation::settings::Confinement {
-            limits: entry.and_then(|e| e.limits.clone()),
-            writable_dirs,
-            sandbox: entry.and_then(|e| e.sandbox).unwrap_or(true),
-        }
+        crate::engines::isolation::settings::Confinement::of_entry(entry, writable_dirs)
     }
 
     fn services_for(&self, engine_id: &str) -> HostServices {

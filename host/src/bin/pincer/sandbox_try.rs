@@ -21,7 +21,11 @@ pub struct SandboxTryArgs {
     /// A directory the sandbox lets the process write beneath (repeatable).
     #[arg(long, value_name = "DIR")]
     writable: Vec<PathBuf>,
-    /// What to try, in order (repeatable): socket | unix-socket | unix-connect:PATH | write:PATH | chmod:PATH |
+    /// A path the sandbox lets the process read (repeatable).
+    #[arg(long, value_name = "PATH")]
+    readable: Vec<PathBuf>,
+    /// What to try, in order (repeatable): socket | unix-socket | unix-connect:PATH | write:PATH | read:PATH |
+    /// read:parent/NAME (`/proc/<parent>/NAME`) | caps (the capability sets) | chmod:PATH |
     /// exec | spawn |
     /// fork | thread | clone3 | alloc:BYTES | dlopen:PATH | kill-parent | abort |
     /// stack-overflow; prefixed with
@@ -55,6 +59,7 @@ pub fn run(args: SandboxTryArgs) -> ExitCode {
     }
     let policy = SandboxPolicy {
         writable_dirs: args.writable,
+        readable_paths: args.readable,
         limits,
         allow_connect: args.allow_connect,
     };
@@ -189,6 +194,25 @@ fn attempt(action: &str) -> Result<String, String> {
                 std::ptr::write_volatile(v.as_mut_ptr().add(bytes - 1), 1);
             }
             Ok(format!("allocated {bytes} bytes"))
+        }
+        "caps" => std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .filter(|l| l.starts_with("Cap"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .map_err(os_error),
+        "read" => {
+            // `read:parent/NAME` reads /proc/<parent pid>/NAME.
+            let path = match arg.strip_prefix("parent/") {
+                // SAFETY: no arguments.
+                Some(name) => format!("/proc/{}/{name}", unsafe { libc::getppid() }),
+                None => arg.to_owned(),
+            };
+            std::fs::read(&path)
+                .map(|bytes| format!("read {} bytes of {path}", bytes.len()))
+                .map_err(os_error)
         }
         "dlopen" => {
             let path = CString::new(arg).map_err(|e| e.to_string())?;

@@ -6,7 +6,7 @@
 //! # Order
 //!
 //! [`apply_sandbox`] does everything in this order: `PR_SET_NO_NEW_PRIVS`; the limits of
-//! [`SandboxPolicy::limits`] ([`apply_limits`]); Landlock; the `SIGSYS` handler; seccomp (with
+//! [`SandboxPolicy::limits`] ([`apply_limits`]); dropping every capability; Landlock; the `SIGSYS` handler; seccomp (with
 //! `SECCOMP_FILTER_FLAG_TSYNC`, so every thread of the process is filtered, including threads
 //! the worker started before). It is irreversible and meant to be called once per process.
 //! Connect to the host (or inherit the connection's file descriptor) **before**: descriptors
@@ -33,8 +33,18 @@
 //!
 //! # The sandbox ([`SandboxPolicy`])
 //!
-//! - **Read**: everything the user can read (the engine reads its library, its config, the
-//!   system's shared libraries and certificates). Landlock handles no read right.
+//! - **Read** (Landlock): only beneath [`SandboxPolicy::readable_paths`] (the worker's library
+//!   copy, its plugin folder, the operator's `sandbox.readPaths`), the writable directories,
+//!   [`ALWAYS_READABLE`] (shared libraries and the loader's cache, `/etc/localtime` and the
+//!   zone file it names, `/dev/null`, `/dev/zero`, `/dev/random`, `/dev/urandom`,
+//!   `/sys/devices/system/cpu`), its own cgroup folder, and its own `/proc/self` — the rule
+//!   names the folder `/proc/self` resolves to when it is applied, kept open for the life of
+//!   the process, so no other process's `/proc/<pid>` (the host's `environ`, `cmdline`,
+//!   `fd/`, `maps`) and no listing of `/proc`. Refused reads fail with `EACCES`.
+//! - **Capabilities**: none. The ambient and bounding sets are cleared and the effective,
+//!   permitted and inheritable sets emptied (`capset`), checked from `/proc/self/status`: a
+//!   worker of a root host keeps uid 0 but none of root's powers (`CAP_DAC_OVERRIDE` would
+//!   otherwise read any file the mode bits deny; Landlock binds root too).
 //! - **Write** (Landlock): only beneath [`SandboxPolicy::writable_dirs`] (the engine's state
 //!   directory and its workspace), plus `/dev/null`. **Not `/tmp`**: it is shared with every
 //!   other process of the user, so an engine could plant files there for others; a worker
@@ -87,13 +97,14 @@
 //! Each protection is reported as [`Protection::Active`], [`Protection::Unavailable`] (this
 //! kernel or OS lacks it) or [`Protection::Failed`] (it should work and did not).
 //! [`apply_sandbox`] does not refuse to continue when one is missing: the worker (and the
-//! operator, through `pincer doctor`) decides. Landlock before ABI 8 confines only the
+//! operator, through `pincer doctor`) decides — a worker refuses to start when Landlock or the
+//! capability drop is not in force, unless its entry sets `sandbox.allowWeak`. Landlock before ABI 8 confines only the
 //! calling thread and the threads it starts afterwards; the report says so when other threads
 //! were already running. Process-count control by a cgroup `pids` controller is not used:
 //! `clone` filtering covers it without needing a delegated cgroup.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -162,14 +173,40 @@ impl Default for WorkerLimits {
     }
 }
 
-/// What the sandbox allows. Reading is allowed everywhere; writing only beneath
-/// `writable_dirs` (and `/dev/null`); network, exec and new processes never (threads are
-/// allowed). See the [module docs](self).
+/// What every confined process may read (when it exists here), besides its own `/proc/self`,
+/// the zone file `/etc/localtime` names and its own cgroup folder: the shared libraries and
+/// the loader's cache (a library's dependencies load), the devices that hold nothing, and the
+/// CPU topology the Rust runtime reads for the CPU count. Nothing else of `/etc`, `/proc`,
+/// `/sys` or `/dev`.
+pub const ALWAYS_READABLE: &[&str] = &[
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/lib32",
+    "/usr/local/lib",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/random",
+    "/dev/urandom",
+    "/sys/devices/system/cpu",
+];
+
+/// What the sandbox allows. Reading only beneath `readable_paths`, `writable_dirs` and
+/// [`ALWAYS_READABLE`]; writing only beneath `writable_dirs` (and `/dev/null`); network, exec
+/// and new processes never (threads are allowed); no capabilities. See the
+/// [module docs](self).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxPolicy {
     /// Directories the engine may write beneath: its state directory, its workspace. Each must
     /// exist.
     pub writable_dirs: Vec<PathBuf>,
+    /// Paths the engine may read (a folder: everything beneath it): its library, its plugin
+    /// folder, the operator's `sandbox.readPaths`. A path that does not exist is skipped.
+    pub readable_paths: Vec<PathBuf>,
     /// The limits [`apply_sandbox`] applies (reported as [`Protections::limits`]).
     pub limits: WorkerLimits,
     /// Whether `connect(2)` stays allowed (only Unix sockets can be created, so this is about
@@ -221,6 +258,10 @@ impl Protection {
         }
     }
 
+    fn not_reported() -> Self {
+        Protection::unavailable("not reported")
+    }
+
     /// Whether it is in force.
     pub fn is_active(&self) -> bool {
         matches!(self, Protection::Active { .. })
@@ -247,8 +288,13 @@ pub struct Protections {
     pub no_new_privs: Protection,
     /// The seccomp filter (network, exec, new processes and the rest refused).
     pub seccomp: Protection,
-    /// Landlock (writes only beneath the writable directories).
+    /// Landlock (reads only beneath the readable paths, writes only beneath the writable
+    /// directories).
     pub landlock: Protection,
+    /// Every capability dropped: bounding, ambient, effective, permitted and inheritable sets
+    /// (a worker of a root host keeps root's uid, not its powers).
+    #[serde(default = "Protection::not_reported")]
+    pub capabilities: Protection,
     /// The Landlock ABI version enforced, when Landlock is active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landlock_abi: Option<u32>,
@@ -263,16 +309,19 @@ impl Protections {
             seccomp: protection.clone(),
             landlock: protection.clone(),
             landlock_abi: None,
+            capabilities: protection.clone(),
             limits: protection,
         }
     }
 
-    /// Each protection with its name (`no_new_privs`, `seccomp`, `landlock`, `limits`).
-    pub fn entries(&self) -> [(&'static str, &Protection); 4] {
+    /// Each protection with its name (`no_new_privs`, `seccomp`, `landlock`, `capabilities`,
+    /// `limits`).
+    pub fn entries(&self) -> [(&'static str, &Protection); 5] {
         [
             ("no_new_privs", &self.no_new_privs),
             ("seccomp", &self.seccomp),
             ("landlock", &self.landlock),
+            ("capabilities", &self.capabilities),
             ("limits", &self.limits),
         ]
     }
@@ -293,7 +342,8 @@ impl Protections {
                 let consequence = match *name {
                     "no_new_privs" => "isolated engines may gain privileges through set-uid programs",
                     "seccomp" => "isolated engines can open network sockets, run programs and start processes",
-                    "landlock" => "isolated engines can write anywhere the user can",
+                    "landlock" => "isolated engines can read and write anywhere the user can (a worker refuses to start unless its entry sets sandbox.allowWeak)",
+                    "capabilities" => "an isolated engine of a root host keeps root's capabilities",
                     _ => "isolated engines can use as much memory and as many files as the user can",
                 };
                 format!("{name}: {p}; {consequence}")
@@ -489,6 +539,7 @@ mod imp {
             Ok(p) => p,
             Err(err) => Protection::failed(err),
         };
+        let capabilities = drop_capabilities();
         let (landlock, landlock_abi) = landlock_restrict(policy);
         let seccomp = seccomp_install(policy);
         Ok(Protections {
@@ -496,8 +547,93 @@ mod imp {
             seccomp,
             landlock,
             landlock_abi,
+            capabilities,
             limits,
         })
+    }
+
+    // ---- capabilities ------------------------------------------------------------------
+
+    /// The capability sets of this process from `/proc/self/status`: `CapInh`, `CapPrm`,
+    /// `CapEff`, `CapBnd`, `CapAmb`, as hexadecimal masks.
+    fn capability_sets() -> Result<Vec<(String, u64)>, String> {
+        let status = std::fs::read_to_string("/proc/self/status")
+            .map_err(|e| format!("/proc/self/status: {e}"))?;
+        Ok(status
+            .lines()
+            .filter_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.starts_with("Cap")
+                    .then(|| u64::from_str_radix(value.trim(), 16).ok())
+                    .flatten()
+                    .map(|v| (name.to_owned(), v))
+            })
+            .collect())
+    }
+
+    /// Drops every capability: the ambient set, the bounding set (needs `CAP_SETPCAP`, which
+    /// only a privileged process has — an unprivileged one holds nothing to drop), then the
+    /// effective, permitted and inheritable sets. Verified from `/proc/self/status`.
+    fn drop_capabilities() -> Protection {
+        #[repr(C)]
+        struct CapHeader {
+            version: u32,
+            pid: libc::c_int,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct CapData {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+        // SAFETY: plain prctl calls.
+        unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            for cap in 0..64 {
+                if libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) == 1 {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+                }
+            }
+        }
+        let header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        // SAFETY: a version-3 header and two data words, as capset(2) reads them.
+        if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+            return Protection::failed(format!("capset: {}", std::io::Error::last_os_error()));
+        }
+        let sets = match capability_sets() {
+            Ok(sets) => sets,
+            Err(err) => return Protection::failed(err),
+        };
+        let held: Vec<String> = sets
+            .iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(name, v)| format!("{name} {v:016x}"))
+            .collect();
+        // SAFETY: no arguments.
+        let privileged = unsafe { libc::geteuid() } == 0;
+        match held.as_slice() {
+            [] => Protection::active("none held, bounding set empty"),
+            [only] if only.starts_with("CapBnd") && !privileged => Protection::active(
+                "none held (the bounding set stays: an unprivileged process cannot shrink it, and exec is refused)",
+            ),
+            _ => Protection::failed(format!("still held: {}", held.join(", "))),
+        }
     }
 
     // ---- Landlock ----------------------------------------------------------------------
@@ -539,10 +675,30 @@ mod imp {
             .unwrap_or(1)
     }
 
+    /// The path of this process's own cgroup beneath `/sys/fs/cgroup` (cgroup v2), whose
+    /// `cpu.max` the Rust runtime reads for the CPU count.
+    fn own_cgroup_dir() -> Option<PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        Some(Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')))
+    }
+
+    /// What every confined worker may read: see [`ALWAYS_READABLE`]; the zone file
+    /// `/etc/localtime` points to; this process's own cgroup folder; and `/proc/self` (the
+    /// folder of this process: Landlock resolves the link, so no other process's entries).
+    fn always_readable() -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = ALWAYS_READABLE.iter().map(PathBuf::from).collect();
+        if let Ok(zone) = std::fs::canonicalize("/etc/localtime") {
+            paths.push(zone);
+        }
+        paths.extend(own_cgroup_dir());
+        paths
+    }
+
     fn landlock_restrict(policy: &SandboxPolicy) -> (Protection, Option<u32>) {
         use landlock::{
-            Access, AccessFs, AccessNet, LandlockStatus, PathBeneath, PathFd, RestrictSelfAttr,
-            Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+            Access, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, PathFd,
+            RestrictSelfAttr, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
         };
         if let Err(err) = landlock_kernel_abi() {
             return (Protection::unavailable(landlock_missing_reason(&err)), None);
@@ -550,8 +706,11 @@ mod imp {
         let threads = thread_count();
         // The newest ABI this crate knows; best effort drops what the kernel lacks.
         let abi = ABI::V9;
-        let write = AccessFs::from_write(abi);
-        let handled = write | AccessFs::Execute;
+        // Every file-system right is handled: what no rule grants is refused, reads included.
+        let handled = AccessFs::from_all(abi);
+        let write = AccessFs::from_all(abi) & !AccessFs::Execute;
+        let read = AccessFs::ReadFile | AccessFs::ReadDir;
+        let mut granted = 0usize;
         let result = (|| -> Result<landlock::RestrictionStatus, String> {
             let text = |e: landlock::RulesetError| e.to_string();
             let mut ruleset = Ruleset::default()
@@ -563,19 +722,50 @@ mod imp {
                 .map_err(text)?
                 .create()
                 .map_err(text)?;
+            // A rule on a file carries the rights a file can have only (else the crate
+            // reports the ruleset as partly enforced).
+            let rule = |fd: PathFd, rights: BitFlags<AccessFs>| {
+                let is_dir = {
+                    use std::os::fd::AsFd;
+                    let dup = fd.as_fd().try_clone_to_owned();
+                    dup.ok()
+                        .map(std::fs::File::from)
+                        .and_then(|f| f.metadata().ok())
+                        .is_some_and(|m| m.is_dir())
+                };
+                let rights = if is_dir {
+                    rights
+                } else {
+                    rights & AccessFs::from_file(abi)
+                };
+                PathBeneath::new(fd, rights)
+            };
             for dir in &policy.writable_dirs {
                 let fd = PathFd::new(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                ruleset = ruleset
-                    .add_rule(PathBeneath::new(fd, write))
-                    .map_err(text)?;
+                ruleset = ruleset.add_rule(rule(fd, write)).map_err(text)?;
+                granted += 1;
             }
-            if let Ok(fd) = PathFd::new("/dev/null") {
-                ruleset = ruleset
-                    .add_rule(PathBeneath::new(
-                        fd,
-                        AccessFs::WriteFile | AccessFs::Truncate,
-                    ))
-                    .map_err(text)?;
+            // /proc/self: the descriptor stays open for the life of the process, so the
+            // folder the rule names stays the one in use (procfs makes a new one for a
+            // lookup once the old one is dropped from the cache).
+            if let Ok(fd) = PathFd::new("/proc/self") {
+                use std::os::fd::AsFd;
+                if let Ok(pinned) = fd.as_fd().try_clone_to_owned() {
+                    std::mem::forget(pinned);
+                }
+                ruleset = ruleset.add_rule(rule(fd, read)).map_err(text)?;
+                granted += 1;
+            }
+            for path in always_readable().iter().chain(&policy.readable_paths) {
+                // A path that does not exist here is nothing to grant.
+                let Ok(fd) = PathFd::new(path) else { continue };
+                let rights = if path == Path::new("/dev/null") {
+                    read | AccessFs::WriteFile | AccessFs::Truncate
+                } else {
+                    read
+                };
+                ruleset = ruleset.add_rule(rule(fd, rights)).map_err(text)?;
+                granted += 1;
             }
             ruleset
                 .all_threads(true)
@@ -620,6 +810,9 @@ mod imp {
                                 )
                             }
                         };
+                        detail.push_str(&format!(
+                            "; reads and writes confined to {granted} granted paths"
+                        ));
                         if !status.all_threads && threads > 1 {
                             detail.push_str(&format!(
                                 "; {} thread(s) started before confinement are not confined by Landlock",
@@ -1252,6 +1445,7 @@ mod tests {
             seccomp: Protection::active("x"),
             landlock: Protection::unavailable("kernel lacks it"),
             landlock_abi: None,
+            capabilities: Protection::active(""),
             limits: Protection::failed("boom"),
         };
         let json = serde_json::to_value(&p).unwrap();
@@ -1261,7 +1455,7 @@ mod tests {
         let missing = p.missing();
         assert_eq!(
             missing[0],
-            "landlock: unavailable — kernel lacks it; isolated engines can write anywhere the user can"
+            "landlock: unavailable — kernel lacks it; isolated engines can read and write anywhere the user can (a worker refuses to start unless its entry sets sandbox.allowWeak)"
         );
         assert_eq!(missing.len(), 2);
         assert_eq!(

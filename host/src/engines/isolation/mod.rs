@@ -26,6 +26,7 @@ pub mod wire;
 pub mod worker;
 
 pub use confine::{SANDBOX_VIOLATION_PREFIX, SANDBOX_VIOLATION_STATUS};
+pub use settings::{serve_worker_if_requested, set_worker_program, worker_program};
 
 /// How long either side looks for the other's next frame before it sleeps in the kernel: a
 /// wake-up from a blocking read or `poll` costs tens of µs on an idle machine, more than a
@@ -50,12 +51,18 @@ pub(crate) fn spin_until_readable(stream: &impl std::os::fd::AsRawFd, limit: std
 }
 
 /// Applies `confinement` in the worker, before the library is opened and before any thread
-/// that runs engine calls starts: the limits always, the sandbox unless turned off. Returns a
-/// line naming the protections in force, and the stack size of the threads that run calls.
+/// that runs engine calls starts: the limits always, the sandbox unless turned off, with
+/// `readable` (the library, the plugin folder) readable besides the operator's grants. Returns
+/// a line naming the protections in force, and the stack size of the threads that run calls.
 ///
 /// # Errors
-/// Limits that do not parse or cannot be applied, or a writable directory that is missing.
-pub fn confine_worker(confinement: &settings::Confinement) -> Result<(String, usize), String> {
+/// Limits that do not parse or cannot be applied, a writable directory that is missing, or a
+/// sandbox that cannot confine reads or drop capabilities here when the operator did not
+/// accept a weaker one (`sandbox.allowWeak`).
+pub fn confine_worker(
+    confinement: &settings::Confinement,
+    readable: Vec<std::path::PathBuf>,
+) -> Result<(String, usize), String> {
     let limits: confine::WorkerLimits = match &confinement.limits {
         Some(value) => serde_json::from_value(value.clone())
             .map_err(|e| format!("plugins.entries.<id>.limits: {e}"))?,
@@ -69,11 +76,75 @@ pub fn confine_worker(confinement: &settings::Confinement) -> Result<(String, us
             stack,
         ));
     }
+    let mut readable_paths = readable;
+    readable_paths.extend(confinement.read_paths.iter().cloned());
     let protections = confine::apply_sandbox(&confine::SandboxPolicy {
         writable_dirs: confinement.writable_dirs.clone(),
+        readable_paths,
         limits,
         allow_connect: false,
     })
     .map_err(|e| e.to_string())?;
-    Ok((protections.to_string(), stack))
+    Ok((refuse_weak(&protections, confinement.allow_weak)?, stack))
+}
+
+/// The protections line of a worker, or why it refuses to start: a sandbox that cannot confine
+/// reads (Landlock) or drop capabilities here is refused unless the operator accepted a weaker
+/// one (`sandbox.allowWeak`), and then the line says so.
+fn refuse_weak(protections: &confine::Protections, allow_weak: bool) -> Result<String, String> {
+    let weak: Vec<String> = [
+        ("landlock", &protections.landlock),
+        ("capabilities", &protections.capabilities),
+    ]
+    .iter()
+    .filter(|(_, p)| !p.is_active())
+    .map(|(name, p)| format!("{name}: {p}"))
+    .collect();
+    if !weak.is_empty() && !allow_weak {
+        return Err(format!(
+            "the sandbox cannot confine this engine here ({}): the worker refuses to start; run the engine in process, or accept the weaker sandbox with plugins.entries.<id>.sandbox.allowWeak: true (doctor shows it)",
+            weak.join("; ")
+        ));
+    }
+    let mut line = protections.to_string();
+    if !weak.is_empty() {
+        line.push_str("\nweak: accepted by sandbox.allowWeak");
+    }
+    Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confine::{Protection, Protections};
+    use super::refuse_weak;
+
+    #[test]
+    fn a_sandbox_that_cannot_confine_reads_is_refused_unless_accepted() {
+        let active = Protection::Active {
+            detail: String::new(),
+        };
+        let mut p = Protections {
+            no_new_privs: active.clone(),
+            seccomp: active.clone(),
+            landlock: active.clone(),
+            landlock_abi: Some(7),
+            capabilities: active.clone(),
+            limits: active,
+        };
+        assert!(refuse_weak(&p, false).is_ok());
+        p.landlock = Protection::Unavailable {
+            reason: "kernel lacks it".into(),
+        };
+        let refused = refuse_weak(&p, false).unwrap_err();
+        assert!(
+            refused.starts_with("the sandbox cannot confine this engine here (landlock: unavailable — kernel lacks it): the worker refuses to start"),
+            "{refused}"
+        );
+        assert!(refused.contains("sandbox.allowWeak: true"), "{refused}");
+        let accepted = refuse_weak(&p, true).unwrap();
+        assert!(
+            accepted.ends_with("weak: accepted by sandbox.allowWeak"),
+            "{accepted}"
+        );
+    }
 }

@@ -353,9 +353,17 @@ impl ProcessBackend {
             .map(|(fd, to)| (fd.as_raw_fd(), *to))
             .collect();
         let mut command = Command::new(&start.settings.program);
+        // Nothing of the host's environment crosses (API keys, tokens, `HOME`): the worker
+        // starts with the operator's grants (`sandbox.env`) and its lane count only.
+        let granted_env = serde_json::from_str::<Confinement>(&start.request.confinement_json)
+            .map(|c| c.env)
+            .unwrap_or_default();
         command
-            .arg("engine-worker")
+            .arg(super::settings::WORKER_ARG)
+            .env_clear()
+            .envs(granted_env)
             .env(LANES_ENV, lanes_n.to_string())
+            .current_dir("/")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -452,7 +460,7 @@ enum Launched {
 /// Why a probe did not pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
-    /// No worker could be started (the `pincer` binary is not where it is looked for): the
+    /// No worker could be started (this program serves no workers, or the start failed): the
     /// library was not probed.
     #[error("no worker could be started to probe it: {0}")]
     Unavailable(String),
@@ -462,28 +470,35 @@ pub enum ProbeError {
 }
 
 /// The probe the runtime installs in its loader ([`crate::plugins::library::LibraryProbe`]):
-/// [`probe_library`], where a worker that cannot start at all (no `pincer` binary to run) lets
-/// the library through with a warning rather than refusing it.
-pub fn library_probe() -> crate::plugins::library::LibraryProbe {
-    Arc::new(|path, facts| {
+/// [`probe_library`], in a worker confined as `entries` asks for the plugin (its
+/// `sandbox.readPaths` and `sandbox.env`). It fails closed: a library whose probe cannot run
+/// at all is refused, never opened unprobed (the operator's opt-out is
+/// `plugins.probeLibraries: false`).
+pub fn library_probe(
+    entries: &std::collections::BTreeMap<String, crate::config::EntryConfig>,
+) -> crate::plugins::library::LibraryProbe {
+    let entries = entries.clone();
+    Arc::new(move |path, facts| {
         let services = crate::engines::services::HostServices::new(
             &facts.plugin_id,
             Arc::new(crate::engines::services::NoRuntimeCompaction),
             None,
         );
-        match probe_library(path, facts.into(), services.into_abi()) {
+        let mut confinement = Confinement::of_entry(entries.get(&facts.plugin_id), Vec::new());
+        // The probe only opens the library: always sandboxed, whatever the entry says.
+        confinement.sandbox = true;
+        match probe_library(path, facts.into(), &confinement, services.into_abi()) {
             Ok(()) => Ok(()),
-            Err(ProbeError::Unavailable(why)) => {
-                tracing::warn!(plugin = %facts.plugin_id, "the library was not probed: {why}");
-                Ok(())
-            }
+            Err(ProbeError::Unavailable(why)) => Err(format!(
+                "its probe could not run ({why}), so it was not opened; fix that, or set plugins.probeLibraries: false to open libraries unprobed (doctor shows it)"
+            )),
             Err(ProbeError::Failed(reason)) => Err(reason),
         }
     })
 }
 
-/// Probes the library at `library` in a throwaway confined worker: its constructors run there
-/// and the ABI and manifest checks run there, never in this process.
+/// Probes the library at `library` in a throwaway worker confined by `confinement`: its
+/// constructors run there and the ABI and manifest checks run there, never in this process.
 ///
 /// # Errors
 /// [`ProbeError::Failed`] with what happened (`engine worker killed by SIGSEGV while
@@ -491,28 +506,20 @@ pub fn library_probe() -> crate::plugins::library::LibraryProbe {
 pub fn probe_library(
     library: &std::path::Path,
     expected: ExpectedLibrary,
+    confinement: &Confinement,
     services: HostServicesArc,
 ) -> Result<(), ProbeError> {
     let settings = WorkerSettings {
         lanes: 1,
-        ..WorkerSettings::from_environment()
+        ..WorkerSettings::from_environment().map_err(ProbeError::Unavailable)?
     };
-    if !settings.program.is_file() {
-        return Err(ProbeError::Unavailable(format!(
-            "{} is not a file",
-            settings.program.display()
-        )));
-    }
     let start = WorkerStart {
         request: StartRequest::new(
             library,
             expected,
             String::new(),
             "{}".to_owned(),
-            &Confinement {
-                sandbox: true,
-                ..Confinement::default()
-            },
+            confinement,
         ),
         settings,
     };

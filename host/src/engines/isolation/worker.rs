@@ -1,4 +1,6 @@
-//! The worker side: `pincer engine-worker`, one process per isolated engine instance.
+//! The worker side: `<host executable> engine-worker`, one process per isolated engine
+//! instance, entered through [`super::serve_worker_if_requested`]. Its environment is what the
+//! host gave it (the lane count and the entry's `sandbox.env`), nothing inherited.
 //!
 //! It says hello, takes its start request, confines itself ([`super::confine`]), opens the
 //! verified private copy of the library (checking that the loaded code says what its bytes
@@ -45,6 +47,9 @@ pub const WORKER_SETUP_FAILED: i32 = 120;
 
 /// Runs the worker; returns the process's exit status.
 pub fn main() -> i32 {
+    // Started through /proc/self/exe, the kernel would name it `exe`; `ps` shows this instead.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"pincer-worker".as_ptr(), 0, 0, 0) };
     let lanes: usize = match std::env::var(LANES_ENV).ok().and_then(|v| v.parse().ok()) {
         Some(n) if (1..=64).contains(&n) => n,
         _ => {
@@ -201,7 +206,12 @@ fn start_engine(
         std::env::set_var("TMPDIR", dir);
         std::env::set_var("SQLITE_TMPDIR", dir);
     }
-    let (protections, stack) = super::confine_worker(&confinement).map_err(wire::worker_failure)?;
+    // What it may read besides the grants: its library's private copy and its plugin folder
+    // (data an engine ships beside its library).
+    let mut readable = vec![std::path::PathBuf::from(&start.library)];
+    readable.extend(start.plugin_dir.as_ref().map(std::path::PathBuf::from));
+    let (protections, stack) =
+        super::confine_worker(&confinement, readable).map_err(wire::worker_failure)?;
     // SAFETY: the verified private copy the host made of the bytes it checked.
     let opened = unsafe { open_library(Path::new(&start.library)) }
         .map_err(|e| wire::worker_failure(format!("cannot open {}: {e}", start.library)))?;

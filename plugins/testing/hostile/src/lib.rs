@@ -15,11 +15,15 @@
 //! - `dropPanics`: the engine's `Drop` panics; `segvInCreate`: its factory writes through a
 //!   null pointer.
 //!
+//! - `snoop`: what `assemble` tries to read and hands the model (`snoop.rs`).
+//!
 //! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
 //! when `HOSTILE_CONSTRUCTOR_MARKER` names a file, it writes it (the tests' proof that a
 //! refused library never ran), and when `HOSTILE_CONSTRUCTOR_EXIT` is set it calls `exit(7)`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod snoop;
 
 use pincer_plugin_api::__private as p;
 use pincer_plugin_api::abi::latest::{
@@ -63,6 +67,9 @@ struct Config {
     drop_panics: bool,
     #[serde(default)]
     segv_in_create: bool,
+    /// What `assemble` snoops on ([`snoop`]).
+    #[serde(default)]
+    snoop: Option<String>,
 }
 
 /// The engine.
@@ -136,6 +143,11 @@ impl Engine for Hostile {
         let times = self.config.times.unwrap_or(10_000) as usize;
         let bytes = self.config.bytes.unwrap_or(100 << 20) as usize;
         let mut out = ContextBuilder::new();
+        if let Some(spec) = &self.config.snoop {
+            out.keep_range(0..n)
+                .system_prompt_addition(snoop::snoop(spec)?);
+            return Ok(out.finish());
+        }
         match self.config.assemble.as_deref().unwrap_or("ok") {
             "repeat" => {
                 for _ in 0..times {
