@@ -4,6 +4,8 @@
 //!
 //! - [`protocol`] — the wire format: methods, the call, the answer envelope (`engineId`,
 //!   `generation`), errors with stable codes, parameter reading.
+//! - [`messages`] — every message a client hands in, checked against OpenClaw's message model
+//!   before anything is stored (`invalid_message`, naming the message and the field).
 //! - [`service`] — [`Gateway`]: sessions held per key, each behind its own
 //!   [`SessionWorker`](crate::engines::session_worker::SessionWorker) (calls of one session in
 //!   order, sessions in parallel), and the methods.
@@ -15,6 +17,7 @@
 //! `docs/gateway.schema.json`.
 
 pub mod client;
+pub mod messages;
 pub mod protocol;
 pub mod server;
 pub mod service;
