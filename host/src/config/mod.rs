@@ -403,6 +403,59 @@ pub struct Config {
     /// `model`: the OpenAI-compatible server `--model openai:NAME` talks to.
     #[serde(default)]
     pub model: ModelConfig,
+    /// `gateway`: the limits of `pincer serve`'s connections.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+}
+
+/// `gateway`: how long `pincer serve` waits for a client and how many it holds at once
+/// (docs/GATEWAY.md, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayConfig {
+    /// Seconds a client has to send a request's headers once its first byte arrived.
+    #[serde(default = "GatewayConfig::default_header_timeout")]
+    pub header_timeout_seconds: f64,
+    /// Seconds a client has to send a request's body once its headers arrived.
+    #[serde(default = "GatewayConfig::default_body_timeout")]
+    pub body_timeout_seconds: f64,
+    /// Seconds a connection may stay open with no request on it (before the first, or between
+    /// kept-alive requests).
+    #[serde(default = "GatewayConfig::default_idle_timeout")]
+    pub idle_timeout_seconds: f64,
+    /// Connections served at once, over the socket and HTTP together; one more is answered
+    /// `503 too_many_connections` and closed.
+    #[serde(default = "GatewayConfig::default_max_connections")]
+    pub max_connections: u64,
+}
+
+impl GatewayConfig {
+    fn default_header_timeout() -> f64 {
+        30.0
+    }
+
+    fn default_body_timeout() -> f64 {
+        60.0
+    }
+
+    fn default_idle_timeout() -> f64 {
+        60.0
+    }
+
+    fn default_max_connections() -> u64 {
+        512
+    }
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            header_timeout_seconds: Self::default_header_timeout(),
+            body_timeout_seconds: Self::default_body_timeout(),
+            idle_timeout_seconds: Self::default_idle_timeout(),
+            max_connections: Self::default_max_connections(),
+        }
+    }
 }
 
 /// `model`: where the OpenAI-compatible chat-completions server is.
@@ -613,6 +666,25 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
                 "must be at least 1 (milliseconds); a zero deadline would time out and quarantine every engine".to_owned(),
             ));
         }
+    }
+    let gateway = &config.gateway;
+    for (key, seconds) in [
+        ("headerTimeoutSeconds", gateway.header_timeout_seconds),
+        ("bodyTimeoutSeconds", gateway.body_timeout_seconds),
+        ("idleTimeoutSeconds", gateway.idle_timeout_seconds),
+    ] {
+        if !seconds.is_finite() || seconds <= 0.0 || seconds > 86_400.0 {
+            return Err((
+                format!("gateway.{key}"),
+                format!("must be a number of seconds above 0 and at most 86400 (found {seconds})"),
+            ));
+        }
+    }
+    if gateway.max_connections == 0 {
+        return Err((
+            "gateway.maxConnections".to_owned(),
+            "must be at least 1: a gateway that takes no connection serves nobody".to_owned(),
+        ));
     }
     if let Some(seconds) = config.agents.defaults.compaction.timeout_seconds {
         if !seconds.is_finite() || seconds < 1.0 {
