@@ -541,6 +541,9 @@ fn slow_and_idle_connections_are_closed_at_their_deadlines() {
     // A body that never arrives whole: 408 with a JSON body, then closed.
     let mut partial_body = UnixStream::connect(&gw.socket).unwrap();
     partial_body
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    partial_body
         .write_all(b"POST /v1/call HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"method\"")
         .unwrap();
     let (status, _, body) = read_answer(&mut partial_body);
@@ -582,6 +585,9 @@ fn connections_over_the_cap_get_a_json_503_and_the_rest_are_served() {
     let held: Vec<UnixStream> = (0..4).map(|_| unix_stream(&gw.socket)).collect();
     // The fifth is answered and closed.
     let mut fifth = UnixStream::connect(&gw.socket).unwrap();
+    fifth
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let (status, head, body) = read_answer(&mut fifth);
     assert_eq!(status, 503, "{head}");
     assert_eq!(body["error"]["code"], "too_many_connections", "{body}");
