@@ -93,6 +93,18 @@ pub enum DisabledBy {
     Entry,
 }
 
+impl DisabledBy {
+    /// Why plugin `plugin_id` is off, naming its own key (`plugins.entries.faulty.enabled`).
+    pub fn for_plugin(self, plugin_id: &str) -> String {
+        match self {
+            DisabledBy::Entry => {
+                format!("disabled by plugins.entries.{plugin_id}.enabled (it is false)")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for DisabledBy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -620,6 +632,10 @@ impl LoadedConfig {
                     exists: false,
                 })
             }
+            Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
+                // Read, but not text: the fix is the file's encoding, not its permissions.
+                return Err(not_utf8(path));
+            }
             Err(source) => {
                 return Err(ConfigError::Unreadable {
                     path: path.to_owned(),
@@ -652,6 +668,25 @@ impl LoadedConfig {
             path: path.to_owned(),
             exists: true,
         })
+    }
+}
+
+/// The error for `path` holding bytes that are not UTF-8, with where the first one is.
+pub(crate) fn not_utf8(path: &Path) -> ConfigError {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let valid = match std::str::from_utf8(&bytes) {
+        Ok(_) => bytes.len(),
+        Err(err) => err.valid_up_to(),
+    };
+    let before = String::from_utf8_lossy(&bytes[..valid]);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    ConfigError::Malformed {
+        path: path.to_owned(),
+        location: Some((line, column)),
+        message: format!(
+            "the file is not UTF-8 text (byte {valid} is not UTF-8); save it as UTF-8"
+        ),
     }
 }
 
