@@ -382,8 +382,7 @@ fn token_of(home: &Path) -> String {
 }
 
 #[test]
-fn http_authenticates_before_routing_reads_bearer_in_any_case_and_answers_every_error_in_json()
-{
+fn http_authenticates_before_routing_reads_bearer_in_any_case_and_answers_every_error_in_json() {
     let home = home();
     let port = free_port();
     let gw = Served::start(home.path(), &["--http", &format!("127.0.0.1:{port}")]);
@@ -467,7 +466,10 @@ fn serve_binds_and_checks_every_address_before_it_announces_anything() {
     // Not loopback: refused before any socket exists or anything is announced.
     let stderr = serve_refused(home.path(), &socket, "0.0.0.0:0");
     assert!(stderr.contains("not a loopback address"), "{stderr}");
-    assert!(!stderr.contains("pincer serve: engine"), "announced: {stderr}");
+    assert!(
+        !stderr.contains("pincer serve: engine"),
+        "announced: {stderr}"
+    );
     assert!(!socket.exists());
     // A port another process holds: the same.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -477,7 +479,10 @@ fn serve_binds_and_checks_every_address_before_it_announces_anything() {
         stderr.contains(&format!("binding {addr}")),
         "names the address: {stderr}"
     );
-    assert!(!stderr.contains("pincer serve: engine"), "announced: {stderr}");
+    assert!(
+        !stderr.contains("pincer serve: engine"),
+        "announced: {stderr}"
+    );
     assert!(!stderr.contains("http://"), "announced: {stderr}");
     assert!(!socket.exists(), "no socket is left behind");
 }
@@ -623,7 +628,9 @@ fn connections_over_the_cap_get_a_json_503_and_the_rest_are_served() {
 
 /// File descriptors the process `pid` holds.
 fn fds_of(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 /// Raises this process's soft RLIMIT_NOFILE to at least `want` (children inherit it).
@@ -699,13 +706,19 @@ fn two_thousand_idle_connections_are_all_let_go_at_the_idle_deadline() {
         held >= before + CONNECTIONS * 9 / 10,
         "the connections were held: {held}"
     );
-    assert!(after <= before, "fds still held after the deadlines: {after} > {before}");
+    assert!(
+        after <= before,
+        "fds still held after the deadlines: {after} > {before}"
+    );
     let closed = streams
         .iter_mut()
         .map(|s| closed_within(s.as_mut(), Duration::from_millis(1)))
         .filter(|closed| *closed)
         .count();
-    assert_eq!(closed, CONNECTIONS, "every client saw its connection closed");
+    assert_eq!(
+        closed, CONNECTIONS,
+        "every client saw its connection closed"
+    );
     // And the gateway serves on.
     let (status, answer) = gw.call("assemble", "after", json!({}));
     assert_eq!(status, 200, "{answer}");

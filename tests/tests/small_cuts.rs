@@ -95,7 +95,13 @@ fn a_plugin_disabled_by_its_entry_is_named_by_its_own_key() {
     let dir = path_arg(&plugins);
     for args in [
         vec!["plugins", "list", "--plugins-dir", &dir],
-        vec!["plugins", "inspect", "sliding-window", "--plugins-dir", &dir],
+        vec![
+            "plugins",
+            "inspect",
+            "sliding-window",
+            "--plugins-dir",
+            &dir,
+        ],
     ] {
         let text = ok(&run_pincer(home.path(), &args));
         assert!(
@@ -159,7 +165,14 @@ fn lossless_compaction_says_what_it_kept_and_compact_shares_run_s_default_window
     // Without --context-window, as `run`: 128,000 tokens, which this session fits.
     let out = run_pincer(
         home.path(),
-        &["compact", "default-window", "--engine", "lossless", "--plugins-dir", &dir],
+        &[
+            "compact",
+            "default-window",
+            "--engine",
+            "lossless",
+            "--plugins-dir",
+            &dir,
+        ],
     );
     let text = ok(&out);
     assert!(!text.contains("no token budget known"), "{text}");
@@ -225,7 +238,10 @@ fn a_pincer_json_that_is_not_utf8_is_named_so_not_as_a_permission_problem() {
         let err = stderr_text(&out);
         assert!(!err.contains("permissions"), "{args:?}: {err}");
         assert!(err.contains("not UTF-8"), "{args:?}: {err}");
-        assert!(err.contains("pincer.json:2:"), "{args:?}: names the line: {err}");
+        assert!(
+            err.contains("pincer.json:2:"),
+            "{args:?}: names the line: {err}"
+        );
     }
     assert_eq!(
         std::fs::read(&config).unwrap(),
@@ -345,7 +361,15 @@ fn run_on_a_session_named_by_its_file_warns_of_nothing_when_it_succeeds() {
     let home = home_with_model(&server);
     let out = run_pincer(
         home.path(),
-        &["run", "--session", "by-file", "--prompt", "hello", "--model", "openai:m"],
+        &[
+            "run",
+            "--session",
+            "by-file",
+            "--prompt",
+            "hello",
+            "--model",
+            "openai:m",
+        ],
     );
     ok(&out);
     let listed: Value = serde_json::from_str(&ok(&run_pincer(
@@ -356,7 +380,15 @@ fn run_on_a_session_named_by_its_file_warns_of_nothing_when_it_succeeds() {
     let file = listed[0]["sessionFile"].as_str().unwrap().to_owned();
     let out = run_pincer(
         home.path(),
-        &["run", "--session", &file, "--prompt", "again", "--model", "openai:m"],
+        &[
+            "run",
+            "--session",
+            &file,
+            "--prompt",
+            "again",
+            "--model",
+            "openai:m",
+        ],
     );
     ok(&out);
     let err = stderr_text(&out);
@@ -369,7 +401,10 @@ fn run_on_a_session_named_by_its_file_warns_of_nothing_when_it_succeeds() {
     )))
     .unwrap();
     assert_eq!(listed[0]["sessionKey"], "by-file");
-    assert!(listed[0]["totalTokens"].as_u64().unwrap_or(0) > 0, "{listed}");
+    assert!(
+        listed[0]["totalTokens"].as_u64().unwrap_or(0) > 0,
+        "{listed}"
+    );
 }
 
 /// A running `pincer serve` on `home`; killed when dropped.
@@ -434,7 +469,15 @@ fn a_session_a_gateway_holds_is_refused_naming_the_gateway_and_no_mode_run_lacks
     );
     let out = run_pincer(
         home.path(),
-        &["run", "--session", "held", "--prompt", "again", "--model", "openai:m"],
+        &[
+            "run",
+            "--session",
+            "held",
+            "--prompt",
+            "again",
+            "--model",
+            "openai:m",
+        ],
     );
     assert_ne!(out.status.code(), Some(0));
     let err = stderr_text(&out);

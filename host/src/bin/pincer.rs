@@ -1593,7 +1593,8 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
                         .map_or_else(|| "?".to_owned(), |t| t.to_string()),
                     d.first_kept_entry_id.as_ref().into_option().map_or_else(
                         // An engine that keeps its own history (lossless) cuts no entry.
-                        || "nothing cut from the session file (the engine keeps its own summaries)".to_owned(),
+                        || "nothing cut from the session file (the engine keeps its own summaries)"
+                            .to_owned(),
                         |id| format!("kept from entry {id}"),
                     ),
                 );

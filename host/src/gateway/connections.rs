@@ -289,7 +289,9 @@ where
             async move {
                 let response = match refused {
                     Some(response) => response,
-                    None => call.await.unwrap_or_else(|never: Infallible| match never {}),
+                    None => call
+                        .await
+                        .unwrap_or_else(|never: Infallible| match never {}),
                 };
                 watch.set(Phase::Idle(Instant::now()));
                 Ok::<_, Infallible>(response)

@@ -317,7 +317,10 @@ mod tests {
 
     #[test]
     fn the_issue_s_messages_are_refused_naming_the_field() {
-        assert_eq!(fault(json!({"role": "user", "content": 5})).field, "content");
+        assert_eq!(
+            fault(json!({"role": "user", "content": 5})).field,
+            "content"
+        );
         assert_eq!(fault(json!({"role": "user"})).field, "content");
         assert_eq!(
             fault(json!({"role": "toolResult", "toolName": "t", "content": "x"})).field,
@@ -327,7 +330,10 @@ mod tests {
             fault(json!({"role": "user", "content": [{"type": "wat"}]})).field,
             "content[0].type"
         );
-        assert_eq!(fault(json!({"role": "wizard", "content": "hi"})).field, "role");
+        assert_eq!(
+            fault(json!({"role": "wizard", "content": "hi"})).field,
+            "role"
+        );
         assert_eq!(
             fault(json!({"role": "user", "content": ["text"]})).field,
             "content[0]"

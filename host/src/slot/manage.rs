@@ -453,9 +453,7 @@ impl PluginCommands {
             messages.push(if was_enabled {
                 format!("The \"{SLOT_KEY}\" slot selects \"{slot}\": that engine answers.")
             } else {
-                format!(
-                    "The \"{SLOT_KEY}\" slot selects \"{slot}\": that engine answers again."
-                )
+                format!("The \"{SLOT_KEY}\" slot selects \"{slot}\": that engine answers again.")
             });
         }
         Ok(Outcome { messages })

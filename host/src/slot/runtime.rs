@@ -745,7 +745,10 @@ impl Runtime {
                 // Disabled or denied: legacy, silently; the slot is kept; no factory call.
                 return Ok(to_legacy(
                     Some(Fallback::Disabled),
-                    Some(format!("plugin \"{plugin_id}\" {}", why.for_plugin(plugin_id))),
+                    Some(format!(
+                        "plugin \"{plugin_id}\" {}",
+                        why.for_plugin(plugin_id)
+                    )),
                 ));
             }
         } else if self.config().config.plugins.enabled == Some(false) {
