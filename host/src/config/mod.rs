@@ -805,17 +805,29 @@ mod tests {
 
     #[test]
     fn the_gateway_s_limits_are_read_and_unusable_ones_refused_by_key() {
-        let (config, _) = parse("{ gateway: { idleTimeoutSeconds: 2.5, maxConnections: 9 } }")
-            .unwrap();
+        let (config, _) =
+            parse("{ gateway: { idleTimeoutSeconds: 2.5, maxConnections: 9 } }").unwrap();
         assert_eq!(validate(&config), Ok(()));
         assert_eq!(config.gateway.idle_timeout_seconds, 2.5);
         assert_eq!(config.gateway.max_connections, 9);
         assert_eq!(config.gateway.header_timeout_seconds, 30.0);
         for (text, key) in [
-            ("{ gateway: { headerTimeoutSeconds: 0 } }", "gateway.headerTimeoutSeconds"),
-            ("{ gateway: { bodyTimeoutSeconds: -1 } }", "gateway.bodyTimeoutSeconds"),
-            ("{ gateway: { idleTimeoutSeconds: 1e9 } }", "gateway.idleTimeoutSeconds"),
-            ("{ gateway: { maxConnections: 0 } }", "gateway.maxConnections"),
+            (
+                "{ gateway: { headerTimeoutSeconds: 0 } }",
+                "gateway.headerTimeoutSeconds",
+            ),
+            (
+                "{ gateway: { bodyTimeoutSeconds: -1 } }",
+                "gateway.bodyTimeoutSeconds",
+            ),
+            (
+                "{ gateway: { idleTimeoutSeconds: 1e9 } }",
+                "gateway.idleTimeoutSeconds",
+            ),
+            (
+                "{ gateway: { maxConnections: 0 } }",
+                "gateway.maxConnections",
+            ),
         ] {
             let (config, _) = parse(text).unwrap();
             assert_eq!(validate(&config).unwrap_err().0, key, "{text}");
