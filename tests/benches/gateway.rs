@@ -17,8 +17,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use pincer_host::config::PincerHome;
 use pincer_host::engines::request::{AssembleRequest, HostInputs};
-use pincer_host::gateway::server::{bind_socket, DEFAULT_BODY_LIMIT};
-use pincer_host::gateway::{client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
+use pincer_host::gateway::connections::ConnectionLimits;
+use pincer_host::gateway::server::DEFAULT_BODY_LIMIT;
+use pincer_host::gateway::{bind, client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
@@ -111,17 +112,18 @@ fn gateway_assemble(c: &mut Criterion) {
         let socket = socket.clone();
         let gateway = Arc::clone(&gateway);
         tokio.spawn(async move {
-            let unix = bind_socket(&socket).unwrap();
             let options = ServeOptions {
                 socket,
                 http: None,
                 token: None,
                 body_limit: DEFAULT_BODY_LIMIT,
+                limits: ConnectionLimits::default(),
             };
+            let listeners = bind(&options).await.unwrap();
             let stopped = async move {
                 let _ = stopped.await;
             };
-            serve(gateway, options, unix, stopped, Box::new(|| {}))
+            serve(gateway, options, listeners, stopped, Box::new(|| {}))
                 .await
                 .unwrap();
         })
@@ -262,17 +264,18 @@ fn gateway_reload(c: &mut Criterion) {
     let server = {
         let socket = socket.clone();
         tokio.spawn(async move {
-            let unix = bind_socket(&socket).unwrap();
             let options = ServeOptions {
                 socket,
                 http: None,
                 token: None,
                 body_limit: DEFAULT_BODY_LIMIT,
+                limits: ConnectionLimits::default(),
             };
+            let listeners = bind(&options).await.unwrap();
             serve(
                 gateway,
                 options,
-                unix,
+                listeners,
                 async move {
                     let _ = stopped.await;
                 },

@@ -147,10 +147,11 @@ enum Command {
         /// Use this engine instead of plugins.slots.contextEngine.
         #[arg(long, value_name = "ID")]
         engine: Option<String>,
-        /// The model's context window in tokens (the keep-recent budget and reserve scale
-        /// down to a quarter of a small window each).
-        #[arg(long, value_name = "TOKENS")]
-        context_window: Option<u64>,
+        /// The model's context window in tokens, the budget the engine compacts towards (the
+        /// keep-recent budget and reserve scale down to a quarter of a small window each);
+        /// 128,000 by default, as `pincer run` and `pincer serve`.
+        #[arg(long, value_name = "TOKENS", default_value_t = 128_000)]
+        context_window: u64,
         /// What the summary should focus on (`/compact <text>`).
         #[arg(long, value_name = "TEXT")]
         instructions: Option<String>,
@@ -537,7 +538,7 @@ fn main() -> ExitCode {
             let request = CompactCommand {
                 agent: &agent,
                 session: &resolved,
-                context_window,
+                context_window: Some(context_window),
                 instructions: instructions.as_deref(),
                 json,
             };
@@ -889,23 +890,31 @@ fn session_tree(path: &Path, json: bool) -> ExitCode {
         }
     }
     // Depth first from the roots; entries only a cycle reaches start walks of their own. Each
-    // entry is listed once.
+    // entry is listed once. The text is indented only where the history branches, as
+    // `git log --graph` draws it: an entry's first child continues its column, each later
+    // child (a branch) starts one column further in.
     let mut seen = vec![false; tree.entries.len()];
     let mut rows = Vec::with_capacity(tree.entries.len());
     for start in roots.into_iter().chain(0..tree.entries.len()) {
-        let mut stack = vec![(start, 0usize)];
-        while let Some((at, depth)) = stack.pop() {
+        let mut stack = vec![(start, 0usize, 0usize)];
+        while let Some((at, depth, indent)) = stack.pop() {
             if std::mem::replace(&mut seen[at], true) {
                 continue;
             }
-            rows.push((at, depth));
-            stack.extend(children[at].iter().rev().map(|&kid| (kid, depth + 1)));
+            rows.push((at, depth, indent));
+            stack.extend(
+                children[at]
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .map(|(nth, &kid)| (kid, depth + 1, indent + usize::from(nth > 0))),
+            );
         }
     }
     if json {
         let out: Vec<serde_json::Value> = rows
             .iter()
-            .map(|&(at, depth)| {
+            .map(|&(at, depth, _)| {
                 let entry = &tree.entries[at];
                 serde_json::json!({
                     "id": entry.id(),
@@ -923,7 +932,7 @@ fn session_tree(path: &Path, json: bool) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    for (at, depth) in rows {
+    for (at, _, indent) in rows {
         let entry = &tree.entries[at];
         let mark = if active.contains(entry.id()) {
             "*"
@@ -932,7 +941,7 @@ fn session_tree(path: &Path, json: bool) -> ExitCode {
         };
         println!(
             "{mark} {}{} {}",
-            "  ".repeat(depth),
+            "  ".repeat(indent),
             entry.id(),
             entry.entry_type.as_str()
         );
@@ -1572,12 +1581,17 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         match (result.compacted, details) {
             (true, Some(d)) => {
                 println!(
-                    "compacted {}: {} -> {} tokens, kept from entry {}",
+                    "compacted {}: {} -> {} tokens, {}",
                     path.display(),
                     d.tokens_before,
                     d.tokens_after
                         .map_or_else(|| "?".to_owned(), |t| t.to_string()),
-                    d.first_kept_entry_id.as_ref().map_or("?", |s| s.as_str()),
+                    d.first_kept_entry_id.as_ref().into_option().map_or_else(
+                        // An engine that keeps its own history (lossless) cuts no entry.
+                        || "nothing cut from the session file (the engine keeps its own summaries)"
+                            .to_owned(),
+                        |id| format!("kept from entry {id}"),
+                    ),
                 );
                 if let Some(summary) = d.summary.as_ref().into_option() {
                     println!("summary:\n{summary}");

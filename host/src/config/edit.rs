@@ -166,6 +166,9 @@ impl ConfigEditor {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => Some(text),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(super::not_utf8(path).into())
+            }
             Err(err) => return Err(io("read", err)),
         };
         Ok(ConfigEditor {
@@ -220,6 +223,12 @@ impl ConfigEditor {
         // The current file must be a valid config: an edit never makes a broken file worse.
         self.config()?;
         let original = self.text.clone().unwrap_or_default();
+        // A byte-order mark (editors on Windows write one) is kept: the edit is of what
+        // follows it.
+        let (bom, original) = match original.strip_prefix('\u{feff}') {
+            Some(rest) => ("\u{feff}", rest.to_owned()),
+            None => ("", original),
+        };
         let base = if original.trim().is_empty() {
             "{\n}\n".to_owned()
         } else {
@@ -260,7 +269,7 @@ impl ConfigEditor {
             ));
         }
         LoadedConfig::from_text(&self.path, &edited)?;
-        Ok(Some(edited))
+        Ok(Some(format!("{bom}{edited}")))
     }
 
     fn write(&self, text: &str) -> Result<(), EditError> {

@@ -93,6 +93,18 @@ pub enum DisabledBy {
     Entry,
 }
 
+impl DisabledBy {
+    /// Why plugin `plugin_id` is off, naming its own key (`plugins.entries.faulty.enabled`).
+    pub fn for_plugin(self, plugin_id: &str) -> String {
+        match self {
+            DisabledBy::Entry => {
+                format!("disabled by plugins.entries.{plugin_id}.enabled (it is false)")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for DisabledBy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -463,6 +475,59 @@ pub struct Config {
     /// `model`: the OpenAI-compatible server `--model openai:NAME` talks to.
     #[serde(default)]
     pub model: ModelConfig,
+    /// `gateway`: the limits of `pincer serve`'s connections.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+}
+
+/// `gateway`: how long `pincer serve` waits for a client and how many it holds at once
+/// (docs/GATEWAY.md, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayConfig {
+    /// Seconds a client has to send a request's headers once its first byte arrived.
+    #[serde(default = "GatewayConfig::default_header_timeout")]
+    pub header_timeout_seconds: f64,
+    /// Seconds a client has to send a request's body once its headers arrived.
+    #[serde(default = "GatewayConfig::default_body_timeout")]
+    pub body_timeout_seconds: f64,
+    /// Seconds a connection may stay open with no request on it (before the first, or between
+    /// kept-alive requests).
+    #[serde(default = "GatewayConfig::default_idle_timeout")]
+    pub idle_timeout_seconds: f64,
+    /// Connections served at once, over the socket and HTTP together; one more is answered
+    /// `503 too_many_connections` and closed.
+    #[serde(default = "GatewayConfig::default_max_connections")]
+    pub max_connections: u64,
+}
+
+impl GatewayConfig {
+    fn default_header_timeout() -> f64 {
+        30.0
+    }
+
+    fn default_body_timeout() -> f64 {
+        60.0
+    }
+
+    fn default_idle_timeout() -> f64 {
+        60.0
+    }
+
+    fn default_max_connections() -> u64 {
+        512
+    }
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            header_timeout_seconds: Self::default_header_timeout(),
+            body_timeout_seconds: Self::default_body_timeout(),
+            idle_timeout_seconds: Self::default_idle_timeout(),
+            max_connections: Self::default_max_connections(),
+        }
+    }
 }
 
 /// `model`: where the OpenAI-compatible chat-completions server is.
@@ -627,6 +692,10 @@ impl LoadedConfig {
                     exists: false,
                 })
             }
+            Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
+                // Read, but not text: the fix is the file's encoding, not its permissions.
+                return Err(not_utf8(path));
+            }
             Err(source) => {
                 return Err(ConfigError::Unreadable {
                     path: path.to_owned(),
@@ -659,6 +728,25 @@ impl LoadedConfig {
             path: path.to_owned(),
             exists: true,
         })
+    }
+}
+
+/// The error for `path` holding bytes that are not UTF-8, with where the first one is.
+pub(crate) fn not_utf8(path: &Path) -> ConfigError {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let valid = match std::str::from_utf8(&bytes) {
+        Ok(_) => bytes.len(),
+        Err(err) => err.valid_up_to(),
+    };
+    let before = String::from_utf8_lossy(&bytes[..valid]);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    ConfigError::Malformed {
+        path: path.to_owned(),
+        location: Some((line, column)),
+        message: format!(
+            "the file is not UTF-8 text (byte {valid} is not UTF-8); save it as UTF-8"
+        ),
     }
 }
 
@@ -703,6 +791,25 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
                 "contains a NUL character, which no environment variable can hold".to_owned(),
             ));
         }
+    }
+    let gateway = &config.gateway;
+    for (key, seconds) in [
+        ("headerTimeoutSeconds", gateway.header_timeout_seconds),
+        ("bodyTimeoutSeconds", gateway.body_timeout_seconds),
+        ("idleTimeoutSeconds", gateway.idle_timeout_seconds),
+    ] {
+        if !seconds.is_finite() || seconds <= 0.0 || seconds > 86_400.0 {
+            return Err((
+                format!("gateway.{key}"),
+                format!("must be a number of seconds above 0 and at most 86400 (found {seconds})"),
+            ));
+        }
+    }
+    if gateway.max_connections == 0 {
+        return Err((
+            "gateway.maxConnections".to_owned(),
+            "must be at least 1: a gateway that takes no connection serves nobody".to_owned(),
+        ));
     }
     if let Some(seconds) = config.agents.defaults.compaction.timeout_seconds {
         if !seconds.is_finite() || seconds < 1.0 {
@@ -784,6 +891,37 @@ mod tests {
     fn malformed_reports_line_and_column() {
         let (location, message) = parse("{\n  plugins: {\n    slots: [,\n}").unwrap_err();
         assert_eq!(location.map(|l| l.0), Some(3), "{message}");
+    }
+
+    #[test]
+    fn the_gateway_s_limits_are_read_and_unusable_ones_refused_by_key() {
+        let (config, _) =
+            parse("{ gateway: { idleTimeoutSeconds: 2.5, maxConnections: 9 } }").unwrap();
+        assert_eq!(validate(&config), Ok(()));
+        assert_eq!(config.gateway.idle_timeout_seconds, 2.5);
+        assert_eq!(config.gateway.max_connections, 9);
+        assert_eq!(config.gateway.header_timeout_seconds, 30.0);
+        for (text, key) in [
+            (
+                "{ gateway: { headerTimeoutSeconds: 0 } }",
+                "gateway.headerTimeoutSeconds",
+            ),
+            (
+                "{ gateway: { bodyTimeoutSeconds: -1 } }",
+                "gateway.bodyTimeoutSeconds",
+            ),
+            (
+                "{ gateway: { idleTimeoutSeconds: 1e9 } }",
+                "gateway.idleTimeoutSeconds",
+            ),
+            (
+                "{ gateway: { maxConnections: 0 } }",
+                "gateway.maxConnections",
+            ),
+        ] {
+            let (config, _) = parse(text).unwrap();
+            assert_eq!(validate(&config).unwrap_err().0, key, "{text}");
+        }
     }
 
     #[test]

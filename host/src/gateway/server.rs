@@ -1,27 +1,31 @@
 //! The gateway's transports: one axum router served over a Unix domain socket (mode `0600`)
 //! and, optionally, over loopback HTTP that requires `Authorization: Bearer <token>`.
 //!
-//! The router reads each body itself, up to the body limit (a larger one is answered 413
-//! before it is read), so every refusal — too large, not JSON, unknown method, wrong types —
-//! is a JSON error with a stable `code`, and a client that goes away mid-request only drops its
+//! Both listeners are bound, and every address checked, by [`bind`] before anything is
+//! announced. Connections are served by [`connections`](super::connections): deadlines for
+//! headers, bodies and idle connections, a cap on connections, the token checked before
+//! routing. The router reads each body itself, up to the body limit (a larger one is answered
+//! 413 before it is read) and within the body deadline (408), so every refusal — too large,
+//! too slow, not JSON, unknown method, wrong types, another HTTP method than `POST` (405) — is
+//! a JSON error with a stable `code`, and a client that goes away mid-request only drops its
 //! own connection. Shutdown (SIGTERM, SIGINT, or the `shutdown` future) stops accepting,
 //! lets calls in flight finish, flushes the sessions, disposes every engine once and removes
 //! the socket. SIGHUP reloads the config and every plugin.
 
-use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use super::connections::{serve_connections, ConnectionLimits, Shared};
 use super::protocol::{parse_call, GatewayError, CALL_PATH};
 use super::service::{reload_everything, Gateway};
 
@@ -39,6 +43,15 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// The largest request body.
     pub body_limit: usize,
+    /// Deadlines and the connection cap (`gateway.*` in `pincer.json`).
+    pub limits: ConnectionLimits,
+}
+
+/// The listeners of a gateway, bound and checked, not yet serving.
+#[derive(Debug)]
+pub struct Listeners {
+    unix: tokio::net::UnixListener,
+    http: Option<tokio::net::TcpListener>,
 }
 
 /// Why the gateway could not start.
@@ -156,9 +169,8 @@ pub fn gateway_token(state_dir: &Path) -> Result<String, ServeError> {
 #[derive(Clone)]
 struct AppState {
     gateway: Arc<Gateway>,
-    /// `Some` on the HTTP listener: the token every request must carry.
-    token: Option<Arc<str>>,
     body_limit: usize,
+    body_timeout: std::time::Duration,
 }
 
 /// The envelope of a successful answer, written without re-parsing the result.
@@ -178,39 +190,39 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn error_response(err: &GatewayError) -> Response {
+/// `err` as a JSON answer with its status.
+pub(super) fn error_response(err: &GatewayError) -> Response {
     let body = serde_json::to_vec(&err.body()).expect("an error serializes");
     let status = StatusCode::from_u16(err.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     json_response(status, body)
 }
 
-/// Whether `headers` carry `Authorization: Bearer <token>` (compared in constant time).
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let Some(given) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn call_handler(State(state): State<AppState>, request: Request) -> Response {
-    if let Some(token) = &state.token {
-        if !authorized(request.headers(), token) {
-            return error_response(&GatewayError::new(
-                401,
-                "unauthorized",
-                "missing or wrong bearer token: send `Authorization: Bearer <token>` with the \
-                 token in $PINCER_HOME/state/gateway.token",
+    // The bearer token, on HTTP, was checked before routing (`connections.rs`).
+    let body = match tokio::time::timeout(
+        state.body_timeout,
+        read_body(request.into_body(), state.body_limit),
+    )
+    .await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(err)) => return error_response(&err),
+        Err(_) => {
+            let mut response = error_response(&GatewayError::new(
+                408,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} s (gateway.bodyTimeoutSeconds); \
+                     send the whole body at once",
+                    state.body_timeout.as_secs_f64()
+                ),
             ));
+            response.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            return response;
         }
-    }
-    let body = match read_body(request.into_body(), state.body_limit).await {
-        Ok(body) => body,
-        Err(err) => return error_response(&err),
     };
     let (method, call) = match parse_call(&body) {
         Ok(parsed) => parsed,
@@ -265,77 +277,88 @@ async fn not_found() -> Response {
     ))
 }
 
+async fn method_not_allowed() -> Response {
+    let mut response = error_response(&GatewayError::new(
+        405,
+        "method_not_allowed",
+        format!("{CALL_PATH} answers POST only: send the call as a POST with a JSON body"),
+    ));
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    response
+}
+
 fn router(state: AppState) -> Router {
     Router::new()
-        .route(CALL_PATH, post(call_handler))
+        .route(CALL_PATH, post(call_handler).fallback(method_not_allowed))
         .fallback(not_found)
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
-/// Serves `gateway` until `shutdown` completes (or SIGTERM/SIGINT), then shuts down
-/// gracefully: no new connections, calls in flight answered, `on_stop` run (e.g. a file
-/// watcher dropped), sessions flushed, every engine disposed once, the socket removed. SIGHUP
-/// reloads the config and every plugin meanwhile.
+/// Checks every address and binds every listener of `options` — HTTP first (loopback only,
+/// with a token), then the Unix socket — so that nothing is announced, and no socket file is
+/// left, when any of them cannot be served.
 ///
 /// # Errors
-/// [`ServeError`] when a listener cannot be bound.
+/// [`ServeError`]: not loopback, no token, an address taken, a socket in use.
+pub async fn bind(options: &ServeOptions) -> Result<Listeners, ServeError> {
+    let http = match options.http {
+        None => None,
+        Some(addr) if !addr.ip().is_loopback() => return Err(ServeError::NotLoopback(addr)),
+        Some(_) if options.token.is_none() => return Err(ServeError::NoToken),
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(io(format!("binding {addr}")))?,
+        ),
+    };
+    let unix = bind_socket(&options.socket)?;
+    Ok(Listeners { unix, http })
+}
+
+/// Serves `gateway` on `listeners` (from [`bind`]) until `shutdown` completes (or
+/// SIGTERM/SIGINT), then shuts down gracefully: no new connections, calls in flight
+/// answered, `on_stop` run (e.g. a file watcher dropped), sessions flushed, every engine
+/// disposed once, the socket removed. SIGHUP reloads the config and every plugin meanwhile.
+///
+/// # Errors
+/// None today: the listeners are bound already.
 pub async fn serve(
     gateway: Arc<Gateway>,
     options: ServeOptions,
-    unix: tokio::net::UnixListener,
+    listeners: Listeners,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_stop: Box<dyn FnOnce() + Send>,
 ) -> Result<(), ServeError> {
-    if let Some(addr) = options.http.filter(|addr| !addr.ip().is_loopback()) {
-        let _ = std::fs::remove_file(&options.socket);
-        return Err(ServeError::NotLoopback(addr));
-    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let unix_app = router(AppState {
+    let app = router(AppState {
         gateway: Arc::clone(&gateway),
-        token: None,
         body_limit: options.body_limit,
+        body_timeout: options.limits.body_timeout,
     });
-    let unix_server = tokio::spawn(
-        axum::serve(unix, unix_app)
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
-    let http_server = match options.http {
-        Some(addr) => {
-            let bound = match options.token.clone() {
-                None => Err(ServeError::NoToken),
-                Some(token) => tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map(|listener| (token, listener))
-                    .map_err(io(format!("binding {addr}"))),
-            };
-            let (token, listener) = match bound {
-                Ok(bound) => bound,
-                Err(err) => {
-                    // Nothing was served: the socket goes away with the process.
-                    let _ = stop_tx.send(true);
-                    let _ = unix_server.await;
-                    let _ = std::fs::remove_file(&options.socket);
-                    return Err(err);
-                }
-            };
-            let app = router(AppState {
-                gateway: Arc::clone(&gateway),
+    let shared = Shared {
+        router: app,
+        limits: options.limits,
+        slots: Arc::new(tokio::sync::Semaphore::new(options.limits.max_connections)),
+        token: None,
+    };
+    let unix_server = tokio::spawn(serve_connections(
+        listeners.unix,
+        shared.clone(),
+        stop_rx.clone(),
+    ));
+    let http_server = match (listeners.http, options.token.clone()) {
+        (Some(listener), Some(token)) => Some(tokio::spawn(serve_connections(
+            listener,
+            Shared {
                 token: Some(Arc::from(token)),
-                body_limit: options.body_limit,
-            });
-            Some(tokio::spawn(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped(stop_rx.clone()))
-                    .into_future(),
-            ))
-        }
-        None => None,
+                ..shared
+            },
+            stop_rx.clone(),
+        ))),
+        _ => None,
     };
     let runtime = Arc::clone(gateway.runtime());
     let hangups = tokio::spawn(async move {

@@ -466,16 +466,21 @@ fn serve_session(
     let session_file: Arc<str> = Arc::from(session.summary.session_file.to_string_lossy().as_ref());
     match method {
         GatewayMethod::Turn => {
-            if !parts.has_model {
-                return Err(GatewayError::new(
-                    409,
-                    "no_model",
-                    "turn needs a model: start the gateway with --model openai:MODEL",
-                ));
-            }
             let prompt = match params.required("prompt", "a string or a user message")? {
                 Value::String(text) => Message::user(text.as_str()),
-                value @ Value::Object(_) => message_of(method, "prompt", value.clone())?,
+                value @ Value::Object(_) => {
+                    let message = message_of(method, "prompt", value)?;
+                    if message.role() != pincer_plugin_api::Role::User {
+                        return Err(GatewayError::bad_request(
+                            "invalid_message",
+                            format!(
+                                "params.prompt.role of turn must be \"user\", not {:?}: a turn starts with the user's message",
+                                message.role_name()
+                            ),
+                        ));
+                    }
+                    message
+                }
                 other => {
                     return Err(GatewayError::bad_request(
                         "invalid_params",
@@ -486,6 +491,13 @@ fn serve_session(
                     ))
                 }
             };
+            if !parts.has_model {
+                return Err(GatewayError::new(
+                    409,
+                    "no_model",
+                    "turn needs a model: start the gateway with --model openai:MODEL",
+                ));
+            }
             drop(take(parts, involved));
             let before = session.served_by().cloned();
             let report = harness
@@ -526,9 +538,7 @@ fn serve_session(
             let prompt = params.str("prompt")?;
             let (messages, entry_ids) = match params.array("messages")? {
                 Some(list) => (
-                    list.iter()
-                        .map(|v| message_of(method, "messages[]", v.clone()))
-                        .collect::<Result<Arc<[Message]>, _>>()?,
+                    Arc::from(messages_of(method, "messages", list)?),
                     no_entry_ids(),
                 ),
                 None => {
@@ -672,20 +682,16 @@ fn serve_session(
                 vec![message_of(
                     method,
                     "message",
-                    params.required("message", "a message")?.clone(),
+                    params.required("message", "a message")?,
                 )?]
             } else {
-                params
-                    .array("messages")?
-                    .ok_or_else(|| {
-                        GatewayError::bad_request(
-                            "invalid_params",
-                            "ingestBatch needs params.messages (an array of messages)",
-                        )
-                    })?
-                    .iter()
-                    .map(|v| message_of(method, "messages[]", v.clone()))
-                    .collect::<Result<_, _>>()?
+                let list = params.array("messages")?.ok_or_else(|| {
+                    GatewayError::bad_request(
+                        "invalid_params",
+                        "ingestBatch needs params.messages (an array of messages)",
+                    )
+                })?;
+                messages_of(method, "messages", list)?
             };
             let mut ids = Vec::with_capacity(incoming.len());
             for message in &incoming {
@@ -957,21 +963,39 @@ fn called_with<T>(answer: Option<Guarded<T>>, fields: impl FnOnce(&T) -> Value) 
     value
 }
 
-/// The message `value` given as `field` of `method`.
-fn message_of(method: GatewayMethod, field: &str, value: Value) -> Result<Message, GatewayError> {
-    if !value.is_object() {
+/// The message `value` given as `field` of `method` (`message`, `messages[3]`, `prompt`),
+/// checked against OpenClaw's message model first (`messages.rs`).
+fn message_of(method: GatewayMethod, field: &str, value: &Value) -> Result<Message, GatewayError> {
+    if let Err(fault) = super::messages::check_message(value) {
+        let at = if fault.field.is_empty() {
+            format!("params.{field}")
+        } else {
+            format!("params.{field}.{}", fault.field)
+        };
         return Err(GatewayError::bad_request(
-            "invalid_params",
+            "invalid_message",
             format!(
-                "params.{field} of {method} must be a message object ({{\"role\": …, \"content\": …}}), not {}",
-                kind_of(&value)
+                "{at} of {method}: {} ({field} is not an OpenClaw message; nothing was stored)",
+                fault.problem
             ),
         ));
     }
-    Message::from_value(value).map_err(|err| {
+    Message::from_value(value.clone()).map_err(|err| {
         GatewayError::bad_request(
             "invalid_message",
             format!("params.{field} of {method} is not an OpenClaw message: {err}"),
         )
     })
+}
+
+/// Every message of the array `list` given as `field` of `method`, each checked.
+fn messages_of(
+    method: GatewayMethod,
+    field: &str,
+    list: &[Value],
+) -> Result<Vec<Message>, GatewayError> {
+    list.iter()
+        .enumerate()
+        .map(|(index, value)| message_of(method, &format!("{field}[{index}]"), value))
+        .collect()
 }

@@ -408,6 +408,9 @@ pub struct TurnReport {
     pub model_calls: usize,
     /// Messages the turn added (prompt, answers, tool results).
     pub messages_added: usize,
+    /// The entry ids of what the turn added, in order (`messagesAdded` of them): a client
+    /// keeps them to resolve `assemble`'s runs.
+    pub entry_ids: Vec<String>,
     /// The last call's usage: `[input, output, cacheRead]`.
     pub usage: [u64; 3],
 }
@@ -455,6 +458,18 @@ impl Harness {
     /// The options.
     pub fn options(&self) -> &HarnessOptions {
         &self.options
+    }
+
+    /// Updates the index's counters of `session` — under the key the index holds it by (a
+    /// session opened by its file's path is found by that file); a file the index does not
+    /// name has no counters to update.
+    fn record_counters(&self, session: &HarnessSession, update: CounterUpdate) {
+        let Some(key) = session.summary.session_key.as_deref() else {
+            return;
+        };
+        if let Err(err) = self.store.record(&self.options.agent_id, key, update) {
+            tracing::warn!(%err, "session counters not updated");
+        }
     }
 
     /// Opens the session indexed under `key`, creating it when new.
@@ -684,6 +699,8 @@ impl Harness {
         // The prompt joins the session, then the model answers (calling tools as it goes).
         let prompt_id = session.append_message(durability, &prompt)?;
         let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
+        // Every entry the turn appends, in order (`produced` follows the context instead).
+        let mut appended = vec![prompt_id.clone()];
         let mut added = 1;
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
@@ -779,6 +796,7 @@ impl Harness {
                 })
                 .collect();
             let id = session.append_message(durability, &message)?;
+            appended.push(id.clone());
             produced.push((message, Some(id)));
             added += 1;
             if calls.is_empty() {
@@ -796,6 +814,7 @@ impl Harness {
                     self.tools.execute(&call)
                 };
                 let id = session.append_message(durability, &result)?;
+                appended.push(id.clone());
                 produced.push((result, Some(id)));
                 added += 1;
             }
@@ -816,18 +835,15 @@ impl Harness {
             }
         }
         let usage = session.last_usage.unwrap_or_default();
-        if let Err(err) = self.store.record(
-            &self.options.agent_id,
-            &session.key,
+        self.record_counters(
+            session,
             CounterUpdate::Usage {
                 input: usage.input,
                 output: usage.output,
                 total: usage.context_tokens(),
                 context: usage.input + usage.cache_read + usage.cache_write,
             },
-        ) {
-            tracing::warn!(%err, "session counters not updated");
-        }
+        );
         // Threshold compaction after a clean turn.
         let window = self.options.context_window;
         if !owns && usage.context_tokens() > window.saturating_sub(self.options.reserve_tokens) {
@@ -845,6 +861,7 @@ impl Harness {
             compactions,
             model_calls,
             messages_added: added,
+            entry_ids: appended,
             usage: [usage.input, usage.output, usage.cache_read],
         })
     }
@@ -871,6 +888,7 @@ impl Harness {
         command: SlashCommand,
     ) -> Result<TurnReport, HarnessError> {
         let mut compactions = Vec::new();
+        let mut added = Vec::new();
         let engine = session.engine();
         match &command {
             SlashCommand::Compact(instructions) => {
@@ -883,9 +901,11 @@ impl Harness {
                 )?);
             }
             SlashCommand::Reset(reason) => {
-                session
-                    .writer(self.options.durability)?
-                    .append_reset(reason, None)?;
+                added.push(
+                    session
+                        .writer(self.options.durability)?
+                        .append_reset(reason, None)?,
+                );
                 session.context = None;
             }
         }
@@ -913,7 +933,8 @@ impl Harness {
             },
             compactions,
             model_calls: 0,
-            messages_added: usize::from(matches!(command, SlashCommand::Reset(_))),
+            messages_added: added.len(),
+            entry_ids: added,
             usage: [0; 3],
         })
     }
@@ -1172,13 +1193,7 @@ impl Harness {
         let result = guarded.value;
         let details = result.result.into_option();
         if result.compacted {
-            if let Err(err) = self.store.record(
-                &self.options.agent_id,
-                &session.key,
-                CounterUpdate::Compaction,
-            ) {
-                tracing::warn!(%err, "session counters not updated");
-            }
+            self.record_counters(session, CounterUpdate::Compaction);
         }
         // Reopen: the compaction may have appended to the file, changing the context.
         session.context = None;

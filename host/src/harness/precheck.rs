@@ -40,9 +40,26 @@ pub enum Route {
 }
 
 impl Route {
+    /// The route's name as the reference and the JSON report write it (`compact_only`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Fits => "fits",
+            Route::CompactOnly => "compact_only",
+            Route::TruncateToolResultsOnly => "truncate_tool_results_only",
+            Route::CompactThenTruncate => "compact_then_truncate",
+            Route::Skipped => "skipped",
+        }
+    }
+
     /// Whether the route compacts.
     pub fn compacts(self) -> bool {
         matches!(self, Route::CompactOnly | Route::CompactThenTruncate)
+    }
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -159,7 +159,7 @@ impl PluginList {
                 }
             ));
             if let Some(why) = p.disabled_by {
-                out.push_str(&format!("      {why}\n"));
+                out.push_str(&format!("      {}\n", why.for_plugin(&p.id)));
             }
             if let Some(error) = &p.error {
                 out.push_str(&format!("      {}: {}\n", error.code, error.message));
@@ -329,12 +329,16 @@ impl Inspection {
         line(
             "status",
             match (s.status, s.disabled_by) {
-                (_, Some(why)) => format!("disabled ({why})"),
+                (_, Some(why)) => format!("disabled ({})", why.for_plugin(&s.id)),
                 (ListedStatus::Error, _) => "error".to_owned(),
                 _ => "enabled".to_owned(),
             },
         );
-        line("source", format!("{:?} {}", s.source, s.dir).to_lowercase());
+        // The kind in lower case, the folder exactly as it is on disk.
+        line(
+            "source",
+            format!("{} {}", format!("{:?}", s.source).to_lowercase(), s.dir),
+        );
         line("engines", s.context_engine_ids.join(", "));
         line("selected", s.selected.to_string());
         if let Some(d) = &p.description {

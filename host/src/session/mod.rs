@@ -2,13 +2,14 @@
 //! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
 //! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
 //! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
-//! ([`writer`]), by many threads or tasks at once with group commit ([`group_commit`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
+//! ([`writer`]; [`holder`]: who holds a session's lock), by many threads or tasks at once with group commit ([`group_commit`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
 //! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index). The
 //! readers know nothing of engines.
 
 pub mod assemble;
 pub mod context;
 pub mod group_commit;
+pub mod holder;
 pub mod openai;
 pub mod store;
 pub mod time;

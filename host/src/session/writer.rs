@@ -50,13 +50,20 @@ pub enum SessionWriteError {
     },
     /// Another writer holds the file.
     #[error(
-        "session {} is being written by another pincer (its lock is held): wait for it to finish, \
-         or open the session read-only",
-        path.display()
+        "session {} is being written by another pincer (its lock is held){}; `pincer sessions \
+         show` and `pincer sessions context` read it meanwhile",
+        path.display(),
+        match holder {
+            Some(holder) if holder.gateway => format!(": {holder}"),
+            Some(holder) => format!(" ({holder}): wait for it to finish, or stop it"),
+            None => ": wait for it to finish, or stop it".to_owned(),
+        }
     )]
     Locked {
         /// The file.
         path: PathBuf,
+        /// The process holding the lock, when it can be seen (`/proc/locks`).
+        holder: Option<super::holder::LockHolder>,
     },
     /// The file is of a version this pincer does not write.
     #[error(
@@ -205,6 +212,7 @@ impl SessionWriter {
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(SessionWriteError::Locked {
                     path: path.to_owned(),
+                    holder: super::holder::lock_holder(path),
                 })
             }
             Err(std::fs::TryLockError::Error(source)) => {
@@ -272,6 +280,7 @@ impl SessionWriter {
             .map_err(io)?;
         file.try_lock().map_err(|_| SessionWriteError::Locked {
             path: self.path.clone(),
+            holder: super::holder::lock_holder(&self.path),
         })?;
         self.file = file;
         tracing::warn!(

@@ -446,14 +446,17 @@ impl PluginCommands {
         let change = enable_edits(&config, id).map_err(ManageError::Refused)?;
         editor.apply(&change.edits)?;
         let mut messages = change.messages;
-        if messages.is_empty() {
+        let was_enabled = messages.is_empty();
+        if was_enabled {
             messages.push(format!("Plugin \"{id}\" is already enabled."));
         }
         let slot = config.selected_engine();
         if plugin.engine_ids().iter().any(|e| e == slot) {
-            messages.push(format!(
-                "The \"{SLOT_KEY}\" slot selects \"{slot}\": that engine answers again."
-            ));
+            messages.push(if was_enabled {
+                format!("The \"{SLOT_KEY}\" slot selects \"{slot}\": that engine answers.")
+            } else {
+                format!("The \"{SLOT_KEY}\" slot selects \"{slot}\": that engine answers again.")
+            });
         }
         Ok(Outcome { messages })
     }

@@ -607,7 +607,7 @@ impl Runtime {
         if let Some(why) = self.config().config.plugin_disabled_by(plugin_id) {
             return Err(ReloadError::Disabled {
                 plugin_id: plugin_id.to_owned(),
-                why: why.to_string(),
+                why: why.for_plugin(plugin_id),
             });
         }
         let serving = |engines: &[String]| {

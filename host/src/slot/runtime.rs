@@ -525,7 +525,10 @@ impl Runtime {
         }
         if let Err(why) = self.plugin_allowed(&status.id) {
             status.status = PluginState::Disabled;
-            status.error = problem("disabled", format!("not loaded: {why}"));
+            status.error = problem(
+                "disabled",
+                format!("not loaded: {}", why.for_plugin(&status.id)),
+            );
             return status;
         }
         match self.admit(&manifest, claims) {
@@ -738,7 +741,10 @@ impl Runtime {
                 // Disabled or denied: legacy, silently; the slot is kept; no factory call.
                 return Ok(to_legacy(
                     Some(Fallback::Disabled),
-                    Some(format!("plugin \"{plugin_id}\" {why}")),
+                    Some(format!(
+                        "plugin \"{plugin_id}\" {}",
+                        why.for_plugin(plugin_id)
+                    )),
                 ));
             }
         } else if self.config().config.plugins.enabled == Some(false) {

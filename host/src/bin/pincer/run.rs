@@ -221,7 +221,7 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
                 })
                 .collect();
             println!(
-                "turn {}: {} messages assembled by {}, {} added, precheck {:?}{}",
+                "turn {}: {} messages assembled by {}, {} added, precheck {}{}",
                 report.turn,
                 report.assembled.count,
                 report.assembled.answered_by,

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
-use pincer_host::gateway::server::{bind_socket, gateway_token, DEFAULT_BODY_LIMIT};
-use pincer_host::gateway::{client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
+use pincer_host::gateway::connections::ConnectionLimits;
+use pincer_host::gateway::server::{gateway_token, DEFAULT_BODY_LIMIT};
+use pincer_host::gateway::{bind, client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::openai::model_for_spec;
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
@@ -170,6 +171,7 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         http: args.http,
         token,
         body_limit: args.max_body,
+        limits: ConnectionLimits::from_config(&runtime.config().config.gateway),
     };
     let watcher = if args.no_watch {
         None
@@ -206,7 +208,8 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         }
     };
     let outcome = tokio.block_on(async {
-        let unix = bind_socket(&options.socket)?;
+        // Every address bound and checked before anything is announced.
+        let listeners = bind(&options).await?;
         eprintln!(
             "pincer serve: engine {} on {}{}",
             gateway
@@ -223,7 +226,7 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         serve(
             Arc::clone(&gateway),
             options,
-            unix,
+            listeners,
             std::future::pending(),
             on_stop,
         )
