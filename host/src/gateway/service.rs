@@ -159,12 +159,14 @@ impl Gateway {
                 }
                 _ => {
                     let key = call.session.clone().expect("checked by parse_call");
+                    // A key, never a path: the store maps it to a file in its own folders.
+                    let session_key = super::protocol::session_key(&key)?;
                     let held = self.held(&key);
                     let runner = held
                         .runner
                         .get_or_try_init(|| {
                             let harness = Arc::clone(&parts.harness);
-                            let key = key.clone();
+                            let key = session_key;
                             async move {
                                 tokio::task::spawn_blocking(move || {
                                     SessionRunner::open(harness, &key)
