@@ -832,11 +832,15 @@ fn session_arg(
     agent: &AgentId,
     reference: &str,
 ) -> Result<SessionSummary, ExitCode> {
+    session_ref(home, agent, reference).map_err(|message| fail(message, 2))
+}
+
+/// [`session_arg`], failing with what was wrong.
+fn session_ref(home: &PincerHome, agent: &AgentId, reference: &str) -> Result<SessionSummary, String> {
     let path = Path::new(reference);
     if path.is_dir() {
-        return Err(fail(
-            format!("{reference} is a directory: name a session file (.jsonl), key or id"),
-            2,
+        return Err(format!(
+            "{reference} is a directory: name a session file (.jsonl), key or id"
         ));
     }
     let key = SessionKey::parse_for(reference, agent);
@@ -847,13 +851,13 @@ fn session_arg(
                 // A file of the working folder may share its name with a key the store holds.
                 match key.as_ref().map(|key| store(home).find(key)) {
                     Ok(Ok(Some(summary))) => Ok(summary),
-                    _ => Err(fail(err, 2)),
+                    _ => Err(err.to_string()),
                 }
             }
         };
     }
-    let key = key.map_err(|err| fail(format!("{err}; or name a session file's path"), 2))?;
-    store(home).resolve(&key).map_err(|err| fail(err, 2))
+    let key = key.map_err(|err| format!("no session {reference:?}: there is no such file, and {err}"))?;
+    store(home).resolve(&key).map_err(|err| err.to_string())
 }
 
 fn session_list(home: &PincerHome, agent: &AgentId, json: bool) -> ExitCode {
@@ -1140,7 +1144,12 @@ fn session_import(
         Ok(writer) => drop(writer),
         Err(err) => {
             discard();
-            return fail(err, 1);
+            // A message the mapping cannot take is bad input (exit 2); a write that failed is 1.
+            let code = match err {
+                pincer_host::session::openai::ImportError::Message { .. } => 2,
+                _ => 1,
+            };
+            return fail(err, code);
         }
     }
     if let Err(err) = std::fs::rename(&staged, &path) {

@@ -496,8 +496,11 @@ pub fn compact_session_until(
         result.tokens_before,
         &result.first_kept_entry_id,
     );
-    // A summary no smaller than what it replaces is no compaction: nothing is appended.
-    if let Some(reason) = not_smaller(result.tokens_before, measured) {
+    // A summary no smaller than what it replaces is no compaction: nothing is appended. Both
+    // sides are the plain estimate (`tokensBefore` may come from a provider's usage).
+    let estimated_before =
+        pincer_plugin_api::tokens::estimate_tokens(&build_session_context(writer.tree(), None).messages);
+    if let Some(reason) = not_smaller(estimated_before, measured) {
         return Ok(CompactOutcome::Skipped(reason));
     }
     let entry_id = writer.append_compaction_measured(

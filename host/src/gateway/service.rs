@@ -299,6 +299,8 @@ fn work_error(err: WorkError) -> GatewayError {
 fn harness_error(err: HarnessError) -> GatewayError {
     let status = match &err {
         HarnessError::Model(_) => 502,
+        // The key's file is not a session the store can use: the client's key, not the server.
+        HarnessError::Unusable { .. } => 409,
         _ => 500,
     };
     GatewayError::new(status, err.code(), err.to_string())

@@ -48,10 +48,14 @@ pub fn run(home: PincerHome, args: ToolArgs) -> ExitCode {
         }
         Err(err) => return super::fail(format!("--args is not JSON: {err}"), 2),
     };
-    // A tool runs on an existing session (`pincer run --session KEY` starts one).
-    let session = match super::session_arg(&home, &args.agent, &args.session) {
+    let session = match super::session_ref(&home, &args.agent, &args.session) {
         Ok(session) => session,
-        Err(code) => return code,
+        Err(err) => {
+            return super::fail(
+                format!("{err}: a tool runs on an existing session (start one with `pincer run --session {}`)", args.session),
+                2,
+            )
+        }
     };
     let runtime = match super::open(
         home,
