@@ -1700,7 +1700,13 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     // An engine's `compacted` whose tokens did not go down is reported as no compaction.
     let not_smaller = details
         .filter(|_| result.compacted)
-        .and_then(|d| engine_not_smaller(d.tokens_before, d.tokens_after.into_option()));
+        .and_then(|d| {
+            engine_not_smaller(
+                guarded.answer.answered_by.as_str(),
+                d.tokens_before,
+                d.tokens_after.into_option(),
+            )
+        });
     let compacted = result.compacted && not_smaller.is_none();
     if compacted {
         let key = session

@@ -106,8 +106,17 @@ impl HarnessOptions {
 }
 
 /// Why an engine's answer `compacted` is not taken as one: its tokens did not go down
-/// ([`crate::compaction::compact::not_smaller`]).
-pub fn engine_not_smaller(tokens_before: u64, tokens_after: Option<u64>) -> Option<String> {
+/// ([`crate::compaction::compact::not_smaller`]). `legacy`'s answer is the built-in
+/// compaction's, which applies the rule itself to like-for-like estimates (its `tokensBefore`
+/// may be a provider's count) and appends nothing when it fails.
+pub fn engine_not_smaller(
+    answered_by: &str,
+    tokens_before: u64,
+    tokens_after: Option<u64>,
+) -> Option<String> {
+    if answered_by == crate::types::LEGACY_ENGINE_ID {
+        return None;
+    }
     crate::compaction::compact::not_smaller(tokens_before, tokens_after).map(|_| {
         format!(
             "the engine answered compacted, but its tokens did not go down ({tokens_before} -> {}): reported as not compacted",
@@ -1274,7 +1283,13 @@ impl Harness {
         let not_smaller = details
             .as_ref()
             .filter(|_| result.compacted)
-            .and_then(|d| engine_not_smaller(d.tokens_before, d.tokens_after.into_option()));
+            .and_then(|d| {
+                engine_not_smaller(
+                    guarded.answer.answered_by.as_str(),
+                    d.tokens_before,
+                    d.tokens_after.into_option(),
+                )
+            });
         let compacted = result.compacted && not_smaller.is_none();
         if compacted {
             if let Err(err) = self.store.record(
