@@ -144,22 +144,28 @@ fn a_final_user_message_without_an_answer_is_reported() {
         .unwrap()
         .push(json!({"role": "user", "content": "are you there?"}));
     let file = write_json(root.path(), "open.json", &transcript);
-    let out = run_pincer(&home, &["run", "--import", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr_text(&out));
-    let text = stdout_text(&out);
-    assert!(
-        text.contains("ends on a user message with no answer") && text.contains("no model call"),
-        "{text}"
-    );
-    let out = run_pincer(
-        &home,
-        &["run", "--import", file.to_str().unwrap(), "--json"],
-    );
-    assert!(out.status.success(), "{}", stderr_text(&out));
-    let last: Value =
-        serde_json::from_str(stdout_text(&out).lines().last().unwrap()).unwrap();
-    assert_eq!(last["unansweredUserMessage"]["modelCalled"], false, "{last}");
-    assert!(last["unansweredUserMessage"]["entryId"].is_string());
+    for json in [false, true] {
+        let mut args = vec!["run", "--import", file.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        let out = run_pincer(&home, &args);
+        assert!(out.status.success(), "{}", stderr_text(&out));
+        let note = stderr_text(&out);
+        assert!(
+            note.contains("ends on a user message with no answer")
+                && note.contains("no model call")
+                && note.contains("(entry "),
+            "{args:?}: {note}"
+        );
+        if json {
+            // Stdout stays one turn report per line.
+            for line in stdout_text(&out).lines() {
+                let turn: Value = serde_json::from_str(line).unwrap();
+                assert!(turn["turn"].is_u64(), "{line}");
+            }
+        }
+    }
 }
 
 #[test]

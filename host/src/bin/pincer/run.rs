@@ -342,23 +342,12 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
                 Err(err) => return super::fail(err, 1),
             };
             progress.inc(1);
+            // On stderr: stdout (with `--json`) holds one object per turn, and this is none.
             progress.suspend(|| {
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "unansweredUserMessage": {
-                                "entryId": entry_id,
-                                "modelCalled": false,
-                            }
-                        })
-                    );
-                } else {
-                    println!(
-                        "the transcript ends on a user message with no answer: kept in the \
-                         session (entry {entry_id}), no model call"
-                    );
-                }
+                eprintln!(
+                    "note: the transcript ends on a user message with no answer: kept in the \
+                     session (entry {entry_id}), no model call"
+                );
             });
             continue;
         }
