@@ -123,7 +123,9 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
             Arc::new(ReplayTools::new(replay.clone())),
             HarnessOptions::new(128_000),
         );
-        let mut session = harness.open_session(&format!("task:{index}").parse().unwrap()).unwrap();
+        let mut session = harness
+            .open_session(&format!("task:{index}").parse().unwrap())
+            .unwrap();
         for message in replay.script(|s| s.preamble.clone()) {
             harness.append(&mut session, &message).unwrap();
         }
@@ -1048,7 +1050,9 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
                 Arc::new(ReplayTools::new(replay.clone())),
                 harness_options,
             );
-            let mut session = harness.open_session(&format!("task:{index}").parse().unwrap()).unwrap();
+            let mut session = harness
+                .open_session(&format!("task:{index}").parse().unwrap())
+                .unwrap();
             while let Some(prompt) = replay.script(|s| s.next_turn()) {
                 if !replay.script(|s| s.turn_has_answer()) {
                     harness.append(&mut session, &prompt).unwrap();
@@ -1127,7 +1131,9 @@ fn oversized_tool_results_are_truncated_in_the_models_view_only() {
         Arc::new(NoTools),
         HarnessOptions::new(32_000),
     );
-    let mut session = harness.open_session(&"big-result".parse().unwrap()).unwrap();
+    let mut session = harness
+        .open_session(&"big-result".parse().unwrap())
+        .unwrap();
     let huge = "{\"flight\": \"HAT001\"} ".repeat(5_000);
     harness
         .append(&mut session, &Message::user("Show my reservation."))

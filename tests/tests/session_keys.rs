@@ -155,7 +155,9 @@ fn in_a_sessions_folder(home: &Path, path: &Path) -> bool {
 
 /// The gateway's own files, which no request makes: its socket, log, token and state.
 fn gateways_own(home: &Path, path: &Path) -> bool {
-    path == home.join("gw.sock") || path == home.join("serve.log") || path.starts_with(home.join("state"))
+    path == home.join("gw.sock")
+        || path == home.join("serve.log")
+        || path.starts_with(home.join("state"))
 }
 
 /// The index of `agent`.
@@ -278,8 +280,14 @@ fn agent_keys_put_sessions_under_their_agent_with_one_id_for_header_index_and_fi
     for (key, agent) in [
         ("agent:ops:main", "ops"),
         ("agent:Ops:telegram:group:-100123", "ops"),
-        ("agent:main:subagent:0b7c5a6e-3f1d-4b8e-9a55-1c2d3e4f5a6b", "main"),
-        ("agent:main:slack:channel:c1:thread:1700000000.000100", "main"),
+        (
+            "agent:main:subagent:0b7c5a6e-3f1d-4b8e-9a55-1c2d3e4f5a6b",
+            "main",
+        ),
+        (
+            "agent:main:slack:channel:c1:thread:1700000000.000100",
+            "main",
+        ),
         ("cron:daily-report", "main"),
         ("hook:0b7c5a6e-3f1d-4b8e-9a55-1c2d3e4f5a6b", "main"),
         ("main", "main"),
@@ -292,7 +300,11 @@ fn agent_keys_put_sessions_under_their_agent_with_one_id_for_header_index_and_fi
             .unwrap_or_else(|| panic!("{key} is in agent {agent}'s index: {index}"));
         let file = home.join(format!("agents/{agent}/sessions/{id}.jsonl"));
         assert!(file.is_file(), "{key}: {}", file.display());
-        assert_eq!(header_of(&file)["id"], id, "{key}: header id is the session id");
+        assert_eq!(
+            header_of(&file)["id"],
+            id,
+            "{key}: header id is the session id"
+        );
         assert!(
             index[key].get("sessionFile").is_none(),
             "{key}: the file is where the id says"
@@ -300,16 +312,27 @@ fn agent_keys_put_sessions_under_their_agent_with_one_id_for_header_index_and_fi
     }
     // The session's id names it too: no new session.
     let index = index_of(&home, "ops");
-    let id = index["agent:ops:main"]["sessionId"].as_str().unwrap().to_owned();
+    let id = index["agent:ops:main"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let (status, answer) = gw.call("assemble", &format!("agent:ops:{id}"), json!({}));
     assert_eq!(status, 200, "{answer}");
     let (status, answer) = gw.call("assemble", &id, json!({}));
     assert_eq!(status, 200, "{answer}");
     // Agent ids OpenClaw's rule refuses.
-    for bad in ["agent:a.b:main", "agent:-x:main", "agent::main", "agent:main"] {
+    for bad in [
+        "agent:a.b:main",
+        "agent:-x:main",
+        "agent::main",
+        "agent:main",
+    ] {
         let (status, answer) = gw.call("assemble", bad, json!({}));
         assert_eq!(status, 400, "{bad}: {answer}");
-        assert_eq!(answer["error"]["code"], "invalid_session", "{bad}: {answer}");
+        assert_eq!(
+            answer["error"]["code"], "invalid_session",
+            "{bad}: {answer}"
+        );
         assert!(
             answer["error"]["message"]
                 .as_str()
@@ -355,7 +378,11 @@ fn a_key_whose_file_is_unusable_is_refused_and_keeps_its_session() {
         text.contains("is a directory") && text.contains("new key"),
         "says what to do: {text}"
     );
-    assert_eq!(index_of(&home, "main"), index_before, "the key still names its session");
+    assert_eq!(
+        index_of(&home, "main"),
+        index_before,
+        "the key still names its session"
+    );
     assert!(file.is_dir());
 }
 
@@ -388,7 +415,12 @@ fn pincer_compact_and_sessions_refuse_a_file_that_is_not_a_session_and_leave_it_
             vec!["run", "--import", path, "--session", path],
         ] {
             let out = run_pincer(&home, &args);
-            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_text(&out));
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                stderr_text(&out)
+            );
             let stderr = stderr_text(&out);
             if args[0] != "run" {
                 assert!(
@@ -403,7 +435,10 @@ fn pincer_compact_and_sessions_refuse_a_file_that_is_not_a_session_and_leave_it_
         .into_iter()
         .filter(|p| !p.starts_with(home.join("state")))
         .collect();
-    assert!(touched.is_empty(), "nothing moved aside or written: {touched:?}");
+    assert!(
+        touched.is_empty(),
+        "nothing moved aside or written: {touched:?}"
+    );
 
     // A real session file named by its path still works.
     let session = dir.join("real.jsonl");
@@ -444,7 +479,12 @@ fn a_version_1_session_file_named_by_path_is_kept_beside_before_its_first_append
     std::fs::write(&legacy, &text).unwrap();
     let out = run_pincer(
         &home,
-        &["compact", legacy.to_str().unwrap(), "--context-window", "4096"],
+        &[
+            "compact",
+            legacy.to_str().unwrap(),
+            "--context-window",
+            "4096",
+        ],
     );
     assert!(out.status.success(), "{}", stderr_text(&out));
     let aside: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -470,9 +510,33 @@ fn session_strings(victims: &Path) -> impl proptest::strategy::Strategy<Value = 
     let victim = victims.join("victim.txt").to_string_lossy().into_owned();
     let pieces = prop::collection::vec(
         prop::sample::select(vec![
-            "/", "..", ".", "victim.txt", "victim.jsonl", "agent:", "main", ":", "ops", "Ops",
-            "x", "-", "_", "~", "%2e", "\\", " ", "\n", "\u{0}", "é", "sessions", "agents",
-            "sessions.json", "..:", "agent:..:", "*", "?",
+            "/",
+            "..",
+            ".",
+            "victim.txt",
+            "victim.jsonl",
+            "agent:",
+            "main",
+            ":",
+            "ops",
+            "Ops",
+            "x",
+            "-",
+            "_",
+            "~",
+            "%2e",
+            "\\",
+            " ",
+            "\n",
+            "\u{0}",
+            "é",
+            "sessions",
+            "agents",
+            "sessions.json",
+            "..:",
+            "agent:..:",
+            "*",
+            "?",
         ]),
         0..8,
     )
@@ -557,7 +621,10 @@ fn no_session_string_makes_the_gateway_touch_a_file_outside_the_store() {
         panic!("{err}");
     }
     for dir in [&victims, &cwd] {
-        assert_eq!(std::fs::read_to_string(dir.join("victim.txt")).unwrap(), "precious\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("victim.txt")).unwrap(),
+            "precious\n"
+        );
     }
     assert!(accepted.get() > 0, "some keys were valid and served");
 }

@@ -872,7 +872,10 @@ fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
     assert!(index[key].get("compactionCount").is_none());
 
     let err = store
-        .record(&"agent:main:other".parse().unwrap(), CounterUpdate::Compaction)
+        .record(
+            &"agent:main:other".parse().unwrap(),
+            CounterUpdate::Compaction,
+        )
         .unwrap_err();
     assert_eq!(err.code(), "session_not_found");
 }

@@ -92,13 +92,21 @@ fn imports_refuse_what_is_not_a_transcript_with_exit_2_and_create_nothing() {
             vec!["sessions", "import", file],
         ] {
             let out = run_pincer(&home, &args);
-            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_text(&out));
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                stderr_text(&out)
+            );
             let stderr = stderr_text(&out);
             assert!(
                 stderr.contains("is not a transcript") && stderr.contains(why),
                 "{args:?} says why: {stderr}"
             );
-            assert!(stderr.contains("expected a JSON array of chat messages"), "{stderr}");
+            assert!(
+                stderr.contains("expected a JSON array of chat messages"),
+                "{stderr}"
+            );
         }
     }
     assert_eq!(session_files(root.path()), Vec::<PathBuf>::new());
@@ -127,8 +135,16 @@ fn a_failed_import_leaves_no_partial_session_file() {
         args.extend(extra);
         let out = run_pincer(&home, &args);
         assert_eq!(out.status.code(), Some(2), "{}", stderr_text(&out));
-        assert!(stderr_text(&out).contains("message 2"), "{}", stderr_text(&out));
-        assert_eq!(session_files(root.path()), Vec::<PathBuf>::new(), "{args:?}");
+        assert!(
+            stderr_text(&out).contains("message 2"),
+            "{}",
+            stderr_text(&out)
+        );
+        assert_eq!(
+            session_files(root.path()),
+            Vec::<PathBuf>::new(),
+            "{args:?}"
+        );
     }
     assert!(!home.join("agents/main/sessions/sessions.json").exists());
 }
@@ -179,7 +195,10 @@ fn a_held_key_is_never_pointed_at_a_new_session_without_force() {
     // `sessions import` twice under its default key.
     let first = run_pincer(&home, &["sessions", "import", file]);
     assert!(first.status.success(), "{}", stderr_text(&first));
-    let first_id = index(&home)["import:chat"]["sessionId"].as_str().unwrap().to_owned();
+    let first_id = index(&home)["import:chat"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let again = run_pincer(&home, &["sessions", "import", file]);
     assert_eq!(again.status.code(), Some(2), "{}", stderr_text(&again));
     let stderr = stderr_text(&again);
@@ -195,7 +214,9 @@ fn a_held_key_is_never_pointed_at_a_new_session_without_force() {
     let forced = run_pincer(&home, &["sessions", "import", file, "--force"]);
     assert!(forced.status.success(), "{}", stderr_text(&forced));
     assert!(
-        stderr_text(&forced).contains(&format!("replaced: key \"import:chat\" named session {first_id}")),
+        stderr_text(&forced).contains(&format!(
+            "replaced: key \"import:chat\" named session {first_id}"
+        )),
         "{}",
         stderr_text(&forced)
     );
@@ -215,7 +236,11 @@ fn a_held_key_is_never_pointed_at_a_new_session_without_force() {
     let k_bytes = std::fs::read(&k_file).unwrap();
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr_text(&out));
-    assert!(stderr_text(&out).contains("already names session"), "{}", stderr_text(&out));
+    assert!(
+        stderr_text(&out).contains("already names session"),
+        "{}",
+        stderr_text(&out)
+    );
     assert_eq!(index(&home)["k"]["sessionId"], k_id.as_str());
     assert_eq!(std::fs::read(&k_file).unwrap(), k_bytes, "unchanged");
 
@@ -277,9 +302,15 @@ fn a_builtin_compaction_that_is_not_smaller_is_reported_as_none_and_appends_noth
         "{report:#}"
     );
     let out = run_pincer(&home, &["compact", "import:small"]);
-    assert!(stdout_text(&out).contains("not compacted: not smaller"), "{}", stdout_text(&out));
+    assert!(
+        stdout_text(&out).contains("not compacted: not smaller"),
+        "{}",
+        stdout_text(&out)
+    );
     assert_eq!(std::fs::read(&session).unwrap(), before, "nothing appended");
-    assert!(index(&home)["import:small"].get("compactionCount").is_none());
+    assert!(index(&home)["import:small"]
+        .get("compactionCount")
+        .is_none());
 }
 
 /// A home whose `faulty` engine claims a compaction from 89 to 191 tokens.
@@ -324,9 +355,14 @@ fn an_engine_claiming_compacted_while_its_tokens_rose_is_reported_as_not_compact
     assert_eq!(report["answeredBy"], "faulty", "{report:#}");
     assert_eq!(report["compacted"], false, "{report:#}");
     let reason = report["reason"].as_str().unwrap();
-    assert!(reason.contains("89 -> 191") && reason.contains("not compacted"), "{reason}");
+    assert!(
+        reason.contains("89 -> 191") && reason.contains("not compacted"),
+        "{reason}"
+    );
     assert_eq!(std::fs::read(&session).unwrap(), before, "nothing appended");
-    assert!(index(&home)["import:small"].get("compactionCount").is_none());
+    assert!(index(&home)["import:small"]
+        .get("compactionCount")
+        .is_none());
 
     // The gateway's `compact` (the harness) says the same.
     let socket = home.join("gw.sock");
@@ -360,8 +396,13 @@ fn an_engine_claiming_compacted_while_its_tokens_rose_is_reported_as_not_compact
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["result"]["compacted"], false, "{answer}");
     assert!(
-        answer["result"]["detail"].as_str().unwrap().contains("89 -> 191"),
+        answer["result"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("89 -> 191"),
         "{answer}"
     );
-    assert!(index(&home)["import:small"].get("compactionCount").is_none());
+    assert!(index(&home)["import:small"]
+        .get("compactionCount")
+        .is_none());
 }

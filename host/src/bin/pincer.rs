@@ -22,8 +22,8 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use pincer_host::compaction::with_configured_services;
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
-use pincer_host::harness::engine_not_smaller;
 use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
+use pincer_host::harness::engine_not_smaller;
 use pincer_host::report::doctor::doctor;
 use pincer_host::report::exercise::exercise_engine;
 use pincer_host::session::{
@@ -836,7 +836,11 @@ fn session_arg(
 }
 
 /// [`session_arg`], failing with what was wrong.
-fn session_ref(home: &PincerHome, agent: &AgentId, reference: &str) -> Result<SessionSummary, String> {
+fn session_ref(
+    home: &PincerHome,
+    agent: &AgentId,
+    reference: &str,
+) -> Result<SessionSummary, String> {
     let path = Path::new(reference);
     if path.is_dir() {
         return Err(format!(
@@ -856,7 +860,8 @@ fn session_ref(home: &PincerHome, agent: &AgentId, reference: &str) -> Result<Se
             }
         };
     }
-    let key = key.map_err(|err| format!("no session {reference:?}: there is no such file, and {err}"))?;
+    let key =
+        key.map_err(|err| format!("no session {reference:?}: there is no such file, and {err}"))?;
     store(home).resolve(&key).map_err(|err| err.to_string())
 }
 
@@ -988,14 +993,22 @@ fn read_chat_list(file: &Path) -> Result<Vec<serde_json::Value>, String> {
         .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|err| format!("{} is not JSON: {err}", file.display()))?;
-    let not_a_transcript =
-        |what: String| format!("{} is not a transcript: {what}; expected {TRANSCRIPT_SHAPE}", file.display());
+    let not_a_transcript = |what: String| {
+        format!(
+            "{} is not a transcript: {what}; expected {TRANSCRIPT_SHAPE}",
+            file.display()
+        )
+    };
     let list = match value {
         serde_json::Value::Array(list) => list,
         serde_json::Value::Object(mut map) => {
             match map.remove("messages").or_else(|| map.remove("traj")) {
                 Some(serde_json::Value::Array(list)) => list,
-                _ => return Err(not_a_transcript("an object without a \"messages\" or \"traj\" array".into())),
+                _ => {
+                    return Err(not_a_transcript(
+                        "an object without a \"messages\" or \"traj\" array".into(),
+                    ))
+                }
             }
         }
         other => return Err(not_a_transcript(format!("it holds {}", json_kind(&other)))),
@@ -1155,7 +1168,10 @@ fn session_import(
     if let Err(err) = std::fs::rename(&staged, &path) {
         discard();
         return fail(
-            format!("cannot move the imported session to {}: {err}", path.display()),
+            format!(
+                "cannot move the imported session to {}: {err}",
+                path.display()
+            ),
             1,
         );
     }
@@ -1698,15 +1714,13 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     let result = &guarded.value;
     let details = result.result.as_ref().into_option();
     // An engine's `compacted` whose tokens did not go down is reported as no compaction.
-    let not_smaller = details
-        .filter(|_| result.compacted)
-        .and_then(|d| {
-            engine_not_smaller(
-                guarded.answer.answered_by.as_str(),
-                d.tokens_before,
-                d.tokens_after.into_option(),
-            )
-        });
+    let not_smaller = details.filter(|_| result.compacted).and_then(|d| {
+        engine_not_smaller(
+            guarded.answer.answered_by.as_str(),
+            d.tokens_before,
+            d.tokens_after.into_option(),
+        )
+    });
     let compacted = result.compacted && not_smaller.is_none();
     if compacted {
         let key = session
@@ -1719,7 +1733,8 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
             }
         }
     }
-    let reason = not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
+    let reason =
+        not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
     if command.json {
         let out = serde_json::json!({
             "sessionFile": path,

@@ -498,8 +498,9 @@ pub fn compact_session_until(
     );
     // A summary no smaller than what it replaces is no compaction: nothing is appended. Both
     // sides are the plain estimate (`tokensBefore` may come from a provider's usage).
-    let estimated_before =
-        pincer_plugin_api::tokens::estimate_tokens(&build_session_context(writer.tree(), None).messages);
+    let estimated_before = pincer_plugin_api::tokens::estimate_tokens(
+        &build_session_context(writer.tree(), None).messages,
+    );
     if let Some(reason) = not_smaller(estimated_before, measured) {
         return Ok(CompactOutcome::Skipped(reason));
     }

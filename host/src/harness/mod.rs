@@ -1280,22 +1280,16 @@ impl Harness {
         let result = guarded.value;
         let details = result.result.into_option();
         // A compaction whose tokens did not go down is reported as none, and not counted.
-        let not_smaller = details
-            .as_ref()
-            .filter(|_| result.compacted)
-            .and_then(|d| {
-                engine_not_smaller(
-                    guarded.answer.answered_by.as_str(),
-                    d.tokens_before,
-                    d.tokens_after.into_option(),
-                )
-            });
+        let not_smaller = details.as_ref().filter(|_| result.compacted).and_then(|d| {
+            engine_not_smaller(
+                guarded.answer.answered_by.as_str(),
+                d.tokens_before,
+                d.tokens_after.into_option(),
+            )
+        });
         let compacted = result.compacted && not_smaller.is_none();
         if compacted {
-            if let Err(err) = self.store.record(
-                &session.key,
-                CounterUpdate::Compaction,
-            ) {
+            if let Err(err) = self.store.record(&session.key, CounterUpdate::Compaction) {
                 tracing::warn!(%err, "session counters not updated");
             }
         }

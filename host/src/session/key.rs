@@ -146,8 +146,7 @@ impl SessionKey {
         let refused = || SessionKeyError::Key {
             given: cut(text, 300),
         };
-        if text.is_empty() || text.len() > MAX_SESSION_KEY_LEN || !text.bytes().all(key_byte_ok)
-        {
+        if text.is_empty() || text.len() > MAX_SESSION_KEY_LEN || !text.bytes().all(key_byte_ok) {
             return Err(refused());
         }
         let agent = match text.strip_prefix("agent:") {
@@ -251,7 +250,9 @@ impl SessionFile {
         let found = match first {
             None => "missing (the file is empty)",
             Some(line) => match serde_json::from_slice::<serde_json::Value>(line) {
-                Ok(serde_json::Value::Object(record)) if record.get("type").and_then(|t| t.as_str()) == Some("session") => {
+                Ok(serde_json::Value::Object(record))
+                    if record.get("type").and_then(|t| t.as_str()) == Some("session") =>
+                {
                     return Ok(SessionFile(path.to_owned()))
                 }
                 Ok(serde_json::Value::Object(_)) => "a JSON object of another type",

@@ -22,8 +22,8 @@ pub use context::{build_session_context, convert_to_llm, SessionContext};
 pub use group_commit::{DurableAppend, SharedSessionWriter};
 pub use key::{AgentId, SessionFile, SessionFileError, SessionKey, SessionKeyError};
 pub use store::{
-    Created, CounterUpdate, JsonlStore, OnExisting, SessionCounters, SessionStore, SessionSummary, StoreError,
-    DEFAULT_AGENT,
+    CounterUpdate, Created, JsonlStore, OnExisting, SessionCounters, SessionStore, SessionSummary,
+    StoreError, DEFAULT_AGENT,
 };
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};

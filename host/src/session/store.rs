@@ -270,8 +270,11 @@ pub trait SessionStore {
     ///
     /// # Errors
     /// I/O errors, a damaged index, or a key the index does not hold.
-    fn record(&self, key: &SessionKey, update: CounterUpdate)
-        -> Result<SessionCounters, StoreError>;
+    fn record(
+        &self,
+        key: &SessionKey,
+        update: CounterUpdate,
+    ) -> Result<SessionCounters, StoreError>;
 
     /// Creates a new, empty session under `key` and records it in the index.
     ///
