@@ -262,6 +262,13 @@ fn a_path_given_as_session_is_refused_over_the_socket_and_http_and_the_victim_is
     assert!(home
         .join(format!("agents/main/sessions/{id}.jsonl"))
         .is_file());
+    // A child session is named by a key too.
+    for method in ["prepareSubagentSpawn", "onSubagentEnded"] {
+        let (status, answer) = gw.call(method, "parent", json!({"childSessionKey": absolute}));
+        assert_eq!(status, 400, "{method}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_session", "{answer}");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious data\n");
     let strays: Vec<PathBuf> = std::fs::read_dir(&cwd)
         .unwrap()
         .flatten()

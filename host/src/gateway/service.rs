@@ -861,6 +861,8 @@ fn serve_session(
             let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
+            // A child is named by a key too, never by a path.
+            super::protocol::session_key(child)?;
             let mode = match params.str("contextMode")? {
                 None | Some("isolated") => SubagentContextMode::Isolated,
                 Some("fork") => SubagentContextMode::Fork,
@@ -905,6 +907,8 @@ fn serve_session(
             let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
+            // A child is named by a key too, never by a path.
+            super::protocol::session_key(child)?;
             let reason = match params.str("reason")?.unwrap_or("completed") {
                 "deleted" => SubagentEndReason::Deleted,
                 "completed" => SubagentEndReason::Completed,
