@@ -391,6 +391,37 @@ fn a_key_whose_file_is_unusable_is_refused_and_keeps_its_session() {
         "the key still names its session"
     );
     assert!(file.is_dir());
+    drop(gw);
+
+    // An index entry naming a session file outside the store, and one naming a link to it:
+    // refused too, the victim untouched.
+    let victim = root.path().join("victim.jsonl");
+    let text = "{\"type\":\"session\",\"version\":3,\"id\":\"v\",\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"cwd\":\"/\"}\n";
+    std::fs::write(&victim, text).unwrap();
+    let link = home.join("agents/main/sessions/link.jsonl");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let index_path = home.join("agents/main/sessions/sessions.json");
+    let mut index = index_of(&home, "main");
+    index["outside"] = json!({"sessionId": "v", "sessionFile": victim});
+    index["linked"] = json!({"sessionId": "link"});
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    let gw = Served::start(&home, &cwd, &[]);
+    for (key, why) in [
+        ("outside", "outside the agent's sessions folder"),
+        ("linked", "symbolic link"),
+    ] {
+        let (status, answer) = gw.call(
+            "ingest",
+            key,
+            json!({"message": {"role": "user", "content": "x"}}),
+        );
+        assert_eq!(status, 409, "{key}: {answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap().contains(why),
+            "{answer}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), text);
 }
 
 #[test]

@@ -329,12 +329,23 @@ impl JsonlStore {
 
     /// Whether `session`'s file lies directly in `agent`'s sessions folder (an index entry's
     /// `sessionFile` may name a file elsewhere, which only the local CLI may follow).
+    /// The folders are compared as written, else resolved (an index OpenClaw wrote names its
+    /// files by absolute paths, which may reach the same folder another way).
     pub fn holds(&self, agent: &AgentId, session: &SessionSummary) -> bool {
         let file = &session.session_file;
-        file.parent() == Some(self.sessions_dir(agent).as_path())
-            && file
-                .file_name()
-                .is_some_and(|n| n != ".." && n != "." && !n.is_empty())
+        let named = file
+            .file_name()
+            .is_some_and(|n| n != ".." && n != "." && !n.is_empty());
+        let Some(parent) = file.parent() else {
+            return false;
+        };
+        let dir = self.sessions_dir(agent);
+        named
+            && (parent == dir
+                || matches!(
+                    (std::fs::canonicalize(parent), std::fs::canonicalize(&dir)),
+                    (Ok(a), Ok(b)) if a == b
+                ))
     }
 
     /// The session `file` is for `agent`: its index entry when the index names that file, else
