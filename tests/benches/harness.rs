@@ -48,11 +48,14 @@ fn one_turn(c: &mut Criterion) {
         ("10k-none-runner", Durability::None, true),
     ] {
         let store = JsonlStore::new(home.path().join("agents"));
-        let sessions = store.sessions_dir("main");
+        let sessions = store.sessions_dir(&pincer_host::session::AgentId::main());
         std::fs::create_dir_all(&sessions).unwrap();
         let file = sessions.join(format!("{name}.jsonl"));
         pincer_tests::generate_session(&tasks, 10_000, &file);
-        store.register("main", name, name, &file).unwrap();
+        let key: pincer_host::session::SessionKey = name.parse().unwrap();
+        store
+            .register(&key, name, &file, pincer_host::session::OnExisting::Refuse)
+            .unwrap();
         let mut options = HarnessOptions::new(10_000_000);
         options.durability = durability;
         let harness = Arc::new(Harness::new(
@@ -64,10 +67,10 @@ fn one_turn(c: &mut Criterion) {
         ));
         let prompt = || Message::user("Is my flight on time?");
         if on_runner {
-            let runner = SessionRunner::open(harness, name).unwrap();
+            let runner = SessionRunner::open(harness, &key).unwrap();
             group.bench_function(name, |b| b.iter(|| runner.run_turn(prompt()).unwrap()));
         } else {
-            let mut session = harness.open_session(name).unwrap();
+            let mut session = harness.open_session(&key).unwrap();
             group.bench_function(name, |b| {
                 b.iter(|| harness.turn(&mut session, prompt()).unwrap())
             });

@@ -452,9 +452,21 @@ fn a_summary_over_16000_characters_is_capped_with_the_marker() {
     write_session(
         &path,
         &[
+            // A long first turn, so that the capped summary is smaller than what it replaces
+            // (a compaction that is not smaller is none).
+            message_line(
+                "u0",
+                None,
+                json!({"role": "user", "content": "background ".repeat(8000)}),
+            ),
+            message_line(
+                "a0",
+                Some("u0"),
+                json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}),
+            ),
             message_line(
                 "u1",
-                None,
+                Some("a0"),
                 json!({"role": "user", "content": "read the config"}),
             ),
             message_line(
@@ -632,15 +644,21 @@ fn the_runtime_compactor_finds_sessions_by_key_and_honours_abort_and_force() {
     use pincer_host::config::Config;
     use pincer_host::engines::request::{no_entry_ids, CompactRequest, HostInputs};
     use pincer_host::engines::services::RuntimeCompactor;
-    use pincer_host::session::{JsonlStore, SessionStore};
+    use pincer_host::session::{JsonlStore, OnExisting, SessionStore};
     use pincer_plugin_api::abi::latest::AbortController;
     use std::sync::Arc;
 
     let dir = TempDir::new().unwrap();
     let store = JsonlStore::new(dir.path().join("agents"));
-    let (summary, mut writer) = store
-        .create("main", "chat:1", "/srv", Durability::None)
+    let created = store
+        .create(
+            &"chat:1".parse().unwrap(),
+            "/srv",
+            Durability::None,
+            OnExisting::Refuse,
+        )
         .unwrap();
+    let (summary, mut writer) = (created.summary, created.writer);
     for i in 0..6 {
         writer
             .append_message(&Message::user(format!("question {i} {}", "q".repeat(3000))))

@@ -123,7 +123,9 @@ fn every_tau_bench_task_replays_through_legacy_into_a_complete_session() {
             Arc::new(ReplayTools::new(replay.clone())),
             HarnessOptions::new(128_000),
         );
-        let mut session = harness.open_session(&format!("task:{index}")).unwrap();
+        let mut session = harness
+            .open_session(&format!("task:{index}").parse().unwrap())
+            .unwrap();
         for message in replay.script(|s| s.preamble.clone()) {
             harness.append(&mut session, &message).unwrap();
         }
@@ -686,7 +688,7 @@ fn overflow_is_recovered_by_at_most_three_compactions() {
             HarnessOptions::new(8192),
         );
         let mut session = harness
-            .open_session(&format!("overflow:{refusals}"))
+            .open_session(&format!("overflow:{refusals}").parse().unwrap())
             .unwrap();
         match harness.turn(&mut session, Message::user("hello")) {
             Ok(report) => {
@@ -818,7 +820,7 @@ fn slash_commands_reset_and_compact_without_losing_history() {
         Arc::new(NoTools),
         HarnessOptions::new(128_000),
     );
-    let mut session = harness.open_session("cmd").unwrap();
+    let mut session = harness.open_session(&"cmd".parse().unwrap()).unwrap();
     harness.turn(&mut session, Message::user("first")).unwrap();
     harness.turn(&mut session, Message::user("second")).unwrap();
     let report = harness.turn(&mut session, Message::user("/new")).unwrap();
@@ -901,7 +903,7 @@ fn subagent_spawns_are_prepared_rolled_back_on_failure_and_ended() {
         Arc::new(NoTools),
         HarnessOptions::new(128_000),
     );
-    let parent = harness.open_session("parent").unwrap();
+    let parent = harness.open_session(&"parent".parse().unwrap()).unwrap();
     let count = |needle: &str| {
         String::from_utf8_lossy(&logs.lock().unwrap())
             .matches(needle)
@@ -987,7 +989,7 @@ fn background_maintenance_does_not_block_the_turn() {
     let worker = {
         let harness = harness.clone();
         std::thread::spawn(move || {
-            let mut session = harness.open_session("bg").unwrap();
+            let mut session = harness.open_session(&"bg".parse().unwrap()).unwrap();
             harness.turn(&mut session, Message::user("hello")).unwrap();
             done.send(()).unwrap();
             // Dropping the session waits for its maintenance.
@@ -1048,7 +1050,9 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
                 Arc::new(ReplayTools::new(replay.clone())),
                 harness_options,
             );
-            let mut session = harness.open_session(&format!("task:{index}")).unwrap();
+            let mut session = harness
+                .open_session(&format!("task:{index}").parse().unwrap())
+                .unwrap();
             while let Some(prompt) = replay.script(|s| s.next_turn()) {
                 if !replay.script(|s| s.turn_has_answer()) {
                     harness.append(&mut session, &prompt).unwrap();
@@ -1127,7 +1131,9 @@ fn oversized_tool_results_are_truncated_in_the_models_view_only() {
         Arc::new(NoTools),
         HarnessOptions::new(32_000),
     );
-    let mut session = harness.open_session("big-result").unwrap();
+    let mut session = harness
+        .open_session(&"big-result".parse().unwrap())
+        .unwrap();
     let huge = "{\"flight\": \"HAT001\"} ".repeat(5_000);
     harness
         .append(&mut session, &Message::user("Show my reservation."))

@@ -751,7 +751,7 @@ fn a_harness_turn_in_flight_finishes_on_its_generation_and_the_next_turn_takes_t
         Arc::new(NoTools),
         HarnessOptions::new(128_000),
     );
-    let mut session = harness.open_session("reload").unwrap();
+    let mut session = harness.open_session(&"reload".parse().unwrap()).unwrap();
     let user = pincer_plugin_api::abi::latest::Message::user;
     harness.turn(&mut session, user("first")).unwrap();
     assert_eq!(

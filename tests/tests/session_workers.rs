@@ -307,7 +307,7 @@ fn a_session_runner_makes_engine_calls_inline_and_recovers_its_session_after_a_s
         HarnessOptions::new(128_000),
     ));
     // On the caller's thread the hung assemble is handed off: legacy answers after the timeout.
-    let mut session = harness.open_session("direct").unwrap();
+    let mut session = harness.open_session(&"direct".parse().unwrap()).unwrap();
     let report = harness.turn(&mut session, Message::user("hi")).unwrap();
     assert_eq!(report.assembled.answered_by, "legacy");
     runtime.quarantine().clear(None);
@@ -315,7 +315,7 @@ fn a_session_runner_makes_engine_calls_inline_and_recovers_its_session_after_a_s
     // On the session's runner the assemble runs inline: the engine ignores its abort, so the
     // turn's caller gets the timeout (a hand-off would have let legacy answer) and the engine
     // is quarantined.
-    let runner = SessionRunner::open(Arc::clone(&harness), "s").unwrap();
+    let runner = SessionRunner::open(Arc::clone(&harness), &"s".parse().unwrap()).unwrap();
     let work = match runner.run_turn(Message::user("lost")) {
         Err(HarnessError::Work(work)) => Err::<(), _>(work),
         other => panic!("expected the turn to be stuck in assemble: {other:?}"),

@@ -766,7 +766,7 @@ fn sessions_durability_is_read_from_the_config_and_a_bad_value_is_refused() {
 
 #[test]
 fn concurrent_index_updates_all_land() {
-    use pincer_host::session::{JsonlStore, SessionStore};
+    use pincer_host::session::{AgentId, JsonlStore, OnExisting, SessionStore};
     let home = tempfile::TempDir::new().unwrap();
     let store = JsonlStore::new(home.path().join("agents"));
     std::thread::scope(|scope| {
@@ -774,15 +774,16 @@ fn concurrent_index_updates_all_land() {
             let store = &store;
             scope.spawn(move || {
                 for i in 0..10 {
-                    let (_, writer) = store
-                        .create("main", &format!("key-{t}-{i}"), "/tmp", Durability::None)
+                    let key = format!("key-{t}-{i}").parse().unwrap();
+                    let created = store
+                        .create(&key, "/tmp", Durability::None, OnExisting::Refuse)
                         .unwrap();
-                    drop(writer);
+                    drop(created.writer);
                 }
             });
         }
     });
-    let listed = store.list("main").unwrap();
+    let listed = store.list(&AgentId::main()).unwrap();
     assert_eq!(
         listed.iter().filter(|s| s.session_key.is_some()).count(),
         80,
@@ -796,14 +797,20 @@ fn concurrent_index_updates_all_land() {
 /// shows the counters.
 #[test]
 fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
-    use pincer_host::session::{CounterUpdate, JsonlStore, SessionStore};
+    use pincer_host::session::{
+        AgentId, CounterUpdate, JsonlStore, OnExisting, SessionKey, SessionStore,
+    };
     let home = tempfile::TempDir::new().unwrap();
     let store = JsonlStore::new(home.path().join("agents"));
     let key = "agent:main:main";
-    let (summary, writer) = store.create("main", key, "/tmp", Durability::None).unwrap();
-    drop(writer);
+    let session_key: SessionKey = key.parse().unwrap();
+    let created = store
+        .create(&session_key, "/tmp", Durability::None, OnExisting::Refuse)
+        .unwrap();
+    let summary = created.summary;
+    drop(created.writer);
     // Fields OpenClaw writes and pincer does not model, and a count OpenClaw left.
-    let index_path = store.sessions_dir("main").join("sessions.json");
+    let index_path = store.sessions_dir(&AgentId::main()).join("sessions.json");
     let mut index: Value =
         serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
     index[key]["chatType"] = "direct".into();
@@ -816,7 +823,7 @@ fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
             scope.spawn(|| {
                 for _ in 0..10 {
                     store
-                        .record("main", key, CounterUpdate::Compaction)
+                        .record(&session_key, CounterUpdate::Compaction)
                         .unwrap();
                 }
             });
@@ -824,8 +831,7 @@ fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
     });
     let counters = store
         .record(
-            "main",
-            key,
+            &session_key,
             CounterUpdate::Usage {
                 input: 1200,
                 output: 80,
@@ -855,8 +861,10 @@ fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
     assert_eq!(listed[0]["contextTokens"], 1150);
 
     // The key given a new session (`/new`): its settings stay, its counters start again.
-    let (_, writer) = store.create("main", key, "/tmp", Durability::None).unwrap();
-    drop(writer);
+    let created = store
+        .create(&session_key, "/tmp", Durability::None, OnExisting::Replace)
+        .unwrap();
+    drop(created.writer);
     let index: Value =
         serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
     assert_ne!(index[key]["sessionId"], summary.session_id.as_str());
@@ -864,7 +872,10 @@ fn index_counters_add_up_under_concurrent_updates_and_keep_openclaws_fields() {
     assert!(index[key].get("compactionCount").is_none());
 
     let err = store
-        .record("main", "agent:main:other", CounterUpdate::Compaction)
+        .record(
+            &"agent:main:other".parse().unwrap(),
+            CounterUpdate::Compaction,
+        )
         .unwrap_err();
     assert_eq!(err.code(), "session_not_found");
 }

@@ -23,11 +23,12 @@ use clap::{Parser, Subcommand};
 use pincer_host::compaction::with_configured_services;
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
 use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
+use pincer_host::harness::engine_not_smaller;
 use pincer_host::report::doctor::doctor;
 use pincer_host::report::exercise::exercise_engine;
 use pincer_host::session::{
-    build_session_context, convert_to_llm, CounterUpdate, JsonlStore, SessionStore, SessionSummary,
-    SessionTree, Transcript, DEFAULT_AGENT,
+    build_session_context, convert_to_llm, AgentId, CounterUpdate, JsonlStore, OnExisting,
+    SessionFile, SessionKey, SessionStore, SessionSummary, SessionTree, Transcript,
 };
 use pincer_host::slot::quarantine::{
     clear_exited, harvest_crashes, health_line, process_alive, split_active, Quarantine,
@@ -143,7 +144,7 @@ enum Command {
         session: String,
         /// The agent whose keys and ids are searched.
         #[arg(long, value_name = "ID", default_value = "main")]
-        agent: String,
+        agent: AgentId,
         /// Use this engine instead of plugins.slots.contextEngine.
         #[arg(long, value_name = "ID")]
         engine: Option<String>,
@@ -283,7 +284,7 @@ enum SessionsCommand {
     List {
         /// The agent.
         #[arg(long, value_name = "ID", default_value = "main")]
-        agent: String,
+        agent: AgentId,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -294,7 +295,7 @@ enum SessionsCommand {
         session: String,
         /// The agent whose keys and ids are searched.
         #[arg(long, value_name = "ID", default_value = "main")]
-        agent: String,
+        agent: AgentId,
     },
     /// Prints a session's tree: every entry under its parent, the active path marked `*`.
     Tree {
@@ -302,7 +303,7 @@ enum SessionsCommand {
         session: String,
         /// The agent whose keys and ids are searched.
         #[arg(long, value_name = "ID", default_value = "main")]
-        agent: String,
+        agent: AgentId,
         /// Print the entries as a JSON array in tree order (id, parentId, type, depth,
         /// active, leaf).
         #[arg(long)]
@@ -315,7 +316,7 @@ enum SessionsCommand {
         session: String,
         /// The agent whose keys and ids are searched.
         #[arg(long, value_name = "ID", default_value = "main")]
-        agent: String,
+        agent: AgentId,
         /// The leaf entry (default: the session's active leaf).
         #[arg(long, value_name = "ENTRY")]
         leaf: Option<String>,
@@ -338,9 +339,14 @@ enum SessionsCommand {
         /// recorded in the index).
         #[arg(long, value_name = "PATH")]
         out: Option<PathBuf>,
-        /// The session key to record it under (default: `import:<file name>`).
+        /// The session key to record it under (default: `import:<file name>`); a key that
+        /// names a session already is refused unless `--force`.
         #[arg(long, value_name = "KEY")]
         key: Option<String>,
+        /// Point a key that names a session already at the imported one (the old file stays;
+        /// what was replaced is printed).
+        #[arg(long)]
+        force: bool,
     },
     /// Prints a session's active path as an OpenAI chat transcript, or the file as it is.
     Export {
@@ -348,7 +354,7 @@ enum SessionsCommand {
         session: String,
         /// The agent whose keys and ids are searched.
         #[arg(long, value_name = "ID", default_value = "main")]
-        agent: String,
+        agent: AgentId,
         /// `openai` or `jsonl`.
         #[arg(long, value_name = "FORMAT", default_value = "openai")]
         format: ExportFormat,
@@ -520,16 +526,9 @@ fn main() -> ExitCode {
             plugins_dirs,
             json,
         } => {
-            let resolved = if Path::new(&session).is_dir() {
-                return fail(
-                    format!("{session} is a directory: name a session file (.jsonl), key or id"),
-                    2,
-                );
-            } else {
-                match store(&home).resolve(&agent, &session) {
-                    Ok(summary) => summary,
-                    Err(err) => return fail(err, 2),
-                }
+            let resolved = match session_arg(&home, &agent, &session) {
+                Ok(summary) => summary,
+                Err(code) => return code,
             };
             let runtime = match open(home, plugins_dirs, Some((engine, None))) {
                 Ok(runtime) => runtime,
@@ -567,8 +566,9 @@ fn main() -> ExitCode {
                     format,
                     out,
                     key,
+                    force,
                 },
-        } => session_import(&home, &file, &format, out, key),
+        } => session_import(&home, &file, &format, out, key, force),
         Command::Sessions {
             command:
                 SessionsCommand::Export {
@@ -811,21 +811,57 @@ fn store(home: &PincerHome) -> JsonlStore {
     JsonlStore::new(home.root().join("agents"))
 }
 
-/// A session argument: a path, else a session key, else a session id of `agent`.
-fn resolve_session(home: &PincerHome, agent: &str, reference: &str) -> Result<PathBuf, ExitCode> {
-    if Path::new(reference).is_dir() {
-        return Err(fail(
-            format!("{reference} is a directory: name a session file (.jsonl), key or id"),
-            2,
-        ));
-    }
-    store(home)
-        .resolve(agent, reference)
-        .map(|s| s.session_file)
-        .map_err(|err| fail(err, 2))
+/// A session argument's file (see [`session_arg`]).
+fn resolve_session(
+    home: &PincerHome,
+    agent: &AgentId,
+    reference: &str,
+) -> Result<PathBuf, ExitCode> {
+    session_arg(home, agent, reference).map(|s| s.session_file)
 }
 
-fn session_list(home: &PincerHome, agent: &str, json: bool) -> ExitCode {
+/// A session argument: the path of a session file (checked: its first record is a session
+/// header; any other file is refused, exit 2, and left as it is), else a session key, else a
+/// session id of `agent`.
+fn session_arg(
+    home: &PincerHome,
+    agent: &AgentId,
+    reference: &str,
+) -> Result<SessionSummary, ExitCode> {
+    session_ref(home, agent, reference).map_err(|message| fail(message, 2))
+}
+
+/// [`session_arg`], failing with what was wrong.
+fn session_ref(
+    home: &PincerHome,
+    agent: &AgentId,
+    reference: &str,
+) -> Result<SessionSummary, String> {
+    let path = Path::new(reference);
+    if path.is_dir() {
+        return Err(format!(
+            "{reference} is a directory: name a session file (.jsonl), key or id"
+        ));
+    }
+    let key = SessionKey::parse_for(reference, agent);
+    if path.is_file() {
+        return match SessionFile::check(path) {
+            Ok(file) => Ok(store(home).for_file(agent, &file)),
+            Err(err) => {
+                // A file of the working folder may share its name with a key the store holds.
+                match key.as_ref().map(|key| store(home).find(key)) {
+                    Ok(Ok(Some(summary))) => Ok(summary),
+                    _ => Err(err.to_string()),
+                }
+            }
+        };
+    }
+    let key =
+        key.map_err(|err| format!("no session {reference:?}: there is no such file, and {err}"))?;
+    store(home).resolve(&key).map_err(|err| err.to_string())
+}
+
+fn session_list(home: &PincerHome, agent: &AgentId, json: bool) -> ExitCode {
     let sessions = match store(home).list(agent) {
         Ok(s) => s,
         Err(err) => return fail(err, 1),
@@ -949,29 +985,94 @@ fn session_tree(path: &Path, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// What a transcript file must hold, to finish "expected …".
+const TRANSCRIPT_SHAPE: &str = "a JSON array of chat messages (OpenAI chat `{\"role\", \"content\"}` or OpenClaw messages), or an object holding one under \"messages\" or \"traj\" (one τ-bench task)";
+
 /// The messages of a transcript file: a JSON array of chat messages, or an object holding one
-/// under `messages` or `traj` (a τ-bench task).
+/// under `messages` or `traj` (a τ-bench task). Anything else — a list of things that are not
+/// messages (a τ-bench task list), no message but a system prompt — is refused with what was
+/// expected.
 fn read_chat_list(file: &Path) -> Result<Vec<serde_json::Value>, String> {
     let text = std::fs::read_to_string(file)
         .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|err| format!("{} is not JSON: {err}", file.display()))?;
-    match value {
-        serde_json::Value::Array(list) => Ok(list),
+    let not_a_transcript = |what: String| {
+        format!(
+            "{} is not a transcript: {what}; expected {TRANSCRIPT_SHAPE}",
+            file.display()
+        )
+    };
+    let list = match value {
+        serde_json::Value::Array(list) => list,
         serde_json::Value::Object(mut map) => {
             match map.remove("messages").or_else(|| map.remove("traj")) {
-                Some(serde_json::Value::Array(list)) => Ok(list),
-                _ => Err(format!(
-                    "{}: no \"messages\" or \"traj\" array",
-                    file.display()
-                )),
+                Some(serde_json::Value::Array(list)) => list,
+                _ => {
+                    return Err(not_a_transcript(
+                        "an object without a \"messages\" or \"traj\" array".into(),
+                    ))
+                }
             }
         }
-        _ => Err(format!(
-            "{}: expected an array of OpenAI chat messages",
-            file.display()
-        )),
+        other => return Err(not_a_transcript(format!("it holds {}", json_kind(&other)))),
+    };
+    for (index, item) in list.iter().enumerate() {
+        match item.get("role") {
+            Some(serde_json::Value::String(_)) => {}
+            _ => {
+                let what = match item {
+                    serde_json::Value::Object(map) if map.contains_key("traj") => format!(
+                        "item {index} is a τ-bench task, not a message (import one task: an object with \"traj\")"
+                    ),
+                    serde_json::Value::Object(map) => format!(
+                        "item {index} is not a message: it has no string \"role\" (its keys: {})",
+                        map.keys().take(6).map(String::as_str).collect::<Vec<_>>().join(", ")
+                    ),
+                    other => format!("item {index} is {}, not a message object", json_kind(other)),
+                };
+                return Err(not_a_transcript(what));
+            }
+        }
     }
+    if !list.iter().any(|m| m["role"] != "system") {
+        return Err(not_a_transcript(
+            "it holds no message but a system prompt (nothing to import)".into(),
+        ));
+    }
+    Ok(list)
+}
+
+/// A JSON value's kind, in words.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The key an import is recorded under by default: `import:<file stem>`, with every character
+/// a key cannot hold made `-`.
+fn default_import_key(file: &Path) -> String {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-+@=#!~".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("import:{stem}")
 }
 
 fn session_import(
@@ -980,6 +1081,7 @@ fn session_import(
     format: &str,
     out: Option<PathBuf>,
     key: Option<String>,
+    force: bool,
 ) -> ExitCode {
     if format != "openai" {
         return fail(
@@ -991,41 +1093,113 @@ fn session_import(
         Ok(list) => list,
         Err(message) => return fail(message, 2),
     };
+    let key = key.unwrap_or_else(|| default_import_key(file));
+    let key = match SessionKey::parse(&key) {
+        Ok(key) => key,
+        Err(err) => return fail(err, 2),
+    };
     let durability = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config.config.sessions.durability,
         Err(err) => return fail(err, 2),
     };
+    // A key that names a session is not pointed at a new one without `--force`: refused
+    // before anything is written.
+    let existing = if force {
+        OnExisting::Replace
+    } else {
+        OnExisting::Refuse
+    };
+    match store(home).find(&key) {
+        Ok(Some(old)) if !force => {
+            return fail(
+                pincer_host::session::StoreError::KeyExists {
+                    agent: key.agent().to_string(),
+                    key: key.to_string(),
+                    session_id: old.session_id,
+                    file: old.session_file,
+                },
+                2,
+            )
+        }
+        Ok(_) => {}
+        Err(err) => return fail(err, 1),
+    }
     let session_id = pincer_host::session::writer::new_session_id();
     let path = out.unwrap_or_else(|| {
         store(home)
-            .sessions_dir(DEFAULT_AGENT)
+            .sessions_dir(key.agent())
             .join(format!("{session_id}.jsonl"))
     });
+    if path.exists() {
+        return fail(
+            format!(
+                "{} exists: an import writes a new session file; choose another --out",
+                path.display()
+            ),
+            2,
+        );
+    }
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    match pincer_host::session::openai::import_openai(&transcript, &path, &cwd, durability) {
-        Ok(writer) => {
-            drop(writer);
-            let key = key.unwrap_or_else(|| {
-                format!(
-                    "import:{}",
-                    file.file_stem()
-                        .map(|s| s.to_string_lossy())
-                        .unwrap_or_default()
-                )
-            });
-            let id = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or(session_id);
-            if let Err(err) = store(home).register(DEFAULT_AGENT, &key, &id, &path) {
-                return fail(err, 1);
+    // Written in a folder of its own beside the target, then renamed into place: a failed
+    // import leaves no partial session file behind.
+    let Some(name) = path.file_name() else {
+        return fail(format!("--out {} names no file", path.display()), 2);
+    };
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let staging = parent.join(format!(".import-{session_id}"));
+    let staged = staging.join(name);
+    let discard = || {
+        let _ = std::fs::remove_file(&staged);
+        let _ = std::fs::remove_dir(&staging);
+    };
+    match pincer_host::session::openai::import_openai(&transcript, &staged, &cwd, durability) {
+        Ok(writer) => drop(writer),
+        Err(err) => {
+            discard();
+            // A message the mapping cannot take is bad input (exit 2); a write that failed is 1.
+            let code = match err {
+                pincer_host::session::openai::ImportError::Message { .. } => 2,
+                _ => 1,
+            };
+            return fail(err, code);
+        }
+    }
+    if let Err(err) = std::fs::rename(&staged, &path) {
+        discard();
+        return fail(
+            format!(
+                "cannot move the imported session to {}: {err}",
+                path.display()
+            ),
+            1,
+        );
+    }
+    discard();
+    let id = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or(session_id);
+    match store(home).register(&key, &id, &path, existing) {
+        Ok(created) => {
+            if let Some(old) = created.replaced {
+                eprintln!(
+                    "replaced: key \"{key}\" named session {} ({}), which is kept",
+                    old.session_id,
+                    old.session_file.display()
+                );
             }
             println!("{}", path.display());
             ExitCode::SUCCESS
         }
-        Err(err) => fail(err, 1),
+        Err(err) => {
+            let _ = std::fs::remove_file(&path);
+            fail(err, 1)
+        }
     }
 }
 
@@ -1463,7 +1637,7 @@ fn assemble(
 
 /// What `pincer compact` was asked.
 struct CompactCommand<'a> {
-    agent: &'a str,
+    agent: &'a AgentId,
     session: &'a SessionSummary,
     context_window: Option<u64>,
     instructions: Option<&'a str>,
@@ -1497,7 +1671,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     let host_inputs = HostInputs {
         session_key: session.session_key.as_deref().map(Arc::from),
         session_target: Some(Arc::new(SessionTargetInput {
-            agent_id: Some(Arc::from(command.agent)),
+            agent_id: Some(Arc::from(command.agent.as_str())),
             session_id: Some(Arc::from(session.session_id.as_str())),
             session_key: session.session_key.as_deref().map(Arc::from),
             ..SessionTargetInput::default()
@@ -1516,7 +1690,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         Arc::from(entry_ids),
         host_inputs,
     );
-    request.agent_id = Some(Arc::from(command.agent));
+    request.agent_id = Some(Arc::from(command.agent.as_str()));
     request.token_budget = command.context_window;
     request.custom_instructions = command.instructions.map(Arc::from);
     let outcome = resolved
@@ -1542,17 +1716,29 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         }
     };
     let result = &guarded.value;
-    if result.compacted {
-        if let Some(key) = &session.session_key {
-            if let Err(err) =
-                store_of(runtime).record(command.agent, key, CounterUpdate::Compaction)
-            {
+    let details = result.result.as_ref().into_option();
+    // An engine's `compacted` whose tokens did not go down is reported as no compaction.
+    let not_smaller = details.filter(|_| result.compacted).and_then(|d| {
+        engine_not_smaller(
+            guarded.answer.answered_by.as_str(),
+            d.tokens_before,
+            d.tokens_after.into_option(),
+        )
+    });
+    let compacted = result.compacted && not_smaller.is_none();
+    if compacted {
+        let key = session
+            .session_key
+            .as_deref()
+            .and_then(|key| SessionKey::parse_for(key, command.agent).ok());
+        if let Some(key) = key {
+            if let Err(err) = store_of(runtime).record(&key, CounterUpdate::Compaction) {
                 tracing::warn!(%err, "compactionCount not updated in the session index");
             }
         }
     }
-    let details = result.result.as_ref().into_option();
-    let reason = result.reason.as_ref().map(|r| r.to_string()).into_option();
+    let reason =
+        not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
     if command.json {
         let out = serde_json::json!({
             "sessionFile": path,
@@ -1561,7 +1747,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
             "contextEngine": resolved.resolution,
             "answeredBy": guarded.answer.answered_by,
             "ok": result.ok,
-            "compacted": result.compacted,
+            "compacted": compacted,
             "reason": reason,
             "result": details.map(|d| serde_json::json!({
                 "summary": d.summary.as_ref().map(|s| s.to_string()).into_option(),
@@ -1578,7 +1764,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         );
     } else {
         print_resolution(&resolved.resolution);
-        match (result.compacted, details) {
+        match (compacted, details) {
             (true, Some(d)) => {
                 println!(
                     "compacted {}: {} -> {} tokens, {}",

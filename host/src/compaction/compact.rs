@@ -311,6 +311,22 @@ pub enum SkipReason {
     },
     /// Not forced, and automatic compaction is disabled.
     Disabled,
+    /// The summary and the kept history would be no smaller than the context: nothing is
+    /// appended.
+    NotSmaller {
+        /// The context's estimate before.
+        before: u64,
+        /// The estimate the compaction would have left.
+        after: u64,
+    },
+}
+
+/// Why a compaction that claims `compacted` is not one: its tokens did not go down (`before`
+/// unknown, i.e. 0, or `after` unknown claims nothing). The one rule the built-in compaction,
+/// the harness and `pincer compact` apply.
+pub fn not_smaller(before: u64, after: Option<u64>) -> Option<SkipReason> {
+    let after = after?;
+    (before > 0 && after >= before).then_some(SkipReason::NotSmaller { before, after })
 }
 
 impl fmt::Display for SkipReason {
@@ -330,6 +346,10 @@ impl fmt::Display for SkipReason {
                 "below threshold: {tokens} tokens is within the {window}-token window less its {reserve}-token reserve"
             ),
             SkipReason::Disabled => f.write_str("compaction is disabled"),
+            SkipReason::NotSmaller { before, after } => write!(
+                f,
+                "not smaller: the compacted context would be {after} tokens, the context is {before} ({before} -> {after}); nothing was appended"
+            ),
         }
     }
 }
@@ -476,6 +496,14 @@ pub fn compact_session_until(
         result.tokens_before,
         &result.first_kept_entry_id,
     );
+    // A summary no smaller than what it replaces is no compaction: nothing is appended. Both
+    // sides are the plain estimate (`tokensBefore` may come from a provider's usage).
+    let estimated_before = pincer_plugin_api::tokens::estimate_tokens(
+        &build_session_context(writer.tree(), None).messages,
+    );
+    if let Some(reason) = not_smaller(estimated_before, measured) {
+        return Ok(CompactOutcome::Skipped(reason));
+    }
     let entry_id = writer.append_compaction_measured(
         &result.summary,
         &result.first_kept_entry_id,

@@ -27,6 +27,7 @@ use crate::engines::services::ModelClient;
 use crate::engines::services::RuntimeCompactor;
 use crate::model::openai::model_for_spec;
 use crate::model::{ModelError, ModelProvider, ModelService};
+use crate::session::key::{AgentId, SessionKey};
 use crate::session::store::{JsonlStore, SessionStore, DEFAULT_AGENT};
 use crate::session::writer::Durability;
 use crate::slot::runtime::Runtime;
@@ -100,8 +101,11 @@ impl SessionCompactor {
         let Some(reference) = key.or(id) else {
             return Err("runtime compaction needs the session: sessionFile, sessionKey and sessionId are all empty".to_owned());
         };
+        let agent = AgentId::parse(agent).map_err(|e| format!("{e} ({})", e.code()))?;
+        let key =
+            SessionKey::parse_for(reference, &agent).map_err(|e| format!("{e} ({})", e.code()))?;
         store
-            .resolve(agent, reference)
+            .resolve(&key)
             .map(|s| s.session_file)
             .map_err(|e| format!("{e} ({})", e.code()))
     }

@@ -11,6 +11,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::session::key::SessionKey;
+
 /// The path every call is posted to.
 pub const CALL_PATH: &str = "/v1/call";
 
@@ -398,21 +400,19 @@ pub fn parse_call(bytes: &[u8]) -> Result<(GatewayMethod, CallRequest), GatewayE
                 ),
                 ))
             }
-            Some(key) if !valid_session_key(key) => {
-                return Err(GatewayError::bad_request(
-                    "invalid_session",
-                    format!(
-                    "session key {key:?} is not usable: 1–256 characters, no control characters"
-                ),
-                ))
+            Some(key) => {
+                session_key(key)?;
             }
-            Some(_) => {}
         }
     }
     Ok((method, call))
 }
 
-/// Whether `key` can name a session.
-fn valid_session_key(key: &str) -> bool {
-    !key.is_empty() && key.len() <= 256 && !key.chars().any(char::is_control)
+/// The session `key` names: a key, never a path (`400 invalid_session` naming the rule).
+///
+/// # Errors
+/// A key against [`crate::session::key::SESSION_KEY_RULE`] or with an unusable agent id.
+pub fn session_key(key: &str) -> Result<SessionKey, GatewayError> {
+    SessionKey::parse(key)
+        .map_err(|err| GatewayError::bad_request("invalid_session", err.to_string()))
 }

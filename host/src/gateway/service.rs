@@ -159,12 +159,14 @@ impl Gateway {
                 }
                 _ => {
                     let key = call.session.clone().expect("checked by parse_call");
+                    // A key, never a path: the store maps it to a file in its own folders.
+                    let session_key = super::protocol::session_key(&key)?;
                     let held = self.held(&key);
                     let runner = held
                         .runner
                         .get_or_try_init(|| {
                             let harness = Arc::clone(&parts.harness);
-                            let key = key.clone();
+                            let key = session_key;
                             async move {
                                 tokio::task::spawn_blocking(move || {
                                     SessionRunner::open(harness, &key)
@@ -297,6 +299,8 @@ fn work_error(err: WorkError) -> GatewayError {
 fn harness_error(err: HarnessError) -> GatewayError {
     let status = match &err {
         HarnessError::Model(_) => 502,
+        // The key's file is not a session the store can use: the client's key, not the server.
+        HarnessError::Unusable { .. } => 409,
         _ => 500,
     };
     GatewayError::new(status, err.code(), err.to_string())
@@ -863,6 +867,8 @@ fn serve_session(
             let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
+            // A child is named by a key too, never by a path.
+            super::protocol::session_key(child)?;
             let mode = match params.str("contextMode")? {
                 None | Some("isolated") => SubagentContextMode::Isolated,
                 Some("fork") => SubagentContextMode::Fork,
@@ -907,6 +913,8 @@ fn serve_session(
             let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
+            // A child is named by a key too, never by a path.
+            super::protocol::session_key(child)?;
             let reason = match params.str("reason")?.unwrap_or("completed") {
                 "deleted" => SubagentEndReason::Deleted,
                 "completed" => SubagentEndReason::Completed,

@@ -55,7 +55,10 @@ use crate::engines::request::{
 use crate::engines::session_worker::WorkError;
 use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSpec};
 use crate::session::context::build_session_context;
-use crate::session::store::{CounterUpdate, JsonlStore, SessionStore, SessionSummary};
+use crate::session::key::{AgentId, SessionFile, SessionKey};
+use crate::session::store::{
+    CounterUpdate, JsonlStore, OnExisting, SessionStore, SessionSummary, StoreError,
+};
 use crate::session::{SessionTree, SessionWriteError, SessionWriter};
 use crate::slot::guarded::{GuardError, GuardedEngine};
 use crate::slot::requirements::{HostDescriptor, HostSupportError};
@@ -76,8 +79,6 @@ pub const RESERVE_TOKENS_FLOOR: u64 = 20_000;
 /// How the harness runs turns.
 #[derive(Debug, Clone)]
 pub struct HarnessOptions {
-    /// The agent whose sessions these are (`main`).
-    pub agent_id: String,
     /// The model's context window, in tokens.
     pub context_window: u64,
     /// The system prompt (the engine's addition is prepended to it).
@@ -95,7 +96,6 @@ impl HarnessOptions {
     /// Defaults for a window of `context_window` tokens.
     pub fn new(context_window: u64) -> Self {
         HarnessOptions {
-            agent_id: crate::session::DEFAULT_AGENT.to_owned(),
             context_window,
             system_prompt: String::new(),
             durability: Durability::Entry,
@@ -103,6 +103,26 @@ impl HarnessOptions {
             host: HostDescriptor::embedded(),
         }
     }
+}
+
+/// Why an engine's answer `compacted` is not taken as one: its tokens did not go down
+/// ([`crate::compaction::compact::not_smaller`]). `legacy`'s answer is the built-in
+/// compaction's, which applies the rule itself to like-for-like estimates (its `tokensBefore`
+/// may be a provider's count) and appends nothing when it fails.
+pub fn engine_not_smaller(
+    answered_by: &str,
+    tokens_before: u64,
+    tokens_after: Option<u64>,
+) -> Option<String> {
+    if answered_by == crate::types::LEGACY_ENGINE_ID {
+        return None;
+    }
+    crate::compaction::compact::not_smaller(tokens_before, tokens_after).map(|_| {
+        format!(
+            "the engine answered compacted, but its tokens did not go down ({tokens_before} -> {}): reported as not compacted",
+            tokens_after.unwrap_or_default()
+        )
+    })
 }
 
 /// OpenClaw's reserve (16384, raised to the 20000 floor), scaled down to at most a quarter of
@@ -143,6 +163,33 @@ pub enum HarnessError {
     /// abort (the engine is quarantined as the guard's rules say), or no worker could start.
     #[error(transparent)]
     Work(#[from] WorkError),
+    /// The key's session file cannot be used (a directory, a link, a file outside the store):
+    /// nothing was changed, and the key is not pointed at a new file.
+    #[error(
+        "session key \"{key}\" names {}, which {why}: nothing was changed. Fix or remove it, use a \
+         new key, or replace the key's session (`pincer run --force`; the old file is kept)",
+        file.display()
+    )]
+    Unusable {
+        /// The key.
+        key: String,
+        /// The file the index names.
+        file: std::path::PathBuf,
+        /// What is wrong with it, to finish "which …".
+        why: &'static str,
+    },
+    /// A session file named on the command line has no key to run it under.
+    #[error(
+        "session file {} is not in the store's index and its name is no session key ({source}): \
+         name the session by a key",
+        file.display()
+    )]
+    Unkeyed {
+        /// The file.
+        file: std::path::PathBuf,
+        /// Why its stem is not a key.
+        source: crate::session::key::SessionKeyError,
+    },
 }
 
 impl HarnessError {
@@ -157,6 +204,8 @@ impl HarnessError {
             HarnessError::TooManyModelCalls => "too_many_model_calls",
             HarnessError::Work(WorkError::Stuck { .. }) => "engine_call_stuck",
             HarnessError::Work(WorkError::Unavailable(_)) => "session_worker_unavailable",
+            HarnessError::Unusable { .. } => "session_unusable",
+            HarnessError::Unkeyed { .. } => "session_unkeyed",
         }
     }
 }
@@ -166,8 +215,8 @@ impl HarnessError {
 pub struct HarnessSession {
     /// Where it is.
     pub summary: SessionSummary,
-    /// Its key (`sessions.json`).
-    pub key: String,
+    /// Its key (`sessions.json`), which names its agent.
+    pub key: SessionKey,
     writer: Option<SessionWriter>,
     existed: bool,
     bootstrapped: bool,
@@ -231,6 +280,25 @@ pub struct ContextSnapshot {
 }
 
 impl HarnessSession {
+    /// A session opened under `key`: new (with its `writer`) or existing.
+    fn new(summary: SessionSummary, key: SessionKey, writer: Option<SessionWriter>) -> Self {
+        let existed = writer.is_none();
+        HarnessSession {
+            summary,
+            key,
+            writer,
+            existed,
+            bootstrapped: false,
+            turns: (!existed).then_some(0),
+            last_usage: None,
+            last_call_at: None,
+            background: None,
+            context: None,
+            engine: None,
+            served_by: None,
+        }
+    }
+
     /// Whether the session file existed before this process opened it.
     pub fn existed(&self) -> bool {
         self.existed
@@ -464,58 +532,99 @@ impl Harness {
     /// session opened by its file's path is found by that file); a file the index does not
     /// name has no counters to update.
     fn record_counters(&self, session: &HarnessSession, update: CounterUpdate) {
-        let Some(key) = session.summary.session_key.as_deref() else {
+        if session.summary.session_key.is_none() {
             return;
-        };
-        if let Err(err) = self.store.record(&self.options.agent_id, key, update) {
+        }
+        if let Err(err) = self.store.record(&session.key, update) {
             tracing::warn!(%err, "session counters not updated");
         }
     }
 
-    /// Opens the session indexed under `key`, creating it when new.
+    /// The session store.
+    pub fn store(&self) -> &JsonlStore {
+        &self.store
+    }
+
+    /// Opens the session `key` names (its index entry, else the session of that id), creating
+    /// it when new. A key whose file is there but unusable — a directory, a link, a file outside
+    /// the agent's sessions folder — is refused ([`HarnessError::Unusable`]), never pointed at a
+    /// new file; a key whose file has gone is given a new session (logged), as OpenClaw does.
     ///
     /// # Errors
-    /// Store or file errors.
-    pub fn open_session(&self, key: &str) -> Result<HarnessSession, HarnessError> {
-        let agent = &self.options.agent_id;
-        match self.store.resolve(agent, key) {
-            Ok(summary) if summary.session_file.is_file() => Ok(HarnessSession {
-                summary,
-                key: key.to_owned(),
-                writer: None,
-                existed: true,
-                bootstrapped: false,
-                turns: None,
-                last_usage: None,
-                last_call_at: None,
-                background: None,
-                context: None,
-                engine: None,
-                served_by: None,
-            }),
-            _ => {
-                let cwd = std::env::current_dir()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default();
-                let (summary, writer) =
-                    self.store
-                        .create(agent, key, &cwd, self.options.durability)?;
-                Ok(HarnessSession {
-                    summary,
-                    key: key.to_owned(),
-                    writer: Some(writer),
-                    existed: false,
-                    bootstrapped: false,
-                    turns: Some(0),
-                    last_usage: None,
-                    last_call_at: None,
-                    background: None,
-                    context: None,
-                    engine: None,
-                    served_by: None,
-                })
-            }
+    /// Store or file errors, [`HarnessError::Unusable`].
+    pub fn open_session(&self, key: &SessionKey) -> Result<HarnessSession, HarnessError> {
+        let Some(summary) = self.store.find(key)? else {
+            return Ok(self.create_session(key, OnExisting::Refuse)?.0);
+        };
+        let unusable = |why: &'static str| HarnessError::Unusable {
+            key: key.to_string(),
+            file: summary.session_file.clone(),
+            why,
+        };
+        if !self.store.holds(key.agent(), &summary) {
+            return Err(unusable(
+                "lies outside the agent's sessions folder (only a command-line path may name such a file)",
+            ));
         }
+        match std::fs::symlink_metadata(&summary.session_file) {
+            Ok(meta) if meta.is_file() => Ok(HarnessSession::new(summary, key.clone(), None)),
+            Ok(meta) if meta.is_dir() => Err(unusable("is a directory")),
+            Ok(meta) if meta.is_symlink() => Err(unusable("is a symbolic link")),
+            Ok(_) => Err(unusable("is not a regular file")),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(
+                    session_key = %key,
+                    file = %summary.session_file.display(),
+                    "the session's file is gone: the key gets a new session"
+                );
+                Ok(self.create_session(key, OnExisting::Replace)?.0)
+            }
+            Err(source) => Err(HarnessError::Store(StoreError::Io {
+                path: summary.session_file.clone(),
+                source,
+            })),
+        }
+    }
+
+    /// Creates a new session under `key`; with [`OnExisting::Replace`] a key the index holds is
+    /// pointed at it, and the session it named (whose file stays) is returned beside.
+    ///
+    /// # Errors
+    /// Store or file errors; [`StoreError::KeyExists`] for a held key with
+    /// [`OnExisting::Refuse`].
+    pub fn create_session(
+        &self,
+        key: &SessionKey,
+        existing: OnExisting,
+    ) -> Result<(HarnessSession, Option<SessionSummary>), HarnessError> {
+        let cwd = std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        let created = self
+            .store
+            .create(key, &cwd, self.options.durability, existing)?;
+        Ok((
+            HarnessSession::new(created.summary, key.clone(), Some(created.writer)),
+            created.replaced,
+        ))
+    }
+
+    /// Opens a session file named on the command line (checked to be one), under its key in
+    /// the index of agent `main`, else under its id as key.
+    ///
+    /// # Errors
+    /// [`HarnessError::Unkeyed`] for an unindexed file whose name is no key.
+    pub fn open_session_file(&self, file: &SessionFile) -> Result<HarnessSession, HarnessError> {
+        let summary = self.store.for_file(&AgentId::main(), file);
+        let named = summary
+            .session_key
+            .clone()
+            .unwrap_or_else(|| summary.session_id.clone());
+        let key = SessionKey::parse(&named).map_err(|source| HarnessError::Unkeyed {
+            file: file.path().to_owned(),
+            source,
+        })?;
+        Ok(HarnessSession::new(summary, key, None))
     }
 
     /// Keeps `system_prompt` in the session (a `custom` entry, as import keeps it), when the
@@ -854,7 +963,7 @@ impl Harness {
         }
         Ok(TurnReport {
             turn,
-            session_key: session.key.clone(),
+            session_key: session.key.to_string(),
             session_file: session.summary.session_file.clone(),
             assembled: assembly.report,
             precheck: check,
@@ -915,7 +1024,7 @@ impl Harness {
         let empty = Vec::new();
         Ok(TurnReport {
             turn: session.turns_so_far(self.options.durability)?,
-            session_key: session.key.clone(),
+            session_key: session.key.to_string(),
             session_file: session.summary.session_file.clone(),
             assembled: AssembledReport {
                 count: 0,
@@ -1175,7 +1284,7 @@ impl Harness {
         let request = Arc::new(CompactRequest {
             session_id: Self::session_id(session),
             session_file: Self::session_file(session),
-            agent_id: Some(Arc::from(self.options.agent_id.as_str())),
+            agent_id: Some(Arc::from(session.key.agent().as_str())),
             entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
             messages: context.messages.into(),
             token_budget: Some(self.options.context_window),
@@ -1192,7 +1301,16 @@ impl Harness {
             .map_err(engine_error(Method::Compact))?;
         let result = guarded.value;
         let details = result.result.into_option();
-        if result.compacted {
+        // A compaction whose tokens did not go down is reported as none, and not counted.
+        let not_smaller = details.as_ref().filter(|_| result.compacted).and_then(|d| {
+            engine_not_smaller(
+                guarded.answer.answered_by.as_str(),
+                d.tokens_before,
+                d.tokens_after.into_option(),
+            )
+        });
+        let compacted = result.compacted && not_smaller.is_none();
+        if compacted {
             self.record_counters(session, CounterUpdate::Compaction);
         }
         // Reopen: the compaction may have appended to the file, changing the context.
@@ -1202,8 +1320,8 @@ impl Harness {
             tokens_before: details.as_ref().map_or(0, |d| d.tokens_before),
             tokens_after: details.as_ref().and_then(|d| d.tokens_after.into_option()),
             reason,
-            compacted: result.compacted,
-            detail: result.reason.map(|r| r.to_string()).into_option(),
+            compacted,
+            detail: not_smaller.or_else(|| result.reason.map(|r| r.to_string()).into_option()),
         })
     }
 

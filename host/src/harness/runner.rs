@@ -27,6 +27,7 @@ use std::sync::Arc;
 use pincer_plugin_api::abi::latest::Message;
 
 use crate::engines::session_worker::{SessionWorker, WorkHandle};
+use crate::session::key::SessionKey;
 
 use super::{Harness, HarnessError, HarnessSession, TurnReport};
 
@@ -35,7 +36,7 @@ pub struct SessionRunner {
     harness: Arc<Harness>,
     cell: Arc<SessionCell>,
     worker: SessionWorker,
-    key: String,
+    key: SessionKey,
 }
 
 impl std::fmt::Debug for SessionRunner {
@@ -82,21 +83,27 @@ impl SessionRunner {
     ///
     /// # Errors
     /// As [`Harness::open_session`].
-    pub fn open(harness: Arc<Harness>, key: &str) -> Result<Self, HarnessError> {
+    pub fn open(harness: Arc<Harness>, key: &SessionKey) -> Result<Self, HarnessError> {
         let session = harness.open_session(key)?;
-        Ok(SessionRunner {
+        Ok(SessionRunner::with_session(harness, session))
+    }
+
+    /// Binds `session` (opened or created by `harness`) to a worker of its own.
+    pub fn with_session(harness: Arc<Harness>, session: HarnessSession) -> Self {
+        let key = session.key.clone();
+        SessionRunner {
             harness,
             cell: Arc::new(SessionCell {
                 session: UnsafeCell::new(session),
                 in_work: AtomicBool::new(false),
             }),
-            worker: SessionWorker::new(key),
-            key: key.to_owned(),
-        })
+            worker: SessionWorker::new(key.as_str()),
+            key,
+        }
     }
 
     /// The session's key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &SessionKey {
         &self.key
     }
 

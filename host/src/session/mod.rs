@@ -3,13 +3,14 @@
 //! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
 //! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
 //! ([`writer`]; [`holder`]: who holds a session's lock), by many threads or tasks at once with group commit ([`group_commit`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
-//! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index). The
+//! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index; [`key`]: session keys, agent ids and checked session-file paths). The
 //! readers know nothing of engines.
 
 pub mod assemble;
 pub mod context;
 pub mod group_commit;
 pub mod holder;
+pub mod key;
 pub mod openai;
 pub mod store;
 pub mod time;
@@ -20,9 +21,10 @@ pub mod writer;
 pub use assemble::AssembledView;
 pub use context::{build_session_context, convert_to_llm, SessionContext};
 pub use group_commit::{DurableAppend, SharedSessionWriter};
+pub use key::{AgentId, SessionFile, SessionFileError, SessionKey, SessionKeyError};
 pub use store::{
-    CounterUpdate, JsonlStore, SessionCounters, SessionStore, SessionSummary, StoreError,
-    DEFAULT_AGENT,
+    CounterUpdate, Created, JsonlStore, OnExisting, SessionCounters, SessionStore, SessionSummary,
+    StoreError, DEFAULT_AGENT,
 };
 pub use transcript::{Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};

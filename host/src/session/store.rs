@@ -7,8 +7,14 @@
 //! one another; fields of an index entry that pincer does not know (OpenClaw's `chatType`,
 //! toggles, overrides …) are kept as they are.
 //!
-//! A command names a session by one argument, resolved as a path, else a session key of the
-//! agent, else a session id ([`SessionStore::resolve`]).
+//! A session is named by a [`SessionKey`] — never by a path: the mapping from key to storage is
+//! the store's, so another store (a database) takes the same keys. A key is looked up in its
+//! agent's index, else taken as a session id of that agent ([`SessionStore::find`]); a new
+//! session's file is always `<agents>/<agentId>/sessions/<sessionId>.jsonl`, the header's `id`
+//! and the index's `sessionId` being that one id. A key never moves to a new session silently:
+//! [`SessionStore::create`] and [`JsonlStore::register`] refuse a key the index holds unless
+//! told to replace it ([`OnExisting::Replace`]), and then say what they replaced. Only the local
+//! CLI names a session by a path, and only a checked [`SessionFile`] ([`JsonlStore::for_file`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::context::{build_session_context, SessionContext};
+use super::key::{AgentId, SessionFile, SessionKey};
 use super::time::now_ms;
 use super::tree::SessionTree;
 use super::writer::{new_session_id, Durability, SessionWriteError, SessionWriter};
@@ -122,8 +129,8 @@ impl SessionSummary {
 pub enum StoreError {
     /// Nothing matched the reference.
     #[error(
-        "no session \"{reference}\" for agent \"{agent}\": give a session file's path, a session \
-         key or a session id (`pincer sessions list` shows them)"
+        "no session \"{reference}\" for agent \"{agent}\": give a session key or a session id \
+         (`pincer sessions list` shows them), or on the command line a session file's path"
     )]
     NotFound {
         /// The agent.
@@ -150,6 +157,23 @@ pub enum StoreError {
     /// Writing a session failed.
     #[error(transparent)]
     Write(#[from] SessionWriteError),
+    /// The key already names a session, and the operation would point it at a new one.
+    #[error(
+        "session key \"{key}\" of agent \"{agent}\" already names session {session_id} ({}): \
+         nothing was changed; use a new key, or replace it (`--force` on the command line; the \
+         old file is kept)",
+        file.display()
+    )]
+    KeyExists {
+        /// The agent.
+        agent: String,
+        /// The key.
+        key: String,
+        /// The session it names.
+        session_id: String,
+        /// That session's file.
+        file: PathBuf,
+    },
 }
 
 impl StoreError {
@@ -160,8 +184,29 @@ impl StoreError {
             StoreError::BadIndex { .. } => "session_index_damaged",
             StoreError::Io { .. } => "session_store_io",
             StoreError::Write(e) => e.code(),
+            StoreError::KeyExists { .. } => "session_key_exists",
         }
     }
+}
+
+/// What creating or registering a session does with a key the index already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExisting {
+    /// Refuse ([`StoreError::KeyExists`]): nothing is written.
+    Refuse,
+    /// Point the key at the new session; the old session's file stays where it is.
+    Replace,
+}
+
+/// A session created (or a file registered) under a key.
+#[derive(Debug)]
+pub struct Created<W> {
+    /// The new session.
+    pub summary: SessionSummary,
+    /// Its writer ([`SessionStore::create`]), or `()` ([`JsonlStore::register`]).
+    pub writer: W,
+    /// The session the key named before, when it was replaced.
+    pub replaced: Option<SessionSummary>,
 }
 
 /// Where sessions are kept. The JSONL store is the embedded default; a database backend (a fleet
@@ -171,13 +216,25 @@ pub trait SessionStore {
     ///
     /// # Errors
     /// I/O errors or a damaged index.
-    fn list(&self, agent: &str) -> Result<Vec<SessionSummary>, StoreError>;
+    fn list(&self, agent: &AgentId) -> Result<Vec<SessionSummary>, StoreError>;
 
-    /// The session `reference` names: a path, else a session key, else a session id.
+    /// The session `key` names in its agent's index, else the session of that agent whose id is
+    /// `key`; `None` when there is none.
     ///
     /// # Errors
-    /// [`StoreError::NotFound`].
-    fn resolve(&self, agent: &str, reference: &str) -> Result<SessionSummary, StoreError>;
+    /// I/O errors or a damaged index.
+    fn find(&self, key: &SessionKey) -> Result<Option<SessionSummary>, StoreError>;
+
+    /// As [`SessionStore::find`], with nothing found an error.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], or as [`SessionStore::find`].
+    fn resolve(&self, key: &SessionKey) -> Result<SessionSummary, StoreError> {
+        self.find(key)?.ok_or_else(|| StoreError::NotFound {
+            agent: key.agent().to_string(),
+            reference: key.to_string(),
+        })
+    }
 
     /// Reads a session.
     ///
@@ -209,28 +266,28 @@ pub trait SessionStore {
         durability: Durability,
     ) -> Result<SessionWriter, StoreError>;
 
-    /// Updates the counters of the session indexed under `session_key`.
+    /// Updates the counters of the session indexed under `key`.
     ///
     /// # Errors
     /// I/O errors, a damaged index, or a key the index does not hold.
     fn record(
         &self,
-        agent: &str,
-        session_key: &str,
+        key: &SessionKey,
         update: CounterUpdate,
     ) -> Result<SessionCounters, StoreError>;
 
-    /// Creates a new, empty session under `session_key` and records it in the index.
+    /// Creates a new, empty session under `key` and records it in the index.
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors, or [`StoreError::KeyExists`] for a key the index holds with
+    /// [`OnExisting::Refuse`] (checked before anything is written).
     fn create(
         &self,
-        agent: &str,
-        session_key: &str,
+        key: &SessionKey,
         cwd: &str,
         durability: Durability,
-    ) -> Result<(SessionSummary, SessionWriter), StoreError>;
+        existing: OnExisting,
+    ) -> Result<Created<SessionWriter>, StoreError>;
 }
 
 /// The on-disk index entry.
@@ -262,17 +319,53 @@ impl JsonlStore {
     }
 
     /// The folder of `agent`'s sessions.
-    pub fn sessions_dir(&self, agent: &str) -> PathBuf {
+    pub fn sessions_dir(&self, agent: &AgentId) -> PathBuf {
+        self.dir_of(agent.as_str())
+    }
+
+    fn dir_of(&self, agent: &str) -> PathBuf {
         self.root.join(agent).join("sessions")
     }
 
+    /// Whether `session`'s file lies directly in `agent`'s sessions folder (an index entry's
+    /// `sessionFile` may name a file elsewhere, which only the local CLI may follow).
+    /// The folders are compared as written, else resolved (an index OpenClaw wrote names its
+    /// files by absolute paths, which may reach the same folder another way).
+    pub fn holds(&self, agent: &AgentId, session: &SessionSummary) -> bool {
+        let file = &session.session_file;
+        let named = file
+            .file_name()
+            .is_some_and(|n| n != ".." && n != "." && !n.is_empty());
+        let Some(parent) = file.parent() else {
+            return false;
+        };
+        let dir = self.sessions_dir(agent);
+        named
+            && (parent == dir
+                || matches!(
+                    (std::fs::canonicalize(parent), std::fs::canonicalize(&dir)),
+                    (Ok(a), Ok(b)) if a == b
+                ))
+    }
+
+    /// The session `file` is for `agent`: its index entry when the index names that file, else
+    /// an unindexed summary (its id the file's stem).
+    pub fn for_file(&self, agent: &AgentId, file: &SessionFile) -> SessionSummary {
+        let path = file.path();
+        self.list(agent)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|s| s.session_file == path)
+            .unwrap_or_else(|| SessionSummary::unindexed(path.to_owned()))
+    }
+
     fn index_path(&self, agent: &str) -> PathBuf {
-        self.sessions_dir(agent).join("sessions.json")
+        self.dir_of(agent).join("sessions.json")
     }
 
     /// Holds `sessions.json.lock` exclusively until dropped (waiting for another holder).
     fn lock_index(&self, agent: &str) -> Result<std::fs::File, StoreError> {
-        let dir = self.sessions_dir(agent);
+        let dir = self.dir_of(agent);
         let path = dir.join("sessions.json.lock");
         let io = |source| StoreError::Io {
             path: path.clone(),
@@ -326,7 +419,7 @@ impl JsonlStore {
             session_key: key.map(str::to_owned),
             session_id: entry.session_id.clone(),
             session_file: entry.session_file.clone().unwrap_or_else(|| {
-                self.sessions_dir(agent)
+                self.dir_of(agent)
                     .join(format!("{}.jsonl", entry.session_id))
             }),
             updated_at: entry.updated_at,
@@ -334,20 +427,33 @@ impl JsonlStore {
         }
     }
 
-    /// Records `session_file` under `session_key` (an import, or a session written elsewhere).
+    /// Records `session_file` under `key` (an import, or a session written elsewhere).
     ///
     /// # Errors
-    /// I/O errors or a damaged index.
+    /// I/O errors, a damaged index, or [`StoreError::KeyExists`] when `key` names another
+    /// session and `existing` is [`OnExisting::Refuse`].
     pub fn register(
         &self,
-        agent: &str,
-        session_key: &str,
+        key: &SessionKey,
         session_id: &str,
         session_file: &Path,
-    ) -> Result<SessionSummary, StoreError> {
+        existing: OnExisting,
+    ) -> Result<Created<()>, StoreError> {
+        let agent = key.agent().as_str();
+        let session_key = key.as_str();
         // Read-modify-write under a lock, so that two processes registering at once both land.
         let _lock = self.lock_index(agent)?;
         let mut index = self.read_index(agent)?;
+        let replaced = match index.get(session_key) {
+            Some(old) if old.session_id != session_id => {
+                let old = self.summary(agent, Some(session_key), old);
+                if existing == OnExisting::Refuse {
+                    return Err(self.exists(key, old));
+                }
+                Some(old)
+            }
+            _ => None,
+        };
         // A key given a new session keeps its settings (the fields pincer does not know); its
         // counters start again unless it is the same session.
         let (counters, other) = match index.remove(session_key) {
@@ -357,9 +463,8 @@ impl JsonlStore {
         };
         let entry = IndexEntry {
             session_id: session_id.to_owned(),
-            session_file: (session_file
-                != self.sessions_dir(agent).join(format!("{session_id}.jsonl")))
-            .then(|| session_file.to_owned()),
+            session_file: (session_file != self.dir_of(agent).join(format!("{session_id}.jsonl")))
+                .then(|| session_file.to_owned()),
             updated_at: Some(now_ms()),
             counters,
             other,
@@ -367,18 +472,32 @@ impl JsonlStore {
         let summary = self.summary(agent, Some(session_key), &entry);
         index.insert(session_key.to_owned(), entry);
         self.write_index(agent, &index)?;
-        Ok(summary)
+        Ok(Created {
+            summary,
+            writer: (),
+            replaced,
+        })
+    }
+
+    fn exists(&self, key: &SessionKey, old: SessionSummary) -> StoreError {
+        StoreError::KeyExists {
+            agent: key.agent().to_string(),
+            key: key.to_string(),
+            session_id: old.session_id,
+            file: old.session_file,
+        }
     }
 }
 
 impl SessionStore for JsonlStore {
-    fn list(&self, agent: &str) -> Result<Vec<SessionSummary>, StoreError> {
+    fn list(&self, agent: &AgentId) -> Result<Vec<SessionSummary>, StoreError> {
+        let agent = agent.as_str();
         let index = self.read_index(agent)?;
         let mut out: Vec<SessionSummary> = index
             .iter()
             .map(|(key, entry)| self.summary(agent, Some(key), entry))
             .collect();
-        let dir = self.sessions_dir(agent);
+        let dir = self.dir_of(agent);
         let mut unindexed = Vec::new();
         match std::fs::read_dir(&dir) {
             Ok(entries) => {
@@ -402,25 +521,14 @@ impl SessionStore for JsonlStore {
         Ok(out)
     }
 
-    fn resolve(&self, agent: &str, reference: &str) -> Result<SessionSummary, StoreError> {
-        let path = Path::new(reference);
-        if path.is_file() {
-            let listed = self.list(agent).unwrap_or_default();
-            return Ok(listed
-                .into_iter()
-                .find(|s| s.session_file == path)
-                .unwrap_or_else(|| SessionSummary::unindexed(path.to_owned())));
-        }
-        let listed = self.list(agent)?;
-        listed
+    fn find(&self, key: &SessionKey) -> Result<Option<SessionSummary>, StoreError> {
+        let listed = self.list(key.agent())?;
+        let reference = key.as_str();
+        Ok(listed
             .iter()
             .find(|s| s.session_key.as_deref() == Some(reference))
             .or_else(|| listed.iter().find(|s| s.session_id == reference))
-            .cloned()
-            .ok_or_else(|| StoreError::NotFound {
-                agent: agent.to_owned(),
-                reference: reference.to_owned(),
-            })
+            .cloned())
     }
 
     fn read(&self, session: &SessionSummary) -> Result<SessionTree, StoreError> {
@@ -429,16 +537,37 @@ impl SessionStore for JsonlStore {
 
     fn create(
         &self,
-        agent: &str,
-        session_key: &str,
+        key: &SessionKey,
         cwd: &str,
         durability: Durability,
-    ) -> Result<(SessionSummary, SessionWriter), StoreError> {
+        existing: OnExisting,
+    ) -> Result<Created<SessionWriter>, StoreError> {
+        // Refused before a file is made; `register` checks again under the index's lock.
+        if existing == OnExisting::Refuse {
+            let indexed = self.read_index(key.agent().as_str())?;
+            if let Some(old) = indexed.get(key.as_str()) {
+                let old = self.summary(key.agent().as_str(), Some(key.as_str()), old);
+                return Err(self.exists(key, old));
+            }
+        }
         let session_id = new_session_id();
-        let file = self.sessions_dir(agent).join(format!("{session_id}.jsonl"));
+        let file = self
+            .sessions_dir(key.agent())
+            .join(format!("{session_id}.jsonl"));
         let writer = SessionWriter::create(&file, cwd, durability)?;
-        let summary = self.register(agent, session_key, &session_id, &file)?;
-        Ok((summary, writer))
+        match self.register(key, &session_id, &file, existing) {
+            Ok(created) => Ok(Created {
+                summary: created.summary,
+                writer,
+                replaced: created.replaced,
+            }),
+            Err(err) => {
+                // Not indexed: the empty session is not left behind.
+                drop(writer);
+                let _ = std::fs::remove_file(&file);
+                Err(err)
+            }
+        }
     }
 
     fn open(
@@ -451,10 +580,10 @@ impl SessionStore for JsonlStore {
 
     fn record(
         &self,
-        agent: &str,
-        session_key: &str,
+        key: &SessionKey,
         update: CounterUpdate,
     ) -> Result<SessionCounters, StoreError> {
+        let (agent, session_key) = (key.agent().as_str(), key.as_str());
         let _lock = self.lock_index(agent)?;
         let mut index = self.read_index(agent)?;
         let entry = index

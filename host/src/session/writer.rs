@@ -118,7 +118,9 @@ pub struct SessionWriter {
 }
 
 impl SessionWriter {
-    /// Creates a new session file at `path` (which must not exist) with a version-4 header.
+    /// Creates a new session file at `path` (which must not exist) with a version-4 header whose
+    /// `id` is the file's stem: OpenClaw names a session file `<sessionId>.jsonl`, so the header,
+    /// the file name and the index's `sessionId` hold one id (a fresh one when the stem is empty).
     ///
     /// # Errors
     /// I/O errors, or [`SessionWriteError::Locked`].
@@ -143,7 +145,11 @@ impl SessionWriter {
         let header = json!({
             "type": "session",
             "version": SESSION_VERSION,
-            "id": new_session_id(),
+            "id": path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(new_session_id),
             "timestamp": iso_now(),
             "cwd": cwd,
         });

@@ -7,11 +7,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
-use pincer_host::harness::{Harness, HarnessOptions, SessionRunner, TurnReport};
+use pincer_host::harness::{
+    Harness, HarnessError, HarnessOptions, HarnessSession, SessionRunner, TurnReport,
+};
 use pincer_host::model::openai::{model_for_spec, OPENAI_PREFIX};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelProvider, NoTools, ToolExecutor};
-use pincer_host::session::JsonlStore;
+use pincer_host::session::{
+    JsonlStore, OnExisting, SessionFile, SessionKey, SessionStore, SessionSummary, StoreError,
+};
 use pincer_plugin_api::interop::openai_chat_messages;
 use pincer_plugin_api::Message;
 
@@ -30,9 +34,16 @@ pub struct RunArgs {
     /// object with `messages` or `traj`) turn by turn.
     #[arg(long, value_name = "FILE")]
     import: Option<PathBuf>,
-    /// The session key (created when new; generated and printed when omitted).
+    /// The session key (created when new; generated and printed when omitted), or the path
+    /// of a session file. `--import` makes a new session: a key that names one already is
+    /// refused unless `--force`.
     #[arg(long, value_name = "KEY")]
     session: Option<String>,
+    /// Point `--session`'s key at a new session when it names one already (`--import`) or
+    /// names a file that cannot be used (a directory …); the old file stays, and what was
+    /// replaced is printed.
+    #[arg(long)]
+    force: bool,
     /// Use this engine instead of plugins.slots.contextEngine.
     #[arg(long, value_name = "ID")]
     engine: Option<String>,
@@ -90,22 +101,82 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         Arc::clone(&plan.tools),
         options,
     ));
-    let key = args
-        .session
-        .clone()
-        .unwrap_or_else(|| format!("run:{}", uuid_like()));
     // The session's work runs on a worker of its own, where engine calls run inline.
-    let code = match SessionRunner::open(harness, &key) {
-        Ok(runner) => {
+    let code = match open_session(&harness, &args) {
+        Ok(session) => {
+            let runner = SessionRunner::with_session(harness, session);
             if args.session.is_none() {
-                eprintln!("session key: {key}");
+                eprintln!("session key: {}", runner.key());
             }
             drive(&runner, &plan, args.json)
         }
-        Err(err) => super::fail(err, 1),
+        Err(code) => code,
     };
     runtime.shutdown();
     code
+}
+
+/// The session the run plays into: `--session`'s session file, else its key's session (a new
+/// one for `--import`), else a new key's.
+fn open_session(harness: &Harness, args: &RunArgs) -> Result<HarnessSession, ExitCode> {
+    let Some(reference) = args.session.as_deref() else {
+        let key = SessionKey::parse(&format!("run:{}", uuid_like())).expect("a run key is a key");
+        return harness
+            .create_session(&key, OnExisting::Refuse)
+            .map(|(session, _)| session)
+            .map_err(|err| super::fail(err, 1));
+    };
+    let key = SessionKey::parse(reference);
+    let path = std::path::Path::new(reference);
+    if path.is_file() {
+        let known = key
+            .as_ref()
+            .ok()
+            .filter(|key| harness.store().find(key).ok().flatten().is_some());
+        if known.is_none() {
+            let file = SessionFile::check(path).map_err(|err| super::fail(err, 2))?;
+            return harness
+                .open_session_file(&file)
+                .map_err(|err| super::fail(err, 2));
+        }
+    }
+    let key = key.map_err(|err| super::fail(format!("{err}; or name a session file's path"), 2))?;
+    let existing = if args.force {
+        OnExisting::Replace
+    } else {
+        OnExisting::Refuse
+    };
+    let replaced = |(session, old): (HarnessSession, Option<SessionSummary>)| {
+        if let Some(old) = old {
+            eprintln!(
+                "replaced: key \"{key}\" named session {} ({}), which is kept",
+                old.session_id,
+                old.session_file.display()
+            );
+        }
+        session
+    };
+    let refused = |err: HarnessError| {
+        let code = match &err {
+            HarnessError::Unusable { .. } | HarnessError::Store(StoreError::KeyExists { .. }) => 2,
+            _ => 1,
+        };
+        super::fail(err, code)
+    };
+    if args.import.is_some() {
+        // An import makes a new session: never silently over a key's history.
+        return harness
+            .create_session(&key, existing)
+            .map(replaced)
+            .map_err(refused);
+    }
+    match harness.open_session(&key) {
+        Err(HarnessError::Unusable { .. }) if args.force => harness
+            .create_session(&key, OnExisting::Replace)
+            .map(replaced)
+            .map_err(refused),
+        other => other.map_err(refused),
+    }
 }
 
 /// What the run plays: its model, tools, system prompt and prompts.
@@ -264,11 +335,20 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
     }
     while let Some(prompt) = replay.script(|s| s.next_turn()) {
         if !replay.script(|s| s.turn_has_answer()) {
-            // The transcript ends on a user message nothing answered: kept, no model call.
-            if let Err(err) = append(prompt) {
-                return super::fail(err, 1);
-            }
+            // The transcript ends on a user message nothing answered: kept, no model call —
+            // and said so.
+            let entry_id = match append(prompt) {
+                Ok(id) => id,
+                Err(err) => return super::fail(err, 1),
+            };
             progress.inc(1);
+            // On stderr: stdout (with `--json`) holds one object per turn, and this is none.
+            progress.suspend(|| {
+                eprintln!(
+                    "note: the transcript ends on a user message with no answer: kept in the \
+                     session (entry {entry_id}), no model call"
+                );
+            });
             continue;
         }
         progress.inc(1);

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
 use pincer_host::engines::request::{HostInputs, ToolCallRequest};
-use pincer_host::session::{JsonlStore, SessionStore};
 use pincer_plugin_api::abi::latest::AbortController;
 use serde_json::{json, Value};
 
@@ -27,7 +26,7 @@ pub struct ToolArgs {
     engine: Option<String>,
     /// The agent whose sessions are searched.
     #[arg(long, value_name = "ID", default_value = "main")]
-    agent: String,
+    agent: pincer_host::session::AgentId,
     /// Another folder to discover plugins in (repeatable).
     #[arg(long = "plugins-dir", value_name = "DIR")]
     plugins_dirs: Vec<PathBuf>,
@@ -49,8 +48,7 @@ pub fn run(home: PincerHome, args: ToolArgs) -> ExitCode {
         }
         Err(err) => return super::fail(format!("--args is not JSON: {err}"), 2),
     };
-    let store = JsonlStore::new(home.root().join("agents"));
-    let session = match store.resolve(&args.agent, &args.session) {
+    let session = match super::session_ref(&home, &args.agent, &args.session) {
         Ok(session) => session,
         Err(err) => {
             return super::fail(

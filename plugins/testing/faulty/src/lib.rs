@@ -10,6 +10,7 @@
 //! `backgroundMaintenance: true` declares `turnMaintenanceMode: "background"`.
 //! A `factory-behaviour` file in the plugin folder (a behaviour name) overrides `factory`: a
 //! "build" whose factory fails, for reload tests.
+//! `compactClaim: {"tokensBefore", "tokensAfter"}`: `compact` claims that compaction (`claims.rs`).
 //! `disposeLog: PATH` appends one line per `dispose` to PATH (the instance's own tag, unique in
 //! the process), so a test can count how often each instance was disposed; with it set, any
 //! call after `dispose` fails ("called after dispose").
@@ -45,6 +46,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod claims;
 
 use pincer_plugin_api::prelude::*;
 use pincer_plugin_api::{AbortSignal, HostParams, ToolCallResult};
@@ -179,6 +182,9 @@ struct Config {
     /// A file `dispose` appends the instance's tag to.
     #[serde(default)]
     dispose_log: Option<String>,
+    /// `compact` claims this compaction ([`claims`]).
+    #[serde(default)]
+    compact_claim: Option<claims::CompactClaim>,
     #[serde(flatten)]
     methods: BTreeMap<String, Behaviour>,
 }
@@ -200,6 +206,7 @@ pub struct Faulty {
     error_message: Option<String>,
     ask_model: Option<String>,
     dispose_log: Option<String>,
+    compact_claim: Option<claims::CompactClaim>,
     /// Unique in the process: which instance this is.
     tag: u64,
     /// Set by `dispose`.
@@ -409,6 +416,7 @@ impl Engine for Faulty {
             error_message: config.error_message,
             ask_model: config.ask_model,
             dispose_log: config.dispose_log,
+            compact_claim: config.compact_claim,
             tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
             disposed: AtomicBool::new(false),
             hang,
@@ -483,6 +491,9 @@ impl Engine for Faulty {
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
         self.on("compact", Some(&params.host))?;
+        if let Some(claim) = self.compact_claim {
+            return Ok(claim.answer());
+        }
         // Report what arrived instead of compacting: tests read the projection from here.
         Ok(CompactResult::nothing_to_do(format!(
             "faulty does not compact; host params: {}",
