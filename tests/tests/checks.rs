@@ -1,0 +1,155 @@
+//! The trust boundary's checks (issue 21, items 6–9), through the real `pincer` binary: what an
+//! engine returns is checked before use (`plugins/testing/hostile`'s ABI-level garbage), a
+//! plugin the operator pinned keeps its engine ids, permissions are checked where a plugin's
+//! files really are, and `doctor` without `--load` reports what the runtime does.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use pincer_tests::*;
+use serde_json::{json, Value};
+
+/// A home whose `pincer.json` is `config`.
+fn home_with(config: Value) -> TempDir {
+    let home = TempDir::new().unwrap();
+    std::fs::write(home.path().join("pincer.json"), config.to_string()).unwrap();
+    home
+}
+
+fn assemble(home: &Path, plugins_dir: &Path) -> Output {
+    let conversation = example_conversation().display().to_string();
+    let plugins = plugins_dir.display().to_string();
+    run_pincer(
+        home,
+        &[
+            "assemble",
+            "--json",
+            "--conversation",
+            &conversation,
+            "--plugins-dir",
+            &plugins,
+        ],
+    )
+}
+
+fn doctor_json(home: &Path, plugins_dir: &Path, load: bool) -> Value {
+    let plugins = plugins_dir.display().to_string();
+    let mut args = vec!["doctor", "--json", "--plugins-dir", &plugins];
+    if load {
+        args.push("--load");
+    }
+    stdout_json(&run_pincer(home, &args))
+}
+
+/// The sha256 a staged plugin's manifest records for its library.
+fn staged_sha256(plugin_dir: &Path) -> String {
+    read_manifest_json(plugin_dir)["sha256"]
+        .as_str()
+        .expect("staged manifests pin their library")
+        .to_owned()
+}
+
+/// A plugins folder with the genuine `sliding-window` and the `impostor`, which also declares
+/// `sliding-window` among its engine ids.
+fn contested_plugins() -> (TempDir, PathBuf) {
+    let plugins = TempDir::new().unwrap();
+    let genuine = copy_plugin(
+        &staged_plugin("sliding-window"),
+        plugins.path(),
+        "sliding-window",
+    );
+    copy_plugin(&staged_variant("impostor"), plugins.path(), "impostor");
+    (plugins, genuine)
+}
+
+// Item 7: a pinned plugin keeps its engine ids; the newcomer alone is refused.
+#[test]
+fn a_pinned_plugin_keeps_its_engine_id_and_the_newcomer_alone_is_refused() {
+    let (plugins, genuine) = contested_plugins();
+    let home = home_with(json!({ "plugins": {
+        "slots": { "contextEngine": "sliding-window" },
+        "entries": { "sliding-window": { "sha256": staged_sha256(&genuine) } },
+    } }));
+
+    for load in [true, false] {
+        let report = doctor_json(home.path(), plugins.path(), load);
+        let held = find_by_id(&report["plugins"], "sliding-window");
+        // Selected, it is opened with or without `--load`.
+        assert_eq!(
+            held["status"], "loaded",
+            "--load {load}: the pinned plugin is not touched: {held}"
+        );
+        assert!(held["error"].is_null(), "{held}");
+        let newcomer = find_by_id(&report["plugins"], "impostor");
+        assert_eq!(newcomer["status"], "rejected", "{newcomer}");
+        assert_eq!(newcomer["error"]["code"], "engine_id_held", "{newcomer}");
+        let message = newcomer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(r#"plugin "impostor" is refused: engine id "sliding-window" belongs to plugin "sliding-window", installed and pinned by the operator (plugins.entries.sliding-window.sha256)"#),
+            "names the id and the holder: {message}"
+        );
+        assert_eq!(report["ok"], false, "a planted claimant is a trust refusal");
+    }
+    let out = assemble(home.path(), plugins.path());
+    assert_eq!(
+        stdout_json(&out)["answeredBy"],
+        "sliding-window",
+        "{}",
+        stderr_text(&out)
+    );
+
+    // Two pinned claimants: neither is the operator's one choice, so both are refused.
+    let impostor = plugins.path().join("impostor");
+    let home = home_with(json!({ "plugins": {
+        "slots": { "contextEngine": "sliding-window" },
+        "entries": {
+            "sliding-window": { "sha256": staged_sha256(&genuine) },
+            "impostor": { "sha256": staged_sha256(&impostor) },
+        },
+    } }));
+    let report = doctor_json(home.path(), plugins.path(), false);
+    for id in ["impostor", "sliding-window"] {
+        let plugin = find_by_id(&report["plugins"], id);
+        assert_eq!(plugin["error"]["code"], "engine_id_contested", "{plugin}");
+    }
+    let out = assemble(home.path(), plugins.path());
+    assert_eq!(stdout_json(&out)["answeredBy"], "legacy");
+}
+
+// Item 9: two folders with one plugin id, as `doctor --load` reports them.
+#[test]
+fn doctor_without_load_reports_two_folders_with_one_plugin_id_as_the_runtime_does() {
+    let plugins = TempDir::new().unwrap();
+    let first = copy_plugin(&staged_plugin("faulty"), plugins.path(), "a-faulty");
+    let second = copy_plugin(&staged_plugin("faulty"), plugins.path(), "b-faulty");
+    let home = home_with(json!({}));
+    for load in [true, false] {
+        let report = doctor_json(home.path(), plugins.path(), load);
+        let listed: Vec<&Value> = report["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["id"] == "faulty")
+            .collect();
+        assert_eq!(listed.len(), 2, "{report}");
+        assert_eq!(
+            listed[0]["status"],
+            if load { "loaded" } else { "verified" },
+            "--load {load}: the first folder is used: {}",
+            listed[0]
+        );
+        assert_eq!(listed[0]["dir"], first.display().to_string());
+        assert_eq!(
+            listed[1]["status"], "rejected",
+            "--load {load}: {}",
+            listed[1]
+        );
+        assert_eq!(listed[1]["error"]["code"], "duplicate_plugin");
+        let message = listed[1]["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&first.display().to_string())
+                && message.contains(&second.display().to_string()),
+            "names both folders: {message}"
+        );
+    }
+}
