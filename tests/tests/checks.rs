@@ -153,3 +153,74 @@ fn doctor_without_load_reports_two_folders_with_one_plugin_id_as_the_runtime_doe
         );
     }
 }
+
+// Item 8: a plugin folder that is a link into a folder others can write is refused there.
+#[cfg(unix)]
+#[test]
+fn a_plugin_folder_linked_into_a_folder_others_can_write_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let work = TempDir::new().unwrap();
+    let unsafe_dir = work.path().join("anyone-writes-here");
+    std::fs::create_dir(&unsafe_dir).unwrap();
+    let real = copy_plugin(&staged_plugin("faulty"), &unsafe_dir, "faulty");
+    let plugins = work.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::os::unix::fs::symlink(&real, plugins.join("faulty")).unwrap();
+    let home = home_with(json!({ "plugins": { "slots": { "contextEngine": "faulty" } } }));
+    let set_mode = |mode: u32| {
+        std::fs::set_permissions(&unsafe_dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+
+    // Safe where the files are: loaded through the link.
+    set_mode(0o755);
+    let out = assemble(home.path(), &plugins);
+    assert_eq!(
+        stdout_json(&out)["answeredBy"],
+        "faulty",
+        "{}",
+        stderr_text(&out)
+    );
+
+    // World-writable, not sticky: anyone could swap the files the link leads to.
+    set_mode(0o777);
+    let out = assemble(home.path(), &plugins);
+    assert_eq!(
+        stdout_json(&out)["answeredBy"],
+        "legacy",
+        "{}",
+        stderr_text(&out)
+    );
+    let report = doctor_json(home.path(), &plugins, false);
+    let plugin = find_by_id(&report["plugins"], "faulty");
+    assert_eq!(plugin["status"], "rejected", "{plugin}");
+    assert_eq!(plugin["error"]["code"], "insecure_permissions", "{plugin}");
+    let message = plugin["error"]["message"].as_str().unwrap();
+    let shown = unsafe_dir.display().to_string();
+    assert!(
+        message.contains(&format!(
+            "{shown} is writable by group and others (mode 0777), and it is a folder above the plugin's files ({})",
+            real.display()
+        )),
+        "names the folder where the files are: {message}"
+    );
+    assert!(
+        message.contains(&format!("Fix: chmod go-w {shown}")),
+        "with the exact fix: {message}"
+    );
+    assert_eq!(report["ok"], false);
+
+    // Sticky, as /tmp is: others cannot rename or replace what is not theirs, so it is
+    // accepted (the folders below it are checked in turn).
+    set_mode(0o1777);
+    let out = assemble(home.path(), &plugins);
+    assert_eq!(
+        stdout_json(&out)["answeredBy"],
+        "faulty",
+        "{}",
+        stderr_text(&out)
+    );
+    // … but not the plugin folder itself.
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = assemble(home.path(), &plugins);
+    assert_eq!(stdout_json(&out)["answeredBy"], "legacy");
+}
