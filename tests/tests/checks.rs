@@ -224,3 +224,130 @@ fn a_plugin_folder_linked_into_a_folder_others_can_write_is_refused_with_the_fix
     let out = assemble(home.path(), &plugins);
     assert_eq!(stdout_json(&out)["answeredBy"], "legacy");
 }
+
+/// A home with `hostile` selected and `engine_config` as its config; `limits` as
+/// `plugins.resultLimits` when given.
+fn hostile_home(engine_config: Value, limits: Option<Value>) -> TempDir {
+    let mut config = json!({ "plugins": {
+        "slots": { "contextEngine": "hostile" },
+        "entries": { "hostile": { "config": engine_config } },
+    } });
+    if let Some(limits) = limits {
+        config["plugins"]["resultLimits"] = limits;
+    }
+    home_with(config)
+}
+
+/// The quarantine record of `hostile` in an `assemble --json` report.
+fn hostile_quarantine(report: &Value) -> Value {
+    report["quarantine"]
+        .as_array()
+        .and_then(|records| records.iter().find(|r| r["engineId"] == "hostile"))
+        .cloned()
+        .unwrap_or_else(|| panic!("hostile is not quarantined: {report}"))
+}
+
+/// `assemble --json` with `hostile` as `engine_config` wants: the host answers (with `legacy`),
+/// its output is UTF-8 JSON, and the engine is quarantined with a reason that holds `reason`.
+/// Three times in one home: not one run may crash or abort the host.
+#[track_caller]
+fn answered_by_legacy_with_hostile_quarantined(engine_config: Value, reason: &str) {
+    let work = TempDir::new().unwrap();
+    let hostile = copy_plugin(&staged_variant("hostile"), work.path(), "hostile");
+    let home = hostile_home(engine_config.clone(), None);
+    for run in 0..3 {
+        let out = assemble(home.path(), &hostile);
+        let stderr = stderr_text(&out);
+        assert!(
+            out.status.success(),
+            "{engine_config} run {run}: the host ended with {:?}: {stderr}",
+            out.status
+        );
+        assert!(
+            std::str::from_utf8(&out.stdout).is_ok(),
+            "{engine_config} run {run}: the output is UTF-8"
+        );
+        let report = stdout_json(&out);
+        assert_eq!(
+            report["answeredBy"], "legacy",
+            "{engine_config} run {run}: {report}"
+        );
+        let record = hostile_quarantine(&report);
+        let why = record["reason"].as_str().unwrap();
+        assert!(
+            why.contains(reason),
+            "{engine_config} run {run}: {why:?} names {reason:?}"
+        );
+        if isolated_run() {
+            continue;
+        }
+        assert!(
+            !stderr.contains("panicked"),
+            "{engine_config} run {run}: {stderr}"
+        );
+    }
+}
+
+// Item 6: a result holding text that is not UTF-8 is refused; an error's text is replaced.
+#[test]
+fn an_engine_result_with_text_that_is_not_utf8_is_refused_and_the_host_never_crashes() {
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "addition" }),
+        "the engine's assemble result holds text that is not UTF-8 (in systemPromptAddition); the result is refused",
+    );
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "summary" }),
+        "the engine's assemble result holds text that is not UTF-8 (in items[",
+    );
+    // An error stays the engine's error, its bytes that are not UTF-8 replaced.
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "error" }),
+        "hostile: \u{fffd}\u{fffd}\u{fffd}error",
+    );
+}
+
+// Item 6: `info` is checked too — its strings, and the caps of `plugins.resultLimits`.
+#[test]
+fn an_engine_info_with_bad_text_or_beyond_the_caps_is_refused_naming_the_limit() {
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "info-name" }),
+        "the engine's info result holds text that is not UTF-8 (in name)",
+    );
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "many-tools" }),
+        "the engine's info is refused: it offers 100000 tools, more than plugins.resultLimits.maxTools (128)",
+    );
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "huge-schema" }),
+        "the engine's info is refused: tool \"huge\"'s parameter schema is 10000034 bytes, more than plugins.resultLimits.maxToolSchemaBytes (65536)",
+    );
+    answered_by_legacy_with_hostile_quarantined(
+        json!({ "garbage": "huge-name" }),
+        "the engine's info is refused: info.name is 10000000 bytes, more than plugins.resultLimits.maxEngineNameBytes (256)",
+    );
+
+    // The caps are the operator's: raised in pincer.json, the same info is taken.
+    let work = TempDir::new().unwrap();
+    let hostile = copy_plugin(&staged_variant("hostile"), work.path(), "hostile");
+    let home = hostile_home(
+        json!({ "garbage": "many-tools", "times": 200 }),
+        Some(json!({ "maxTools": 200 })),
+    );
+    let out = assemble(home.path(), &hostile);
+    assert_eq!(
+        stdout_json(&out)["answeredBy"],
+        "hostile",
+        "{}",
+        stderr_text(&out)
+    );
+    let home = hostile_home(
+        json!({ "garbage": "many-tools", "times": 200 }),
+        Some(json!({ "maxTools": 199 })),
+    );
+    let report = stdout_json(&assemble(home.path(), &hostile));
+    let why = hostile_quarantine(&report)["reason"].as_str().unwrap().to_owned();
+    assert!(
+        why.contains("it offers 200 tools, more than plugins.resultLimits.maxTools (199)"),
+        "{why}"
+    );
+}

@@ -955,6 +955,7 @@ impl Runtime {
         // run without holding the instance lock so other operations are not held up.
         let services = self.services_for(id);
         let dirs = self.dirs.clone();
+        let limits = config.plugins.result_limits;
         let created: Box<dyn FnOnce() -> Result<EngineInstance, EngineCallError> + Send> =
             match factory {
                 EngineFactory::Native(make) => {
@@ -992,6 +993,7 @@ impl Runtime {
                                 &dirs,
                                 services.into_abi(),
                                 confinement,
+                                &limits,
                             )
                         })
                     } else {
@@ -1003,6 +1005,7 @@ impl Runtime {
                                 &config,
                                 &dirs,
                                 services.into_abi(),
+                                &limits,
                             )
                         })
                     }

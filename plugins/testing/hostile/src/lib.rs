@@ -14,12 +14,15 @@
 //!   ABI object that lies — as any stranger writing against the ABI can.
 //! - `dropPanics`: the engine's `Drop` panics; `segvInCreate`: its factory writes through a
 //!   null pointer.
+//! - `garbage`: strings that are not UTF-8 and oversized `info`, at the ABI level (`garbage.rs`).
 //!
 //! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
 //! when `HOSTILE_CONSTRUCTOR_MARKER` names a file, it writes it (the tests' proof that a
 //! refused library never ran), and when `HOSTILE_CONSTRUCTOR_EXIT` is set it calls `exit(7)`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod garbage;
 
 use pincer_plugin_api::__private as p;
 use pincer_plugin_api::abi::latest::{
@@ -284,6 +287,7 @@ fn make(
         pincer_plugin_api::optional_fns!(Hostile),
         label,
     )?;
+    let engine = garbage::wrap(engine, params.config_json.as_str());
     let config: Config = serde_json::from_str(params.config_json.as_str()).unwrap_or_default();
     if config.info_id.is_none() {
         return Ok(engine);
