@@ -58,10 +58,14 @@ fn not_utf8(text: &str) -> RString {
     unsafe { RString::from_utf8_unchecked(RVec::from(bytes)) }
 }
 
-/// Writes a byte that is not UTF-8 over the first byte of `text`, in place.
+/// Writes the lead byte of a four-byte sequence over the last byte of `text`, in place: a
+/// sequence cut short at the end, which a reader that trusts UTF-8 reads past.
 fn poison(text: &str) {
+    let Some(last) = text.len().checked_sub(1) else {
+        return;
+    };
     // SAFETY: none; this library owns the string's bytes and breaks its promise on purpose.
-    unsafe { std::ptr::write_volatile(text.as_ptr().cast_mut(), 0xff) };
+    unsafe { std::ptr::write_volatile(text.as_ptr().add(last).cast_mut(), 0xf0) };
 }
 
 struct Garbage {
