@@ -345,7 +345,10 @@ fn an_engine_info_with_bad_text_or_beyond_the_caps_is_refused_naming_the_limit()
         Some(json!({ "maxTools": 199 })),
     );
     let report = stdout_json(&assemble(home.path(), &hostile));
-    let why = hostile_quarantine(&report)["reason"].as_str().unwrap().to_owned();
+    let why = hostile_quarantine(&report)["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         why.contains("it offers 200 tools, more than plugins.resultLimits.maxTools (199)"),
         "{why}"

@@ -35,11 +35,11 @@ use pincer_plugin_api::abi::latest::{
 };
 use pincer_plugin_api::abi::RResult;
 
-use super::checked::{checked, check_info_all};
+use super::checked::{check_info_all, checked};
 use super::instance::{EngineCallError, EngineDescriptor};
 use crate::config::ResultLimits;
-use crate::types::Method;
 use crate::plugins::library::LoadedLibrary;
+use crate::types::Method;
 
 /// Where an engine's code runs, as the host calls it. Results are host-owned or owned
 /// next to whatever keeps the engine's code valid; errors are host memory.
@@ -339,14 +339,21 @@ impl EngineBackend for InProcess {
         &self,
         params: &SubagentSpawnParams<'_>,
     ) -> Result<Option<Rollback>, EngineCallError> {
-        checked(Method::PrepareSubagentSpawn, self.object.prepare_subagent_spawn(params)).map(|r| {
+        checked(
+            Method::PrepareSubagentSpawn,
+            self.object.prepare_subagent_spawn(params),
+        )
+        .map(|r| {
             r.into_option()
                 .map(|h| Rollback::new(h, self.library.clone()))
         })
     }
 
     fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
-        checked(Method::OnSubagentEnded, self.object.on_subagent_ended(params))
+        checked(
+            Method::OnSubagentEnded,
+            self.object.on_subagent_ended(params),
+        )
     }
 
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {

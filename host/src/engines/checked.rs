@@ -48,7 +48,9 @@ fn opt_bad(value: &ROption<RString>) -> bool {
     matches!(value, ROption::RSome(s) if !is_utf8(s))
 }
 
-fn first_bad<'a>(fields: impl IntoIterator<Item = (&'a ROption<RString>, &'static str)>) -> Option<String> {
+fn first_bad<'a>(
+    fields: impl IntoIterator<Item = (&'a ROption<RString>, &'static str)>,
+) -> Option<String> {
     fields
         .into_iter()
         .find(|(value, _)| opt_bad(value))
@@ -142,7 +144,11 @@ impl CheckedStrings for ToolCallResult {
 
 impl CheckedStrings for EngineInfo {
     fn invalid_utf8(&self) -> Option<String> {
-        for (value, name) in [(&self.id, "id"), (&self.name, "name"), (&self.version, "version")] {
+        for (value, name) in [
+            (&self.id, "id"),
+            (&self.name, "name"),
+            (&self.version, "version"),
+        ] {
             if !is_utf8(value) {
                 return Some(name.to_owned());
             }
@@ -316,7 +322,10 @@ pub fn check_info(info: &EngineInfo, limits: &ResultLimits) -> Result<(), Engine
                 limits.max_tool_description_bytes
             ));
         }
-        if over(tool.parameters_schema_json.len(), limits.max_tool_schema_bytes) {
+        if over(
+            tool.parameters_schema_json.len(),
+            limits.max_tool_schema_bytes,
+        ) {
             return refuse(format!(
                 "tool \"{name}\"'s parameter schema is {} bytes, more than plugins.resultLimits.maxToolSchemaBytes ({})",
                 tool.parameters_schema_json.len(),
@@ -390,7 +399,10 @@ pub fn check_delegated_compaction(params: &CompactParams<'_>) -> Result<(), Engi
         (!str_is_utf8(params.session_file), "sessionFile"),
         (opt_str_bad(params.agent_id), "agentId"),
         (opt_str_bad(params.force_reason), "forceReason"),
-        (opt_str_bad(params.custom_instructions), "customInstructions"),
+        (
+            opt_str_bad(params.custom_instructions),
+            "customInstructions",
+        ),
     ]
     .into_iter()
     .find(|(bad, _)| *bad)
@@ -447,8 +459,11 @@ mod tests {
 
     #[test]
     fn an_error_that_is_not_utf8_is_kept_with_replacement_characters() {
-        let err = checked::<()>(Method::Assemble, RResult::RErr(EngineError::Failed(garbage())))
-            .unwrap_err();
+        let err = checked::<()>(
+            Method::Assemble,
+            RResult::RErr(EngineError::Failed(garbage())),
+        )
+        .unwrap_err();
         assert_eq!(err.kind, CallErrorKind::Failed);
         assert_eq!(err.message, "a\u{fffd}\u{fffd}");
     }

@@ -31,12 +31,12 @@ use pincer_plugin_api::abi::latest::{
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
 use pincer_plugin_api::loading::{host_services, open_library};
 
+use super::protocol::WireErrorKind;
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
     SyncedMessages, WholeMessages, WireError, WorkerFrame, CONTROL_FD, FIRST_LANE_FD, LANES_ENV,
     LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
-use super::protocol::WireErrorKind;
 use super::settings::Confinement;
 use super::wire;
 use crate::engines::checked::CheckedStrings;
@@ -603,10 +603,13 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 2 => SubagentEndReason::Swept,
                 _ => SubagentEndReason::Released,
             };
-            engine_result(Method::OnSubagentEnded, engine.on_subagent_ended(&SubagentEndedParams {
-                child_session_key: RStr::from_str(&child_session_key),
-                reason,
-            }))
+            engine_result(
+                Method::OnSubagentEnded,
+                engine.on_subagent_ended(&SubagentEndedParams {
+                    child_session_key: RStr::from_str(&child_session_key),
+                    reason,
+                }),
+            )
             .map(|()| CallReply::Done)
         }
         Call::CallTool {
