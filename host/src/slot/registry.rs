@@ -446,3 +446,46 @@ pub fn validate_contract(registered_id: &str, engine: &EngineInstance) -> Result
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_pinned_claimant_keeps_its_id_and_only_the_newcomer_is_refused() {
+        let mut claims = EngineClaims::default();
+        claims.claim("recent-summary", &ids(&["recent-summary"]), true);
+        claims.claim("squatter", &ids(&["squatter", "recent-summary"]), false);
+        assert!(claims
+            .check("recent-summary", &ids(&["recent-summary"]))
+            .is_ok());
+        let refused = claims
+            .check("squatter", &ids(&["squatter", "recent-summary"]))
+            .unwrap_err();
+        assert_eq!(refused.code, "engine_id_held");
+        assert!(
+            refused.message.contains(
+                r#"engine id "recent-summary" belongs to plugin "recent-summary", installed and pinned"#
+            ),
+            "{}",
+            refused.message
+        );
+
+        // Unpinned (or both pinned): refused for both, as before.
+        for pinned in [false, true] {
+            let mut claims = EngineClaims::default();
+            claims.claim("a", &ids(&["x"]), pinned);
+            claims.claim("b", &ids(&["x"]), pinned);
+            for id in ["a", "b"] {
+                assert_eq!(
+                    claims.check(id, &ids(&["x"])).unwrap_err().code,
+                    "engine_id_contested"
+                );
+            }
+        }
+    }
+}
