@@ -31,11 +31,10 @@ use pincer_plugin_api::abi::latest::{
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
 use pincer_plugin_api::loading::{host_services, open_library};
 
-use super::protocol::WireErrorKind;
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
-    SyncedMessages, WholeMessages, WireError, WorkerFrame, CONTROL_FD, FIRST_LANE_FD, LANES_ENV,
-    LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
+    SyncedMessages, WholeMessages, WireError, WireErrorKind, WorkerFrame, CONTROL_FD,
+    FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
 use super::settings::Confinement;
 use super::wire;
