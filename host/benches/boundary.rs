@@ -96,6 +96,7 @@ fn engines(budget: u64) -> Engines {
             &config(budget),
             &EngineDirs::default(),
             services().into_abi(),
+            &pincer_host::config::ResultLimits::default(),
         )
         .unwrap(),
     );
@@ -407,6 +408,7 @@ fn bench_load(c: &mut Criterion) {
                         &config(1000),
                         &EngineDirs::default(),
                         services().into_abi(),
+                        &pincer_host::config::ResultLimits::default(),
                     )
                     .unwrap();
                     black_box(engine);

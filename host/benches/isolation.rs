@@ -48,6 +48,7 @@ fn in_process(library: &Arc<LoadedLibrary>, budget: u64) -> EngineInstance {
         &serde_json::json!({ "tokenBudget": budget }),
         &EngineDirs::default(),
         services().into_abi(),
+        &pincer_host::config::ResultLimits::default(),
     )
     .unwrap()
 }
@@ -63,6 +64,7 @@ fn isolated(library: &Arc<LoadedLibrary>, budget: u64) -> EngineInstance {
             sandbox: true,
             ..Confinement::default()
         },
+        &pincer_host::config::ResultLimits::default(),
     )
     .expect("the worker starts: build the pincer binary (cargo xtask bench does)")
 }

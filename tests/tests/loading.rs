@@ -313,6 +313,7 @@ fn a_library_replaced_on_disk_after_loading_does_not_affect_the_loaded_engine() 
         &json!({ "tokenBudget": 1_000_000 }),
         &EngineDirs::default(),
         HostServices::new("sliding-window", Arc::new(NoRuntimeCompaction), None).into_abi(),
+        &pincer_host::config::ResultLimits::default(),
     )
     .expect("the factory runs from the private copy");
     assert_eq!(engine.descriptor().id, "sliding-window");

@@ -54,8 +54,9 @@ pub(crate) fn run(ws: &Workspace, cargo_args: &[OsString]) -> Result<ExitCode> {
 
 /// The test files run a second time with `PINCER_ISOLATION=process`: every test that drives
 /// `sliding-window` or `faulty` through the slot, the harness, the CLI, reload and the
-/// gateway. (`session_workers` and `trust` are about threads and crashes of the host process
-/// itself; `isolation.rs` holds their isolated counterparts.)
+/// gateway, and the checks of what engines return (`checks`). (`session_workers` and `trust`
+/// are about threads and crashes of the host process itself; `isolation.rs` holds their
+/// isolated counterparts.)
 const ISOLATED_SUITES: &[&str] = &[
     "semantics",
     "faults",
@@ -68,6 +69,7 @@ const ISOLATED_SUITES: &[&str] = &[
     "compaction",
     "loading",
     "doctor_truths",
+    "checks",
 ];
 
 /// The optional feature of `pincer-plugin-api` that the second run turns on.

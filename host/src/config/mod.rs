@@ -361,9 +361,10 @@ pub struct PluginsConfig {
     pub probe_libraries: Option<bool>,
 }
 
-/// `plugins.resultLimits`: what an engine's `assemble` and `callTool` results may hold before the host
-/// refuses it as a contract violation (and quarantines the engine). Engines are written by
-/// strangers: without caps, one result can grow the host by gigabytes.
+/// `plugins.resultLimits`: what an engine's `info`, `assemble` and `callTool` results may hold
+/// before the host refuses it as a contract violation (a result: the engine is quarantined; an
+/// `info`: the engine is not created). Engines are written by strangers: without caps, one
+/// result can grow the host by gigabytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ResultLimits {
@@ -376,6 +377,20 @@ pub struct ResultLimits {
     pub max_system_prompt_addition_bytes: u64,
     /// Longest `callTool` result content, in bytes. Default 8 MiB.
     pub max_tool_result_bytes: u64,
+    /// Most tools one engine's `info` may offer. Default 128.
+    pub max_tools: u64,
+    /// Longest JSON Schema of one tool's arguments, in bytes. Default 64 KiB.
+    pub max_tool_schema_bytes: u64,
+    /// Longest tool name, in bytes. Default 64 (OpenAI's limit for function names).
+    pub max_tool_name_bytes: u64,
+    /// Longest tool description (and host-requirement `unsupportedMessage`), in bytes.
+    /// Default 4 KiB.
+    pub max_tool_description_bytes: u64,
+    /// Longest engine `info.id`, `info.name` and every other short string of `info`
+    /// (capabilities, host parameters), in bytes. Default 256.
+    pub max_engine_name_bytes: u64,
+    /// Longest `info.version`, in bytes. Default 64.
+    pub max_engine_version_bytes: u64,
 }
 
 impl Default for ResultLimits {
@@ -385,6 +400,12 @@ impl Default for ResultLimits {
             max_new_message_chars: 8 << 20,
             max_system_prompt_addition_bytes: 256 << 10,
             max_tool_result_bytes: 8 << 20,
+            max_tools: 128,
+            max_tool_schema_bytes: 64 << 10,
+            max_tool_name_bytes: 64,
+            max_tool_description_bytes: 4 << 10,
+            max_engine_name_bytes: 256,
+            max_engine_version_bytes: 64,
         }
     }
 }

@@ -19,6 +19,10 @@
 //! memory before it returns them, so a result held past a reload never reaches into a closed
 //! library. A rollback handle is the engine's code and cannot be copied: [`Rollback`] holds
 //! the library it came from.
+//!
+//! **Checked at the seam.** Every answer from an in-process engine goes through
+//! [`super::checked`] here, before anything above reads it: a result with a string that is not
+//! UTF-8 is refused, an error's text made UTF-8, `info` held to `plugins.resultLimits`.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -31,17 +35,21 @@ use pincer_plugin_api::abi::latest::{
 };
 use pincer_plugin_api::abi::RResult;
 
+use super::checked::{check_info_all, checked};
 use super::instance::{EngineCallError, EngineDescriptor};
+use crate::config::ResultLimits;
 use crate::plugins::library::LoadedLibrary;
+use crate::types::Method;
 
 /// Where an engine's code runs, as the host calls it. Results are host-owned or owned
 /// next to whatever keeps the engine's code valid; errors are host memory.
 pub trait EngineBackend: Send + Sync + 'static {
-    /// The engine's `info`, copied into host memory (read once, when the instance is made).
+    /// The engine's `info`, checked ([`super::checked`]: UTF-8, the `info` caps of `limits`)
+    /// and copied into host memory (read once, when the instance is made).
     ///
     /// # Errors
-    /// When `info` fails or panics (a contract failure).
-    fn describe(&self) -> Result<EngineDescriptor, EngineCallError>;
+    /// When `info` fails or panics, or breaks the checks (a contract failure).
+    fn describe(&self, limits: &ResultLimits) -> Result<EngineDescriptor, EngineCallError>;
     /// `ingest`.
     ///
     /// # Errors
@@ -238,7 +246,7 @@ impl Rollback {
     /// # Errors
     /// The rollback's error, in host memory.
     pub fn run(&self) -> Result<(), EngineCallError> {
-        host_result(self.handle.rollback())
+        checked(Method::Rollback, self.handle.rollback())
     }
 }
 
@@ -290,61 +298,69 @@ impl Drop for InProcess {
 }
 
 impl EngineBackend for InProcess {
-    fn describe(&self) -> Result<EngineDescriptor, EngineCallError> {
+    fn describe(&self, limits: &ResultLimits) -> Result<EngineDescriptor, EngineCallError> {
         let info: EngineInfo = host_result(self.object.info())?;
+        check_info_all(&info, limits)?;
         Ok(EngineDescriptor::from_abi(&info))
     }
 
     fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
-        host_result(self.object.ingest(params)).map(|r| self.owned(r))
+        checked(Method::Ingest, self.object.ingest(params)).map(|r| self.owned(r))
     }
 
     fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
-        host_result(self.object.assemble(params)).map(|r| self.owned(r))
+        checked(Method::Assemble, self.object.assemble(params)).map(|r| self.owned(r))
     }
 
     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
-        host_result(self.object.compact(params)).map(|r| self.owned(r))
+        checked(Method::Compact, self.object.compact(params)).map(|r| self.owned(r))
     }
 
     fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
-        host_result(self.object.bootstrap(params)).map(|r| self.owned(r))
+        checked(Method::Bootstrap, self.object.bootstrap(params)).map(|r| self.owned(r))
     }
 
     fn ingest_batch(
         &self,
         params: &IngestBatchParams<'_>,
     ) -> Result<IngestBatchResult, EngineCallError> {
-        host_result(self.object.ingest_batch(params)).map(|r| self.owned(r))
+        checked(Method::IngestBatch, self.object.ingest_batch(params)).map(|r| self.owned(r))
     }
 
     fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
-        host_result(self.object.after_turn(params))
+        checked(Method::AfterTurn, self.object.after_turn(params))
     }
 
     fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
-        host_result(self.object.maintain(params)).map(|r| self.owned(r))
+        checked(Method::Maintain, self.object.maintain(params)).map(|r| self.owned(r))
     }
 
     fn prepare_subagent_spawn(
         &self,
         params: &SubagentSpawnParams<'_>,
     ) -> Result<Option<Rollback>, EngineCallError> {
-        host_result(self.object.prepare_subagent_spawn(params)).map(|r| {
+        checked(
+            Method::PrepareSubagentSpawn,
+            self.object.prepare_subagent_spawn(params),
+        )
+        .map(|r| {
             r.into_option()
                 .map(|h| Rollback::new(h, self.library.clone()))
         })
     }
 
     fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
-        host_result(self.object.on_subagent_ended(params))
+        checked(
+            Method::OnSubagentEnded,
+            self.object.on_subagent_ended(params),
+        )
     }
 
     fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
-        host_result(self.object.call_tool(params)).map(|r| self.owned(r))
+        checked(Method::CallTool, self.object.call_tool(params)).map(|r| self.owned(r))
     }
 
     fn dispose(&self) -> Result<(), EngineCallError> {
-        host_result(self.object.dispose())
+        checked(Method::Dispose, self.object.dispose())
     }
 }

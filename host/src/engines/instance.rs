@@ -20,6 +20,7 @@ use serde::Serialize;
 
 pub use super::backend::Rollback;
 use super::backend::{EngineBackend, InProcess};
+use crate::config::ResultLimits;
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::types::{HostRequirement, HostRequirements, Method};
 
@@ -102,7 +103,11 @@ impl From<EngineError> for EngineCallError {
         EngineCallError {
             kind,
             // A stranger's words: cut and cleaned before the host keeps, logs or prints them.
-            message: crate::types::sanitize_text(err.message(), crate::types::MAX_ENGINE_TEXT_LEN),
+            // Its bytes, made UTF-8 first: an ABI-level stranger can hand over any.
+            message: crate::types::sanitize_text(
+                &super::checked::error_text(&err),
+                crate::types::MAX_ENGINE_TEXT_LEN,
+            ),
         }
     }
 }
@@ -278,15 +283,28 @@ impl EngineInstance {
         Self::with_backend(Box::new(InProcess::new(object, library)), origin)
     }
 
-    /// Wraps any backend, reading its info once.
+    /// Wraps any backend, reading its info once, held to the default `info` caps.
     ///
     /// # Errors
-    /// When `info` fails or panics (a contract failure).
+    /// When `info` fails or panics, or breaks a cap (a contract failure).
     pub fn with_backend(
         backend: Box<dyn EngineBackend>,
         origin: EngineOrigin,
     ) -> Result<Self, EngineCallError> {
-        let descriptor = backend.describe()?;
+        Self::with_backend_limited(backend, origin, &ResultLimits::default())
+    }
+
+    /// Wraps any backend, reading its info once, held to the `info` caps of `limits`
+    /// (`plugins.resultLimits`, see [`super::checked`]).
+    ///
+    /// # Errors
+    /// When `info` fails or panics, holds text that is not UTF-8, or breaks a cap.
+    pub fn with_backend_limited(
+        backend: Box<dyn EngineBackend>,
+        origin: EngineOrigin,
+        limits: &ResultLimits,
+    ) -> Result<Self, EngineCallError> {
+        let descriptor = backend.describe(limits)?;
         Ok(EngineInstance {
             backend,
             descriptor,
@@ -297,7 +315,8 @@ impl EngineInstance {
     }
 
     /// Creates engine `engine_id` of a verified `library` with `config` (already validated
-    /// against the manifest's schema by the caller) and the host's services.
+    /// against the manifest's schema by the caller) and the host's services; its `info` is held
+    /// to `limits`.
     ///
     /// # Errors
     /// The factory's error or panic, or a failing `info`.
@@ -307,15 +326,16 @@ impl EngineInstance {
         config: &serde_json::Value,
         dirs: &EngineDirs,
         host: HostServicesArc,
+        limits: &ResultLimits,
     ) -> Result<Self, EngineCallError> {
         let object = library.new_engine_object(engine_id, config, dirs, host)?;
-        let mut instance = Self::new(
-            object,
+        let mut instance = Self::with_backend_limited(
+            Box::new(InProcess::new(object, Some(Arc::clone(library)))),
             EngineOrigin::Plugin {
                 plugin_id: library.manifest().id.clone(),
                 library: library.copy_path().display().to_string(),
             },
-            Some(Arc::clone(library)),
+            limits,
         )?;
         if library.unloads() {
             instance.closable = Some(Arc::clone(library));
@@ -341,6 +361,7 @@ impl EngineInstance {
         dirs: &EngineDirs,
         host: HostServicesArc,
         confinement: super::isolation::settings::Confinement,
+        limits: &ResultLimits,
     ) -> Result<Self, EngineCallError> {
         let start = super::isolation::process::WorkerStart {
             request: super::isolation::protocol::StartRequest {
@@ -362,12 +383,13 @@ impl EngineInstance {
                 .map_err(|e| EngineCallError::new(CallErrorKind::Failed, e))?,
         };
         let backend = super::isolation::process::ProcessBackend::start(start, host)?;
-        Self::with_backend(
+        Self::with_backend_limited(
             Box::new(backend),
             EngineOrigin::Plugin {
                 plugin_id: library.manifest().id.clone(),
                 library: library.copy_path().display().to_string(),
             },
+            limits,
         )
     }
 

@@ -2,7 +2,8 @@
 //! [`EngineBackend`] seam (in process, or in a worker process: [`isolation`]),
 //! owned requests a bounded call can borrow from, bounded calls themselves (handed off to a
 //! pooled worker, or inline on a session worker under one watchdog), the host services
-//! engines see, the engines built into the host (`legacy`), and the crash journal that
+//! engines see, the engines built into the host (`legacy`), the checks of everything an engine
+//! returns before the host reads it (`checked`: UTF-8, `info` caps), and the crash journal that
 //! remembers an engine that took the process down.
 //!
 //! Depends on [`crate::plugins`] (a library backend keeps its library mapped), never on the
@@ -10,6 +11,7 @@
 
 pub mod backend;
 pub mod bounded;
+pub mod checked;
 pub mod crash_journal;
 pub mod instance;
 pub mod isolation;

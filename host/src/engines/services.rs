@@ -1,5 +1,7 @@
 //! The host services every engine receives: logging into the host's `tracing` subscriber,
-//! model completion, delegation of compaction to the runtime, and token estimation.
+//! model completion, delegation of compaction to the runtime, and token estimation. What an
+//! engine passes in is checked first ([`super::checked`]): log text made UTF-8, requests with
+//! text that is not UTF-8 refused.
 //!
 //! The runtime's compaction is reached through [`RuntimeCompactor`]; the summarising
 //! algorithm itself (reference §9.3) plugs in behind it.
@@ -11,8 +13,9 @@ use pincer_plugin_api::abi::latest::{
     LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord, Message,
 };
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
-use pincer_plugin_api::tokens;
 use tracing::level_filters::LevelFilter;
+
+use super::checked::{self, lossy};
 
 /// The runtime's own compaction: what `delegateCompactionToRuntime` calls and what the
 /// `legacy` engine's `compact` is.
@@ -105,9 +108,9 @@ fn format_fields(record: &LogRecord<'_>) -> String {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(pair.name.as_str());
+        out.push_str(&lossy(pair.name.as_str().as_bytes()));
         out.push('=');
-        out.push_str(pair.value.as_str());
+        out.push_str(&lossy(pair.value.as_str().as_bytes()));
     }
     out
 }
@@ -143,7 +146,7 @@ impl HostServicesAbi for HostServices {
     }
 
     fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
-        tokens::estimate_tokens(messages.as_slice())
+        checked::estimate_passed_messages(messages.as_slice())
     }
 
     fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {
@@ -154,8 +157,9 @@ impl HostServicesAbi for HostServices {
 impl HostServices {
     fn emit(&self, record: &LogRecord<'_>) {
         let engine_id: &str = &self.engine_id;
-        let target = record.target.as_str();
-        let message = record.message.as_str();
+        // An engine's bytes, made UTF-8 before anything reads them as text.
+        let target = &*lossy(record.target.as_str().as_bytes());
+        let message = &*lossy(record.message.as_str().as_bytes());
         let fields = format_fields(record);
         // One callsite per level; the plugin's target and fields travel as fields.
         match record.level {
@@ -181,6 +185,9 @@ impl HostServices {
         &self,
         request: &LlmCompleteRequest<'_>,
     ) -> RResult<LlmCompleteResponse, EngineError> {
+        if let Err(refused) = checked::check_llm_request(request) {
+            return RResult::RErr(refused);
+        }
         match &self.model {
             Some(model) => catch_host_panic("llmComplete", || model.complete(request))
                 .map(|message| LlmCompleteResponse { message })
@@ -195,6 +202,9 @@ impl HostServices {
         // The runtime's own compaction may re-arm the safety window as it makes progress
         // (never past ten windows); plugin engines get a single window (reference §9.1).
         crate::engines::bounded::refresh_current_deadline();
+        if let Err(refused) = checked::check_delegated_compaction(params) {
+            return RResult::RErr(refused);
+        }
         // This runs behind abi_stable's FFI shim, where an unwind would end the process.
         catch_host_panic("runtime compaction", || self.compactor.compact(params)).into()
     }

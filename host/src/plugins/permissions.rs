@@ -1,11 +1,18 @@
 //! Who may change a plugin's files: a library, manifest or plugin folder writable by group or
 //! others, or owned by anyone but the host's user or root, is refused — as sshd refuses an
 //! `authorized_keys` others can write, and for the same reason: whoever can change the file
-//! runs code in the host. The plugins root (the folder holding the plugin folder) is checked
-//! too, since whoever can write it can swap the whole plugin folder (unless it is sticky, as
-//! `/tmp` is: then others cannot rename or replace what is not theirs). Each refusal names the
-//! exact `chmod` or `chown` to run. `plugins.entries.<id>.trustInsecurePermissions: true`
-//! overrides the check for one plugin (the runtime loads it and `doctor` says so).
+//! runs code in the host. Each refusal names the exact `chmod` or `chown` to run.
+//! `plugins.entries.<id>.trustInsecurePermissions: true` overrides the check for one plugin
+//! (the runtime loads it and `doctor` says so).
+//!
+//! **Checked where the files are**, as sshd's `StrictModes` does: the plugin folder's real
+//! path is resolved (symbolic links followed), and every folder above it, up to `/`, is
+//! checked too — as is every folder above the plugins root that names it (whoever can write
+//! there can swap the link). A folder above a plugin may be writable by others only when it is
+//! sticky (`/tmp`, mode 1777): then no one but an entry's owner can rename or replace the entry,
+//! and the entry below it is checked in turn; its owner must still be the host's user or root.
+//! A folder that is not sticky and that others can write — for instance one a symbolic link
+//! in the plugins folder points into — is refused with its `chmod go-w`.
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +48,8 @@ impl InsecurePermissions {
     }
 }
 
-/// Checks the library, the manifest, the plugin folder and the plugins root of `plugin_dir`.
+/// Checks the library, the manifest and the plugin folder where they really are, and every
+/// folder above the plugin folder's real path and above its plugins root, up to `/`.
 ///
 /// # Errors
 /// Every problem found, as one [`InsecurePermissions`].
@@ -51,14 +59,44 @@ pub fn check_plugin_files(
     library: &Path,
     manifest: &Path,
 ) -> Result<(), InsecurePermissions> {
-    let root = plugin_dir.parent().filter(|p| !p.as_os_str().is_empty());
-    let mut problems: Vec<PermissionProblem> = [library, manifest, plugin_dir]
-        .into_iter()
+    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let real_dir = real(plugin_dir);
+    let mut problems: Vec<PermissionProblem> = [real(library), real(manifest), real_dir.clone()]
+        .iter()
         .filter_map(|path| problem_of(path, false))
         .collect();
-    // A sticky root (such as /tmp) lets others add folders beside this one, never rename or
-    // replace it: only its owner matters.
-    problems.extend(root.and_then(|root| problem_of(root, true)));
+    // Where a link led elsewhere, say so beside the real path.
+    if real_dir != plugin_dir {
+        for problem in &mut problems {
+            problem.problem = format!(
+                "{} (the plugin folder {} is a link to {})",
+                problem.problem,
+                plugin_dir.display(),
+                real_dir.display()
+            );
+        }
+    }
+    // Every folder above the real plugin folder, and above the plugins root it is named in
+    // (the root included): a sticky one (such as /tmp) lets others add entries beside ours,
+    // never rename or replace ours, so only its owner matters.
+    let mut above: Vec<PathBuf> = real_dir.ancestors().skip(1).map(Path::to_owned).collect();
+    if let Some(root) = plugin_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        above.extend(real(root).ancestors().map(Path::to_owned));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for folder in above {
+        if !seen.insert(folder.clone()) {
+            continue;
+        }
+        if let Some(mut problem) = problem_of(&folder, true) {
+            problem.problem = format!(
+                "{}, and it is a folder above the plugin's files ({})",
+                problem.problem,
+                real_dir.display()
+            );
+            problems.push(problem);
+        }
+    }
     if problems.is_empty() {
         Ok(())
     } else {

@@ -149,8 +149,9 @@ impl IsolationSummary {
 }
 
 /// The refusal codes of the trust boundary: they make `ok` false whatever is selected.
-const TRUST_REFUSALS: [&str; 3] = [
+const TRUST_REFUSALS: [&str; 4] = [
     "engine_id_contested",
+    "engine_id_held",
     "engine_id_reserved",
     "insecure_permissions",
 ];

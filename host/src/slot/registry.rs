@@ -8,10 +8,12 @@
 //!
 //! Plugins claim engine ids in their manifests (`contextEngineIds`, which the library's
 //! embedded record must repeat): [`EngineClaims`] refuses, before any library is opened, an id
-//! two plugins claim — for both of them, so that neither answers for the other — and the id
-//! `legacy`, as a plugin id or an engine id.
+//! two plugins claim — for both of them, so that neither answers for the other — unless exactly
+//! one of them is pinned (installed by the operator, its library's sha256 recorded in
+//! `plugins.entries.<id>.sha256`): that one keeps the id and the newcomer alone is refused. The
+//! id `legacy` is refused as a plugin id or an engine id.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use crate::engines::instance::{EngineCallError, EngineInstance};
@@ -294,25 +296,33 @@ impl Registry {
 }
 
 /// The engine ids every enabled plugin claims in its manifest, known before any library is
-/// opened. An id claimed by two plugins belongs to neither: first come is not first served,
-/// since which folder sorts first is up to whoever names it.
+/// opened. An id claimed by two plugins belongs to neither — first come is not first served,
+/// since which folder sorts first is up to whoever names it — unless exactly one of them is
+/// pinned (the operator installed it: its sha256 is in `plugins.entries.<id>.sha256`); then
+/// the pinned plugin keeps it, since dropping a folder in a discovered path must not switch off
+/// an engine the operator installed.
 #[derive(Debug, Default)]
 pub struct EngineClaims {
     by_engine: BTreeMap<String, Vec<String>>,
+    pinned: BTreeSet<String>,
 }
 
 /// Why a plugin's claims are refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRefusal {
-    /// `engine_id_reserved` or `engine_id_contested`.
+    /// `engine_id_reserved`, `engine_id_contested` or `engine_id_held`.
     pub code: &'static str,
     /// One line that says what is wrong and what to do.
     pub message: String,
 }
 
 impl EngineClaims {
-    /// Records that plugin `plugin_id` declares `engine_ids`.
-    pub fn claim(&mut self, plugin_id: &str, engine_ids: &[String]) {
+    /// Records that plugin `plugin_id` declares `engine_ids`; `pinned` when the operator
+    /// installed it (its library's sha256 is recorded in the config).
+    pub fn claim(&mut self, plugin_id: &str, engine_ids: &[String], pinned: bool) {
+        if pinned {
+            self.pinned.insert(plugin_id.to_owned());
+        }
         for id in engine_ids {
             let claimants = self.by_engine.entry(id.trim().to_owned()).or_default();
             if !claimants.iter().any(|c| c == plugin_id) {
@@ -327,11 +337,25 @@ impl EngineClaims {
         self.by_engine.get(engine_id).map_or(&[], Vec::as_slice)
     }
 
+    /// The one pinned claimant of `engine_id`, when exactly one of its claimants is pinned.
+    fn holder(&self, engine_id: &str) -> Option<&str> {
+        let mut pinned = self
+            .claimants(engine_id)
+            .iter()
+            .filter(|c| self.pinned.contains(c.as_str()));
+        match (pinned.next(), pinned.next()) {
+            (Some(holder), None) => Some(holder),
+            _ => None,
+        }
+    }
+
     /// Whether plugin `plugin_id`, declaring `engine_ids`, may register them: not when its id
-    /// or one of its engine ids is `legacy`, nor when another plugin claims one of them.
+    /// or one of its engine ids is `legacy`, nor when another plugin claims one of them —
+    /// except that the one pinned claimant of an id keeps it (the others are refused alone).
     ///
     /// # Errors
-    /// The refusal, naming every contested id and its claimants.
+    /// The refusal: every id a pinned plugin holds, naming the holder (`engine_id_held`), or
+    /// else every contested id and its claimants (`engine_id_contested`).
     pub fn check(&self, plugin_id: &str, engine_ids: &[String]) -> Result<(), ClaimRefusal> {
         if plugin_id == LEGACY_ENGINE_ID || engine_ids.iter().any(|e| e.trim() == LEGACY_ENGINE_ID)
         {
@@ -342,23 +366,37 @@ impl EngineClaims {
                 ),
             });
         }
-        let contested: Vec<String> = engine_ids
-            .iter()
-            .filter_map(|id| {
-                let claimants = self.claimants(id.trim());
-                (claimants.len() > 1).then(|| {
-                    format!(
-                        "\"{}\" (claimed by {})",
-                        id.trim(),
-                        claimants
-                            .iter()
-                            .map(|c| format!("\"{c}\""))
-                            .collect::<Vec<_>>()
-                            .join(" and ")
-                    )
-                })
-            })
-            .collect();
+        let mut held = Vec::new();
+        let mut contested = Vec::new();
+        for id in engine_ids.iter().map(|id| id.trim()) {
+            let claimants = self.claimants(id);
+            if claimants.len() < 2 {
+                continue;
+            }
+            match self.holder(id) {
+                Some(holder) if holder == plugin_id => {}
+                Some(holder) => held.push(format!(
+                    "\"{id}\" belongs to plugin \"{holder}\", installed and pinned by the operator (plugins.entries.{holder}.sha256)"
+                )),
+                None => contested.push(format!(
+                    "\"{id}\" (claimed by {})",
+                    claimants
+                        .iter()
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                )),
+            }
+        }
+        if !held.is_empty() {
+            return Err(ClaimRefusal {
+                code: "engine_id_held",
+                message: format!(
+                    "plugin \"{plugin_id}\" is refused: engine id {}; the installed plugin keeps it. Remove or disable plugin \"{plugin_id}\" (plugins.entries.{plugin_id}.enabled: false), or rename its engine",
+                    held.join(", ")
+                ),
+            });
+        }
         if contested.is_empty() {
             return Ok(());
         }
@@ -406,5 +444,48 @@ pub fn validate_contract(registered_id: &str, engine: &EngineInstance) -> Result
             "Context engine \"{registered_id}\" factory returned an invalid ContextEngine: {}.",
             issues.join(", ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_pinned_claimant_keeps_its_id_and_only_the_newcomer_is_refused() {
+        let mut claims = EngineClaims::default();
+        claims.claim("recent-summary", &ids(&["recent-summary"]), true);
+        claims.claim("squatter", &ids(&["squatter", "recent-summary"]), false);
+        assert!(claims
+            .check("recent-summary", &ids(&["recent-summary"]))
+            .is_ok());
+        let refused = claims
+            .check("squatter", &ids(&["squatter", "recent-summary"]))
+            .unwrap_err();
+        assert_eq!(refused.code, "engine_id_held");
+        assert!(
+            refused.message.contains(
+                r#"engine id "recent-summary" belongs to plugin "recent-summary", installed and pinned"#
+            ),
+            "{}",
+            refused.message
+        );
+
+        // Unpinned (or both pinned): refused for both, as before.
+        for pinned in [false, true] {
+            let mut claims = EngineClaims::default();
+            claims.claim("a", &ids(&["x"]), pinned);
+            claims.claim("b", &ids(&["x"]), pinned);
+            for id in ["a", "b"] {
+                assert_eq!(
+                    claims.check(id, &ids(&["x"])).unwrap_err().code,
+                    "engine_id_contested"
+                );
+            }
+        }
     }
 }

@@ -409,15 +409,29 @@ impl Runtime {
     }
 
     /// Every enabled plugin's engine ids among `dirs`, from manifests alone, before any
-    /// library opens.
+    /// library opens; a plugin with a recorded sha256 (`plugins.entries.<id>.sha256`) is
+    /// pinned, and keeps the ids it claims against unpinned newcomers.
     pub(super) fn engine_claims(&self, loader: &Loader, dirs: &[PathBuf]) -> EngineClaims {
         let mut claims = EngineClaims::default();
+        let config = self.config();
+        let pinned = |id: &str| {
+            config
+                .config
+                .plugins
+                .entries
+                .get(id)
+                .is_some_and(|e| e.sha256.is_some())
+        };
         for manifest in dirs
             .iter()
             .filter_map(|d| loader.read_checked_manifest(d).ok())
         {
             if self.plugin_allowed(&manifest.id).is_ok() {
-                claims.claim(&manifest.id, &manifest.context_engine_ids);
+                claims.claim(
+                    &manifest.id,
+                    &manifest.context_engine_ids,
+                    pinned(&manifest.id),
+                );
             }
         }
         claims
@@ -508,17 +522,20 @@ impl Runtime {
                 return status;
             }
         };
-        if let Some(other) = self
-            .plugins_read()
-            .iter()
-            .find(|p| p.id == status.id && p.status == PluginState::Loaded)
-        {
+        // The first folder with an id is the one used, whether its library was opened
+        // (`loaded`) or only checked (`verified`, `pincer doctor` without `--load`).
+        if let Some(other) = self.plugins_read().iter().find(|p| {
+            p.id == status.id
+                && p.dir != dir
+                && matches!(p.status, PluginState::Loaded | PluginState::Verified)
+        }) {
             status.error = problem(
                 "duplicate_plugin",
                 format!(
-                    "plugin id \"{}\" is already loaded from {}: remove one of the two folders",
+                    "plugin id \"{}\" is already used from {}, so this folder ({}) is refused: remove one of the two folders",
                     status.id,
-                    other.dir.display()
+                    other.dir.display(),
+                    dir.display()
                 ),
             );
             return status;
@@ -940,6 +957,7 @@ impl Runtime {
         // run without holding the instance lock so other operations are not held up.
         let services = self.services_for(id);
         let dirs = self.dirs.clone();
+        let limits = config.plugins.result_limits;
         let created: Box<dyn FnOnce() -> Result<EngineInstance, EngineCallError> + Send> =
             match factory {
                 EngineFactory::Native(make) => {
@@ -977,6 +995,7 @@ impl Runtime {
                                 &dirs,
                                 services.into_abi(),
                                 confinement,
+                                &limits,
                             )
                         })
                     } else {
@@ -988,6 +1007,7 @@ impl Runtime {
                                 &config,
                                 &dirs,
                                 services.into_abi(),
+                                &limits,
                             )
                         })
                     }

@@ -1157,13 +1157,19 @@ fn wire_model(params: &AssembleParams<'_>) -> Option<WireModel> {
 }
 
 impl EngineBackend for ProcessBackend {
-    fn describe(&self) -> Result<EngineDescriptor, EngineCallError> {
+    fn describe(
+        &self,
+        limits: &crate::config::ResultLimits,
+    ) -> Result<EngineDescriptor, EngineCallError> {
         let info = lock(&self.worker.info).take().ok_or_else(|| {
             EngineCallError::new(CallErrorKind::Failed, "engine worker sent no info")
         })?;
         let info = wire::info(info).map_err(|e| {
             EngineCallError::new(CallErrorKind::Failed, format!("engine worker info: {e}"))
         })?;
+        // Decoded frames hold only UTF-8 (the worker checked, and decoding refuses any other);
+        // the caps are the host's to apply.
+        crate::engines::checked::check_info_all(&info, limits)?;
         Ok(EngineDescriptor::from_abi(&info))
     }
 

@@ -409,7 +409,8 @@ pub(crate) fn wire_error(error: &EngineError) -> WireError {
     };
     WireError {
         kind,
-        message: error.message().to_owned(),
+        // Its bytes, made UTF-8: a frame carries only UTF-8 text.
+        message: crate::engines::checked::error_text(error).into_owned(),
     }
 }
 
@@ -435,16 +436,18 @@ pub(crate) fn worker_failure(message: impl Into<String>) -> WireError {
 
 /// A log event, owned.
 pub(crate) fn wire_log(record: &LogRecord<'_>) -> WireLog {
+    // The engine's bytes, made UTF-8: a frame carries only UTF-8 text.
+    let text = |s: RStr<'_>| crate::engines::checked::lossy(s.as_str().as_bytes()).into_owned();
     WireLog {
         level: record.level as u8,
-        target: owned(record.target),
-        message: owned(record.message),
+        target: text(record.target),
+        message: text(record.message),
         fields: record
             .fields
             .iter()
-            .map(|f| (owned(f.name), owned(f.value)))
+            .map(|f| (text(f.name), text(f.value)))
             .collect(),
-        file: owned_opt(record.file),
+        file: record.file.into_option().map(text),
         line: record.line.into_option(),
     }
 }

@@ -32,15 +32,16 @@ use pincer_plugin_api::abi::latest::{
 };
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
 use pincer_plugin_api::loading::{host_services, open_library};
-use pincer_plugin_api::tokens;
 
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
-    SyncedMessages, WholeMessages, WireError, WorkerFrame, CONTROL_FD, FIRST_LANE_FD, LANES_ENV,
-    LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
+    SyncedMessages, WholeMessages, WireError, WireErrorKind, WorkerFrame, CONTROL_FD,
+    FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
 use super::settings::Confinement;
 use super::wire;
+use crate::engines::checked::CheckedStrings;
+use crate::types::Method;
 
 /// The worker's exit status when it cannot speak the protocol at all (descriptors missing).
 pub const WORKER_SETUP_FAILED: i32 = 120;
@@ -135,14 +136,10 @@ fn run(mut control: UnixStream, shared: &'static [u8], lanes: usize) -> Result<(
             return Ok(());
         }
     };
-    let info = match engine.info().into_result() {
+    let info = match engine_result(Method::Info, engine.info()) {
         Ok(info) => wire::wire_info(&info),
         Err(err) => {
-            send(
-                &mut control,
-                &WorkerFrame::StartFailed(wire::wire_error(&err)),
-                &mut out,
-            )?;
+            send(&mut control, &WorkerFrame::StartFailed(err), &mut out)?;
             return Ok(());
         }
     };
@@ -384,8 +381,24 @@ fn serve_lane(mut stream: UnixStream, state: &WorkerState, signal: &'static Abor
     }
 }
 
-fn engine_result<T>(result: RResult<T, EngineError>) -> Result<T, WireError> {
-    result.into_result().map_err(|e| wire::wire_error(&e))
+/// A `method` result as the worker sends it: an error (its text made UTF-8), or a result whose
+/// every string is UTF-8 — else the refusal the host would make in process
+/// ([`crate::engines::checked`]).
+fn engine_result<T: CheckedStrings>(
+    method: Method,
+    result: RResult<T, EngineError>,
+) -> Result<T, WireError> {
+    let value = result.into_result().map_err(|e| wire::wire_error(&e))?;
+    match value.invalid_utf8() {
+        Some(field) => {
+            let refusal = crate::engines::checked::not_utf8(method, &field);
+            Err(WireError {
+                kind: WireErrorKind::Failed,
+                message: refusal.message,
+            })
+        }
+        None => Ok(value),
+    }
 }
 
 fn bad(message: String) -> WireError {
@@ -415,7 +428,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 })
             })
             .map_err(bad)
-            .and_then(engine_result)
+            .and_then(|r| engine_result(Method::Ingest, r))
             .map(|r| CallReply::Ingest(r.ingested))
         }
         Call::IngestBatch {
@@ -435,7 +448,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 })
             })
             .map_err(bad)
-            .and_then(engine_result)
+            .and_then(|r| engine_result(Method::IngestBatch, r))
             .map(|r| CallReply::IngestBatch(r.ingested_count))
         }
         Call::Assemble {
@@ -469,7 +482,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 })
             })
             .map_err(bad)
-            .and_then(engine_result)
+            .and_then(|r| engine_result(Method::Assemble, r))
             .map(|r| CallReply::Assemble(wire::wire_assembled(&r)))
         }
         Call::Compact { params, messages } => {
@@ -478,7 +491,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 wire::with_compact(&params, messages, ids, signal, |p| engine.compact(p))
             })
             .map_err(bad)
-            .and_then(engine_result)
+            .and_then(|r| engine_result(Method::Compact, r))
             .map(|r| CallReply::Compact(wire::wire_compact_result(&r)))
         }
         Call::Bootstrap {
@@ -493,7 +506,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
             })
         })
         .map_err(bad)
-        .and_then(engine_result)
+        .and_then(|r| engine_result(Method::Bootstrap, r))
         .map(|r| {
             CallReply::Bootstrap(
                 r.bootstrapped,
@@ -528,7 +541,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 })
             })
             .map_err(bad)
-            .and_then(engine_result)
+            .and_then(|r| engine_result(Method::AfterTurn, r))
             .map(|()| CallReply::Done)
         }
         Call::Maintain {
@@ -545,7 +558,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
             })
         })
         .map_err(bad)
-        .and_then(engine_result)
+        .and_then(|r| engine_result(Method::Maintain, r))
         .map(|r| {
             CallReply::Maintain(
                 r.changed,
@@ -582,7 +595,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 child_session_file: wire::borrow_opt(&child_session_file),
                 ttl_ms: ttl_ms.into(),
             });
-            let rollback = engine_result(result)?.into_option();
+            let rollback = engine_result(Method::PrepareSubagentSpawn, result)?.into_option();
             Ok(CallReply::Spawned(rollback.map(|r| {
                 let handle = state.next_rollback.fetch_add(1, Ordering::Relaxed);
                 lock(&state.rollbacks).insert(handle, r);
@@ -599,10 +612,13 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 2 => SubagentEndReason::Swept,
                 _ => SubagentEndReason::Released,
             };
-            engine_result(engine.on_subagent_ended(&SubagentEndedParams {
-                child_session_key: RStr::from_str(&child_session_key),
-                reason,
-            }))
+            engine_result(
+                Method::OnSubagentEnded,
+                engine.on_subagent_ended(&SubagentEndedParams {
+                    child_session_key: RStr::from_str(&child_session_key),
+                    reason,
+                }),
+            )
             .map(|()| CallReply::Done)
         }
         Call::CallTool {
@@ -619,12 +635,12 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
             })
         })
         .map_err(bad)
-        .and_then(engine_result)
+        .and_then(|r| engine_result(Method::CallTool, r))
         .map(|r| CallReply::Tool(r.content.to_string(), r.is_error)),
         Call::Rollback { handle } => {
             let rollback = lock(&state.rollbacks).remove(&handle);
             match rollback {
-                Some(r) => engine_result(r.rollback()).map(|()| CallReply::Done),
+                Some(r) => engine_result(Method::Rollback, r.rollback()).map(|()| CallReply::Done),
                 None => Err(bad(format!("no rollback {handle}"))),
             }
         }
@@ -635,7 +651,7 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
         Call::Dispose => {
             lock(&state.rollbacks).clear();
             lock(&state.sessions).clear();
-            engine_result(engine.dispose()).map(|()| CallReply::Done)
+            engine_result(Method::Dispose, engine.dispose()).map(|()| CallReply::Done)
         }
     }
 }
@@ -703,6 +719,9 @@ impl HostServicesAbi for WorkerServices {
         &self,
         request: &LlmCompleteRequest<'_>,
     ) -> RResult<LlmCompleteResponse, EngineError> {
+        if let Err(refused) = crate::engines::checked::check_llm_request(request) {
+            return RResult::RErr(refused);
+        }
         let asked = ServiceRequest::LlmComplete {
             system_prompt: wire::owned_opt(request.system_prompt),
             messages: wire::whole(request.messages, RSlice::from_slice(&[])),
@@ -726,6 +745,9 @@ impl HostServicesAbi for WorkerServices {
         &self,
         params: &CompactParams<'_>,
     ) -> RResult<CompactResult, EngineError> {
+        if let Err(refused) = crate::engines::checked::check_delegated_compaction(params) {
+            return RResult::RErr(refused);
+        }
         let asked = ServiceRequest::DelegateCompaction {
             params: Box::new(wire::wire_compact(params)),
             messages: wire::whole(params.messages, params.entry_ids),
@@ -742,7 +764,7 @@ impl HostServicesAbi for WorkerServices {
     }
 
     fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
-        tokens::estimate_tokens(messages.as_slice())
+        crate::engines::checked::estimate_passed_messages(messages.as_slice())
     }
 
     fn extension(&self, _name: RStr<'_>) -> ROption<ExtensionRef> {

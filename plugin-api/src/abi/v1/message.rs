@@ -255,6 +255,11 @@ impl EntryId {
             ROption::RNone => None,
         }
     }
+
+    /// Whether the id is UTF-8 (or absent): for hosts, before reading an id a library made.
+    pub fn is_utf8(&self) -> bool {
+        opt_is_utf8(&self.0)
+    }
 }
 
 impl From<Option<String>> for EntryId {
@@ -1271,6 +1276,117 @@ fn extra_map(extra: &ROption<JsonText>) -> Map<String, Value> {
             _ => Map::new(),
         },
         ROption::RNone => Map::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 at the boundary
+// ---------------------------------------------------------------------------------------------
+
+/// Whether an FFI string's bytes are UTF-8. `RString` assumes they are, but a library written
+/// against the ABI alone can hand over any bytes, so a host checks what it did not make.
+pub fn is_utf8(value: &RString) -> bool {
+    std::str::from_utf8(value.as_str().as_bytes()).is_ok()
+}
+
+fn opt_is_utf8(value: &ROption<RString>) -> bool {
+    match value {
+        ROption::RSome(s) => is_utf8(s),
+        ROption::RNone => true,
+    }
+}
+
+fn json_is_utf8(value: &ROption<JsonText>) -> bool {
+    match value {
+        ROption::RSome(JsonText(s)) => is_utf8(s),
+        ROption::RNone => true,
+    }
+}
+
+impl ContentBlock {
+    /// The first of this block's strings that is not UTF-8, by its JSON key; `None` when all
+    /// are (see [`Message::invalid_utf8`]).
+    pub fn invalid_utf8(&self) -> Option<&'static str> {
+        if !is_utf8(&self.first) {
+            return Some(match self.kind {
+                BlockKind::Text => "text",
+                BlockKind::Thinking => "thinking",
+                BlockKind::ToolCall => "id",
+                BlockKind::Image => "data",
+                BlockKind::Other => "block",
+            });
+        }
+        let ROption::RSome(more) = &self.more else {
+            return None;
+        };
+        if !is_utf8(&more.second) {
+            return Some(match self.kind {
+                BlockKind::ToolCall => "name",
+                BlockKind::Image => "mimeType",
+                _ => "type",
+            });
+        }
+        if !json_is_utf8(&more.arguments) {
+            return Some("arguments");
+        }
+        (!json_is_utf8(&more.extra)).then_some("(unknown keys)")
+    }
+}
+
+impl Message {
+    /// The first of this message's strings that is not UTF-8, as `content` or
+    /// `content[i].<key>` or the message's JSON key; `None` when every string is UTF-8.
+    ///
+    /// For hosts: every accessor of a message reads its strings as `&str`, so a message that
+    /// came from a library is checked with this before anything reads it.
+    pub fn invalid_utf8(&self) -> Option<String> {
+        match &self.content {
+            ContentRepr::Absent => {}
+            ContentRepr::Text(text) => {
+                if !is_utf8(text) {
+                    return Some("content".to_owned());
+                }
+            }
+            ContentRepr::Blocks(blocks) => {
+                for (i, block) in blocks.iter().enumerate() {
+                    if let Some(key) = block.invalid_utf8() {
+                        return Some(format!("content[{i}].{key}"));
+                    }
+                }
+            }
+        }
+        let slot_key = |wanted: Slot| {
+            role_slots(self.role)
+                .iter()
+                .find(|(_, slot)| *slot == wanted)
+                .map_or("(unnamed)", |(key, _)| *key)
+        };
+        if !opt_is_utf8(&self.key) {
+            return Some(match self.role {
+                Role::Other => "role".to_owned(),
+                _ => slot_key(Slot::Key).to_owned(),
+            });
+        }
+        if !opt_is_utf8(&self.text2) {
+            return Some(match self.role {
+                Role::Custom => "details".to_owned(),
+                _ => slot_key(Slot::Text2).to_owned(),
+            });
+        }
+        if let ROption::RSome(meta) = &self.assistant {
+            for (value, key) in [
+                (&meta.api, "api"),
+                (&meta.provider, "provider"),
+                (&meta.model, "model"),
+                (&meta.stop_reason, "stopReason"),
+                (&meta.error_message, "errorMessage"),
+            ] {
+                if !opt_is_utf8(value) {
+                    return Some(key.to_owned());
+                }
+            }
+        }
+        (!json_is_utf8(&self.extra)).then(|| "(unknown keys)".to_owned())
     }
 }
 

@@ -14,7 +14,7 @@
 //!   ABI object that lies — as any stranger writing against the ABI can.
 //! - `dropPanics`: the engine's `Drop` panics; `segvInCreate`: its factory writes through a
 //!   null pointer.
-//!
+//! - `garbage`: strings that are not UTF-8 and oversized `info`, at the ABI level (`garbage.rs`).
 //! - `snoop`: what `assemble` tries to read and hands the model (`snoop.rs`).
 //!
 //! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
@@ -23,6 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod garbage;
 mod snoop;
 
 use pincer_plugin_api::__private as p;
@@ -296,6 +297,7 @@ fn make(
         pincer_plugin_api::optional_fns!(Hostile),
         label,
     )?;
+    let engine = garbage::wrap(engine, params.config_json.as_str());
     let config: Config = serde_json::from_str(params.config_json.as_str()).unwrap_or_default();
     if config.info_id.is_none() {
         return Ok(engine);
