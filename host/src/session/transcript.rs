@@ -103,7 +103,7 @@ impl Transcript {
         if is_session_file(&text) {
             return Ok(Self::from_session(&super::tree::SessionTree::parse(&text)));
         }
-        let value: Value = serde_json::from_str(&text)
+        let value: Value = super::lone_surrogates::from_str(&text)
             .map_err(|e| invalid(format!("line {} column {}: {e}", e.line(), e.column())))?;
         Self::from_json(value).map_err(invalid)
     }

@@ -176,9 +176,10 @@ impl RecordText {
         }
     }
 
-    /// The line as a JSON value (`Null` if it does not parse, which a record read never does).
+    /// The line as a JSON value (`Null` if it does not parse, which a record read never does);
+    /// a lone surrogate escape reads as U+FFFD ([`super::lone_surrogates`]).
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.as_str()).unwrap_or(Value::Null)
+        super::lone_surrogates::from_str(self.as_str()).unwrap_or(Value::Null)
     }
 }
 
@@ -262,7 +263,7 @@ impl Entry {
         let EntryType::Message(role) = self.entry_type else {
             return None;
         };
-        let mut message = match serde_json::from_str::<Only>(self.text()) {
+        let mut message = match super::lone_surrogates::from_str::<Only>(self.text()) {
             Ok(only) => only.message,
             // A record with two `message` keys: the last one counts, as in the head.
             Err(_) => Message::from_value(self.record().remove("message")?).ok()?,
@@ -323,10 +324,20 @@ impl Entry {
             #[serde(borrow)]
             timestamp: Option<Cow<'a, str>>,
         }
-        let stamp = serde_json::from_str::<Only<'_>>(self.text())
-            .ok()?
-            .timestamp?;
-        super::time::parse_iso_ms(&stamp)
+        #[derive(Deserialize)]
+        struct Owned {
+            timestamp: Option<String>,
+        }
+        match serde_json::from_str::<Only<'_>>(self.text()) {
+            Ok(only) => super::time::parse_iso_ms(&only.timestamp?),
+            // A line that parses only with its lone surrogates replaced.
+            Err(_) => {
+                let stamp = super::lone_surrogates::from_str::<Owned>(self.text())
+                    .ok()?
+                    .timestamp?;
+                super::time::parse_iso_ms(&stamp)
+            }
+        }
     }
 }
 
@@ -930,7 +941,22 @@ impl Head {
     /// The head of a line; `None` when the line is not valid JSON. `previous_id`: the id of
     /// the record before, if known.
     fn of(line: &str, hasher: &Hasher, previous_id: Option<&str>) -> Option<Head> {
-        let head = match serde_json::from_str::<RecordHead<'_>>(line).ok()? {
+        // A line OpenClaw wrote with a lone surrogate escape parses with U+FFFD in its place
+        // ([`super::lone_surrogates`]); the replacement has the escape's length, so the spans
+        // of strings borrowed from it (which hold no escape) are spans of `line` too.
+        let replaced;
+        let (parsed, head) = match serde_json::from_str::<RecordHead<'_>>(line) {
+            Ok(head) => (line, head),
+            Err(_) => {
+                replaced = match super::lone_surrogates::replace_lone_surrogates_str(line) {
+                    Cow::Borrowed(_) => return None,
+                    Cow::Owned(replaced) => replaced,
+                };
+                let head = serde_json::from_str::<RecordHead<'_>>(&replaced).ok()?;
+                (replaced.as_str(), head)
+            }
+        };
+        let head = match head {
             RecordHead::NotObject => return Some(Head::NotObject),
             RecordHead::Object(head) => head,
         };
@@ -942,7 +968,7 @@ impl Head {
             (Field::Str(parent), Some(previous)) => parent == previous,
             _ => false,
         };
-        let span = |s| Span::of(line, s);
+        let span = |s| Span::of(parsed, s);
         Some(Head::Object(Located {
             head: ObjectHead {
                 kind: head.kind,
