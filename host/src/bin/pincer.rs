@@ -429,6 +429,11 @@ fn main() -> ExitCode {
         pincer_host::engines::crash_journal::install_stop_handlers();
     }
     let home = PincerHome::resolve(cli.home.as_deref());
+    // `sessions.maxLineBytes` bounds every session read and append of this process (a config
+    // that does not load is reported by the command that needs it).
+    if let Ok(config) = LoadedConfig::load(&home.config_path()) {
+        pincer_host::session::limits::set_max_line_bytes(config.config.sessions.max_line_bytes());
+    }
     match cli.command {
         Command::Doctor {
             json,
@@ -857,17 +862,26 @@ fn session_list(home: &PincerHome, agent: &str, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Says on stderr which lines of `path` were skipped as longer than `sessions.maxLineBytes`.
+fn warn_long_lines(path: &Path, tree: &SessionTree) {
+    for long in &tree.long_lines {
+        eprintln!("pincer: warning: {}: {long}", path.display());
+    }
+}
+
 fn session_show(path: &Path) -> ExitCode {
     let tree = match SessionTree::read(path) {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     let out = serde_json::json!({
         "sessionFile": path,
         "header": tree.header,
         "entries": tree.entries.len(),
         "opaqueRecords": tree.opaque.len(),
         "skippedLines": tree.skipped_lines,
+        "longLinesSkipped": tree.long_lines,
         "leafId": tree.leaf,
         "contextMessages": build_session_context(&tree, None).messages.len(),
     });
@@ -883,6 +897,7 @@ fn session_tree(path: &Path, json: bool) -> ExitCode {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     let active: std::collections::HashSet<&str> = tree.path(None).iter().map(|e| e.id()).collect();
     // Children by the parent each entry resolves to (the last of equal ids), in file order.
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); tree.entries.len()];
@@ -1053,6 +1068,7 @@ fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> Ex
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     if let Some(leaf) = leaf {
         if tree.get(leaf).is_none() {
             return fail(
@@ -1474,6 +1490,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     let context = build_session_context(&tree, None);
     let resolved = match runtime.resolve() {
         Ok(r) => r,

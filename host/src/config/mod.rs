@@ -429,7 +429,28 @@ pub struct SessionsConfig {
     /// `entry` (default: fsync each append), `turn` (fsync at the end of a turn) or `none`.
     #[serde(default)]
     pub durability: crate::types::Durability,
+    /// The longest session line read or appended, in bytes (default
+    /// [`DEFAULT_MAX_LINE_BYTES`]): a longer line in a file is skipped and reported, a longer
+    /// append refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_line_bytes: Option<u64>,
 }
+
+/// `sessions.maxLineBytes` when unset: 64 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// The smallest `sessions.maxLineBytes` accepted (a header line alone takes a few hundred bytes).
+pub const MIN_MAX_LINE_BYTES: u64 = 1024;
+
+impl SessionsConfig {
+    /// `sessions.maxLineBytes`, or its default.
+    pub fn max_line_bytes(&self) -> u64 {
+        self.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES)
+    }
+}
+
+/// The largest `pincer.json` read: 1 MiB. A larger file is refused before it is parsed.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 impl Config {
     /// The selected context engine: `plugins.slots.contextEngine` trimmed, else `legacy`.
@@ -528,6 +549,19 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The file is larger than [`MAX_CONFIG_BYTES`]: not read.
+    #[error(
+        "{} is {bytes} bytes, larger than the {MAX_CONFIG_BYTES} bytes (1 MiB) a pincer.json may \
+         be: it was not read (a config is a few KiB; move the file aside, or remove what does not \
+         belong in it)",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size (at least; a file that grows while read may be larger).
+        bytes: u64,
+    },
     /// The file is not valid JSON5 or has a wrong type somewhere.
     #[error("{}{}: {message} (fix the file, or move it aside to use the defaults)", path.display(), location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
     Malformed {
@@ -547,6 +581,7 @@ impl ConfigError {
             ConfigError::Invalid { .. } => "config_invalid",
             ConfigError::Unreadable { .. } => "config_unreadable",
             ConfigError::Malformed { .. } => "config_malformed",
+            ConfigError::TooLarge { .. } => "config_too_large",
         }
     }
 }
@@ -557,24 +592,15 @@ impl LoadedConfig {
     /// # Errors
     /// [`ConfigError`] with file, line and column.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(LoadedConfig {
-                    config: Config::default(),
-                    unknown_keys: Vec::new(),
-                    path: path.to_owned(),
-                    exists: false,
-                })
-            }
-            Err(source) => {
-                return Err(ConfigError::Unreadable {
-                    path: path.to_owned(),
-                    source,
-                })
-            }
-        };
-        Self::from_text(path, &text)
+        match read_config_text(path)? {
+            Some(text) => Self::from_text(path, &text),
+            None => Ok(LoadedConfig {
+                config: Config::default(),
+                unknown_keys: Vec::new(),
+                path: path.to_owned(),
+                exists: false,
+            }),
+        }
     }
 
     /// Parses `text` as the contents of `path` (which is named in errors only).
@@ -602,6 +628,43 @@ impl LoadedConfig {
     }
 }
 
+/// The text of the config file `path` (`None` when it does not exist), refused unread when it
+/// is larger than [`MAX_CONFIG_BYTES`]; at most one byte more than the bound is ever read (a
+/// file that grows, or a device, cannot make the read unbounded).
+///
+/// # Errors
+/// [`ConfigError::TooLarge`], or [`ConfigError::Unreadable`] (not UTF-8 included).
+pub fn read_config_text(path: &Path) -> Result<Option<String>, ConfigError> {
+    use std::io::Read as _;
+    let unreadable = |source| ConfigError::Unreadable {
+        path: path.to_owned(),
+        source,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(unreadable(source)),
+    };
+    let too_large = |bytes| ConfigError::TooLarge {
+        path: path.to_owned(),
+        bytes,
+    };
+    let size = file.metadata().map_err(unreadable)?.len();
+    if size > MAX_CONFIG_BYTES {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|err| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, err)))
+}
+
 type ParseFailure = (Option<(usize, usize)>, String);
 
 /// Checks the values serde cannot: deadlines must be usable.
@@ -611,6 +674,14 @@ fn validate(config: &Config) -> Result<(), (String, String)> {
             return Err((
                 format!("plugins.callTimeoutsMs.{method}"),
                 "must be at least 1 (milliseconds); a zero deadline would time out and quarantine every engine".to_owned(),
+            ));
+        }
+    }
+    if let Some(bytes) = config.sessions.max_line_bytes {
+        if bytes < MIN_MAX_LINE_BYTES {
+            return Err((
+                "sessions.maxLineBytes".to_owned(),
+                format!("must be at least {MIN_MAX_LINE_BYTES} bytes (found {bytes}); the default is {DEFAULT_MAX_LINE_BYTES} (64 MiB)"),
             ));
         }
     }

@@ -297,6 +297,7 @@ fn work_error(err: WorkError) -> GatewayError {
 fn harness_error(err: HarnessError) -> GatewayError {
     let status = match &err {
         HarnessError::Model(_) => 502,
+        HarnessError::Session(crate::session::SessionWriteError::LineTooLong { .. }) => 413,
         _ => 500,
     };
     GatewayError::new(status, err.code(), err.to_string())

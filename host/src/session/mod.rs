@@ -9,6 +9,7 @@
 pub mod assemble;
 pub mod context;
 pub mod group_commit;
+pub mod limits;
 pub mod lone_surrogates;
 pub mod openai;
 pub mod store;

@@ -362,7 +362,37 @@ pub struct SessionTree {
     pub ends_with_newline: bool,
     /// Whether the file held bytes that are not UTF-8 (read as U+FFFD).
     pub replaced_invalid_utf8: bool,
+    /// Lines skipped unread because they are longer than `sessions.maxLineBytes`
+    /// ([`super::limits`]), in file order.
+    pub long_lines: Vec<LongLine>,
     index: EntryIndex,
+}
+
+/// A line of a session file skipped because it is longer than the bound: never held in memory,
+/// not in the tree (what it held is missing from the context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LongLine {
+    /// The line's number in the file (the first line is 1).
+    pub line: u64,
+    /// Its length in bytes, without its newline.
+    pub bytes: u64,
+    /// The bound it is over (`sessions.maxLineBytes`).
+    pub max_line_bytes: u64,
+}
+
+impl fmt::Display for LongLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {} is {} ({} bytes), longer than sessions.maxLineBytes ({}): skipped, so what it \
+             holds is not in the context (raise sessions.maxLineBytes in pincer.json to read it)",
+            self.line,
+            super::limits::human_bytes(self.bytes),
+            self.bytes,
+            super::limits::human_bytes(self.max_line_bytes),
+        )
+    }
 }
 
 /// Entries by id (the last of equal ids wins), holding positions in `entries` rather than
@@ -438,7 +468,17 @@ impl SessionTree {
                 path: path.to_owned(),
             });
         }
-        let (bytes, halves_are_utf8) = read_on_two_threads(&file).map_err(unreadable)?;
+        let max_line_bytes = super::limits::max_line_bytes();
+        // A file no longer than the bound cannot hold a longer line: read whole (fast); else
+        // streamed, long lines skipped without being held.
+        let (bytes, halves_are_utf8, long_lines, ends_with_newline) =
+            if file.metadata().map_err(unreadable)?.len() <= max_line_bytes {
+                let (bytes, checked) = read_on_two_threads(&file).map_err(unreadable)?;
+                (bytes, checked, Vec::new(), None)
+            } else {
+                let read = read_bounded(&file, max_line_bytes).map_err(unreadable)?;
+                (read.bytes, false, read.long_lines, Some(read.ends_with_newline))
+            };
         let (text, replaced) = if halves_are_utf8 {
             // SAFETY: each half was checked to be UTF-8, and they were cut between characters
             // (a half that does not end on a character boundary fails its check).
@@ -450,6 +490,14 @@ impl SessionTree {
             }
         };
         let mut tree = Self::from_text(text);
+        if let Some(ends_with_newline) = ends_with_newline {
+            // What the file ends with, not what was kept of it (a skipped last line).
+            tree.ends_with_newline = ends_with_newline;
+        }
+        for long in &long_lines {
+            tracing::warn!(session = %path.display(), "session file: {long}");
+        }
+        tree.long_lines = long_lines;
         if replaced {
             tree.replaced_invalid_utf8 = true;
             tracing::warn!(
@@ -747,6 +795,78 @@ fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<(Vec<u8>, bool)>
     (&*file).seek(std::io::SeekFrom::Start(len as u64))?;
     let grew = (&*file).read_to_end(&mut bytes)? > 0;
     Ok((bytes, halves_are_utf8 && !grew))
+}
+
+/// A file read with its long lines left out ([`read_bounded`]).
+struct BoundedRead {
+    /// The file's bytes without the long lines (each dropped with its newline).
+    bytes: Vec<u8>,
+    long_lines: Vec<LongLine>,
+    /// Whether the file's last byte is a newline (or the file is empty).
+    ends_with_newline: bool,
+}
+
+/// Streams `file`, keeping every line no longer than `max_line_bytes`; a longer line is
+/// dropped as soon as it is known to be too long, and the rest of it is only scanned for its
+/// newline. Memory: the kept lines, plus one read buffer and at most `max_line_bytes` of a
+/// line in progress.
+fn read_bounded(file: &std::fs::File, max_line_bytes: u64) -> std::io::Result<BoundedRead> {
+    use std::io::BufRead as _;
+    let limit = usize::try_from(max_line_bytes).unwrap_or(usize::MAX);
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut bytes = Vec::new();
+    let mut long_lines = Vec::new();
+    // Where the line in progress starts in `bytes`, and its number.
+    let mut line_start = 0usize;
+    let mut line = 1u64;
+    // The length so far of a long line being skipped.
+    let mut skipping: Option<u64> = None;
+    let mut last_byte = None;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        let read = chunk.len();
+        last_byte = chunk.last().copied();
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let newline = memchr::memchr(b'\n', rest);
+            let piece = newline.map_or(rest.len(), |at| at);
+            if let Some(so_far) = &mut skipping {
+                *so_far += piece as u64;
+            } else if bytes.len() - line_start + piece > limit {
+                skipping = Some((bytes.len() - line_start + piece) as u64);
+                bytes.truncate(line_start);
+            } else {
+                bytes.extend_from_slice(&rest[..newline.map_or(piece, |at| at + 1)]);
+            }
+            let Some(at) = newline else { break };
+            if let Some(length) = skipping.take() {
+                long_lines.push(LongLine {
+                    line,
+                    bytes: length,
+                    max_line_bytes,
+                });
+            }
+            line += 1;
+            line_start = bytes.len();
+            rest = &rest[at + 1..];
+        }
+        reader.consume(read);
+    }
+    if let Some(length) = skipping {
+        long_lines.push(LongLine {
+            line,
+            bytes: length,
+            max_line_bytes,
+        });
+    }
+    Ok(BoundedRead {
+        bytes,
+        long_lines,
+        ends_with_newline: last_byte.is_none_or(|b| b == b'\n'),
+    })
 }
 
 /// The non-blank lines of `text` with their heads (`None`: the line does not parse), in order,
