@@ -797,6 +797,49 @@ fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<(Vec<u8>, bool)>
     Ok((bytes, halves_are_utf8 && !grew))
 }
 
+/// The lines of the session file `path` longer than `sessions.maxLineBytes`, found by scanning
+/// for newlines (nothing is parsed or kept); none, without a read, when the file is no longer
+/// than the bound. What `pincer doctor` reports.
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn long_lines(path: &Path) -> std::io::Result<Vec<LongLine>> {
+    use std::io::BufRead as _;
+    let max_line_bytes = super::limits::max_line_bytes();
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() <= max_line_bytes {
+        return Ok(Vec::new());
+    }
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let (mut found, mut line, mut length) = (Vec::new(), 1u64, 0u64);
+    let end_line = |line: u64, length: u64, found: &mut Vec<LongLine>| {
+        if length > max_line_bytes {
+            found.push(LongLine {
+                line,
+                bytes: length,
+                max_line_bytes,
+            });
+        }
+    };
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        let read = chunk.len();
+        let mut rest = chunk;
+        while let Some(at) = memchr::memchr(b'\n', rest) {
+            end_line(line, length + at as u64, &mut found);
+            (line, length) = (line + 1, 0);
+            rest = &rest[at + 1..];
+        }
+        length += rest.len() as u64;
+        reader.consume(read);
+    }
+    end_line(line, length, &mut found);
+    Ok(found)
+}
+
 /// A file read with its long lines left out ([`read_bounded`]).
 struct BoundedRead {
     /// The file's bytes without the long lines (each dropped with its newline).
