@@ -5,6 +5,8 @@
 
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
+#[path = "pincer/progress.rs"]
+mod progress;
 #[path = "pincer/run.rs"]
 mod run;
 #[cfg(unix)]
@@ -862,6 +864,31 @@ fn session_list(home: &PincerHome, agent: &str, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Reads the session file `path`, shown as work on a terminal when it takes more than a second
+/// (not with `--json`).
+fn read_session(
+    path: &Path,
+    json: bool,
+) -> Result<SessionTree, pincer_host::session::SessionReadError> {
+    let _working = progress::Working::start(
+        format!("reading session {}{}", path.display(), file_size_note(path)),
+        progress::drawable(json),
+    );
+    SessionTree::read(path)
+}
+
+/// ` (1.0 GiB)`: the size of `path`, when known.
+fn file_size_note(path: &Path) -> String {
+    std::fs::metadata(path)
+        .map(|m| {
+            format!(
+                " ({})",
+                pincer_host::session::limits::human_bytes(m.len())
+            )
+        })
+        .unwrap_or_default()
+}
+
 /// Says on stderr which lines of `path` were skipped as longer than `sessions.maxLineBytes`.
 fn warn_long_lines(path: &Path, tree: &SessionTree) {
     for long in &tree.long_lines {
@@ -870,7 +897,7 @@ fn warn_long_lines(path: &Path, tree: &SessionTree) {
 }
 
 fn session_show(path: &Path) -> ExitCode {
-    let tree = match SessionTree::read(path) {
+    let tree = match read_session(path, false) {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
@@ -893,7 +920,7 @@ fn session_show(path: &Path) -> ExitCode {
 }
 
 fn session_tree(path: &Path, json: bool) -> ExitCode {
-    let tree = match SessionTree::read(path) {
+    let tree = match read_session(path, json) {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
@@ -1015,7 +1042,18 @@ fn session_import(
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    match pincer_host::session::openai::import_openai(&transcript, &path, &cwd, durability) {
+    let working = progress::Working::start(
+        format!(
+            "importing {} ({} messages)",
+            file.display(),
+            transcript.len()
+        ),
+        progress::drawable(false),
+    );
+    let imported =
+        pincer_host::session::openai::import_openai(&transcript, &path, &cwd, durability);
+    drop(working);
+    match imported {
         Ok(writer) => {
             drop(writer);
             let key = key.unwrap_or_else(|| {
@@ -1042,14 +1080,14 @@ fn session_import(
 
 fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
     match format {
-        ExportFormat::Jsonl => match std::fs::read_to_string(path) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
+        // Copied as it is, through a buffer: however long its lines, the file is never held.
+        ExportFormat::Jsonl => match std::fs::File::open(path)
+            .and_then(|mut file| std::io::copy(&mut file, &mut std::io::stdout().lock()))
+        {
+            Ok(_) => ExitCode::SUCCESS,
             Err(err) => fail(format!("cannot read {}: {err}", path.display()), 2),
         },
-        ExportFormat::Openai => match SessionTree::read(path) {
+        ExportFormat::Openai => match read_session(path, false) {
             Ok(tree) => {
                 let out = pincer_host::session::openai::export_openai(&tree);
                 println!(
@@ -1064,7 +1102,7 @@ fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
 }
 
 fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {
-    let tree = match SessionTree::read(path) {
+    let tree = match read_session(path, false) {
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
@@ -1486,6 +1524,10 @@ struct CompactCommand<'a> {
 fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode {
     let session = command.session;
     let path = &session.session_file;
+    let working = progress::Working::start(
+        format!("compacting session {}{}", path.display(), file_size_note(path)),
+        progress::drawable(command.json),
+    );
     let tree = match SessionTree::read(path) {
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
@@ -1535,6 +1577,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     let outcome = resolved
         .engine
         .compact(Arc::new(request), Arc::new(AbortController::new()));
+    drop(working);
     let guarded = match outcome {
         Ok(guarded) => guarded,
         Err(err) => {

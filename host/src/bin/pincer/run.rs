@@ -95,7 +95,13 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         .clone()
         .unwrap_or_else(|| format!("run:{}", uuid_like()));
     // The session's work runs on a worker of its own, where engine calls run inline.
-    let code = match SessionRunner::open(harness, &key) {
+    let working = super::progress::Working::start(
+        format!("opening session {key}"),
+        super::progress::drawable(args.json),
+    );
+    let opened = SessionRunner::open(harness, &key);
+    drop(working);
+    let code = match opened {
         Ok(runner) => {
             if args.session.is_none() {
                 eprintln!("session key: {key}");
@@ -252,9 +258,9 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
         };
     }
     let replay = plan.replay.as_ref().expect("an import has a replay");
-    // A progress bar on stderr, drawn only when it is a terminal.
+    // A progress bar on stderr, drawn only when it is a terminal (and not with --json).
     let progress = indicatif::ProgressBar::new(replay.script(|s| s.remaining_turns()) as u64);
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if !super::progress::drawable(json) {
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     for message in replay.script(|s| s.preamble.clone()) {
