@@ -138,6 +138,12 @@ fn a_session_line_over_max_line_bytes_is_skipped_unheld_and_reported() {
 
     let run = run_measured(home.path(), &["sessions", "context", session_arg]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.peak_rss < 64 << 20,
+        "the long line is never held: peak RSS {} MiB for a {} MiB line",
+        run.peak_rss >> 20,
+        long >> 20
+    );
     let context: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(texts(&context), ["before", "after"], "{context}");
     assert!(
@@ -146,12 +152,6 @@ fn a_session_line_over_max_line_bytes_is_skipped_unheld_and_reported() {
         )),
         "the skip is said where the user looks: {}",
         run.stderr
-    );
-    assert!(
-        run.peak_rss < 64 << 20,
-        "the long line is never held: peak RSS {} MiB for a {} MiB line",
-        run.peak_rss >> 20,
-        long >> 20
     );
     eprintln!(
         "sessions context over a 256 MiB line: {:?}, peak RSS {} KiB",
