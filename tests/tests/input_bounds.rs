@@ -168,7 +168,11 @@ fn a_session_line_over_max_line_bytes_is_skipped_unheld_and_reported() {
         "{shown}"
     );
     assert_eq!(shown["contextMessages"], 2);
-    assert_eq!(std::fs::metadata(&session).unwrap().len(), before, "the file is not changed");
+    assert_eq!(
+        std::fs::metadata(&session).unwrap().len(),
+        before,
+        "the file is not changed"
+    );
 }
 
 #[test]
@@ -227,8 +231,16 @@ fn a_long_last_line_without_newline_is_ended_before_the_next_append() {
     assert_eq!(status, 200, "{answer}");
     drop(gw);
     let after = std::fs::read(&file).unwrap();
-    assert_eq!(&after[..before.len()], &before[..], "nothing written is changed");
-    assert_eq!(after[before.len()], b'\n', "the torn long line is ended first");
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "nothing written is changed"
+    );
+    assert_eq!(
+        after[before.len()],
+        b'\n',
+        "the torn long line is ended first"
+    );
     let tail: Value = serde_json::from_slice(after[before.len() + 1..].trim_ascii_end()).unwrap();
     assert_eq!(tail["message"]["content"], "next");
 }
@@ -262,7 +274,10 @@ fn the_gateway_refuses_an_append_whose_line_would_exceed_max_line_bytes() {
     let text =
         std::fs::read_to_string(home.path().join(format!("agents/main/sessions/{id}.jsonl")))
             .unwrap();
-    assert!(text.lines().all(|l| l.len() <= 4096), "no line over the bound");
+    assert!(
+        text.lines().all(|l| l.len() <= 4096),
+        "no line over the bound"
+    );
     let contents: Vec<Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -310,7 +325,11 @@ fn a_pincer_json_over_one_mib_is_refused_unread_with_its_size_and_the_limit() {
             "{args:?}: {err}"
         );
     }
-    assert_eq!(std::fs::read_to_string(&config).unwrap(), text, "not rewritten");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        text,
+        "not rewritten"
+    );
     // At the bound it is read.
     text.truncate(1 << 20);
     std::fs::write(&config, &text).unwrap();
@@ -372,10 +391,17 @@ fn a_line_with_a_lone_surrogate_is_kept_read_as_u_fffd_and_never_changed() {
         .iter()
         .map(|i| i["message"]["content"].clone())
         .collect();
-    assert_eq!(seen, [json!("before"), json!("cut \u{fffd}"), json!("next")], "{answer}");
+    assert_eq!(
+        seen,
+        [json!("before"), json!("cut \u{fffd}"), json!("next")],
+        "{answer}"
+    );
     drop(gw);
     let after = std::fs::read_to_string(&file).unwrap();
-    assert!(after.starts_with(&text), "the file's bytes are kept: {after}");
+    assert!(
+        after.starts_with(&text),
+        "the file's bytes are kept: {after}"
+    );
 }
 
 #[test]
@@ -391,8 +417,7 @@ fn the_gateway_accepts_a_lone_surrogate_in_a_request() {
         "params": {"full": true}}));
     assert_eq!(status, 200, "{answer}");
     assert_eq!(
-        answer["result"]["items"][0]["message"]["content"],
-        "cut \u{fffd}",
+        answer["result"]["items"][0]["message"]["content"], "cut \u{fffd}",
         "{answer}"
     );
 }
@@ -414,7 +439,11 @@ fn no_progress_is_drawn_on_a_pipe() {
     let err = stderr_text(&out);
     assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
     assert!(!err.contains("reading session"), "{err:?} after {took:?}");
-    assert_eq!(err.lines().filter(|l| l.starts_with("pincer: ")).count(), 1, "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("pincer: ")).count(),
+        1,
+        "{err}"
+    );
     let _ = stdout_json(&out);
 }
 

@@ -880,12 +880,7 @@ fn read_session(
 /// ` (1.0 GiB)`: the size of `path`, when known.
 fn file_size_note(path: &Path) -> String {
     std::fs::metadata(path)
-        .map(|m| {
-            format!(
-                " ({})",
-                pincer_host::session::limits::human_bytes(m.len())
-            )
-        })
+        .map(|m| format!(" ({})", pincer_host::session::limits::human_bytes(m.len())))
         .unwrap_or_default()
 }
 
@@ -1525,7 +1520,11 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     let session = command.session;
     let path = &session.session_file;
     let working = progress::Working::start(
-        format!("compacting session {}{}", path.display(), file_size_note(path)),
+        format!(
+            "compacting session {}{}",
+            path.display(),
+            file_size_note(path)
+        ),
         progress::drawable(command.json),
     );
     let tree = match SessionTree::read(path) {

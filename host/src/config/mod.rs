@@ -704,8 +704,23 @@ fn parse(text: &str) -> Result<(Config, Vec<String>), ParseFailure> {
     if text.trim().is_empty() {
         return Ok((Config::default(), Vec::new()));
     }
-    let mut deserializer = json5::Deserializer::from_str(text).map_err(to_failure)?;
     let mut unknown = Vec::new();
+    // Most files are plain JSON, which is JSON5 too: `serde_json` reads them two orders of
+    // magnitude faster than the JSON5 grammar (a 600 KB config took seconds). Anything it
+    // refuses (comments, unquoted keys, trailing commas — or a real error) is read as JSON5,
+    // whose errors are the ones reported.
+    let mut json = serde_json::Deserializer::from_str(text);
+    if let Ok(config) = serde_ignored::deserialize(&mut json, |path| {
+        unknown.push(path.to_string());
+    }) {
+        if json.end().is_ok() {
+            unknown.sort();
+            unknown.dedup();
+            return Ok((config, unknown));
+        }
+    }
+    unknown.clear();
+    let mut deserializer = json5::Deserializer::from_str(text).map_err(to_failure)?;
     let config: Config = serde_ignored::deserialize(&mut deserializer, |path| {
         unknown.push(path.to_string());
     })

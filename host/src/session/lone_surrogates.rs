@@ -39,7 +39,8 @@ pub fn replace_lone_surrogates(text: &[u8]) -> Cow<'_, [u8]> {
             0xD800..=0xDBFF => {
                 let paired = text.get(escape + 6) == Some(&b'\\')
                     && text.get(escape + 7) == Some(&b'u')
-                    && hex_unit(text, escape + 8).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                    && hex_unit(text, escape + 8)
+                        .is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
                 if paired {
                     at = escape + 12;
                     continue;
@@ -122,7 +123,10 @@ mod tests {
         assert_eq!(replaced(r#"{"a":"x\ud83d"}"#), r#"{"a":"x\ufffd"}"#);
         assert_eq!(replaced(r#""\ude00y""#), r#""\ufffdy""#);
         assert_eq!(replaced(r#""\ud83d\ude00""#), r#""\ud83d\ude00""#);
-        assert_eq!(replaced(r#""\ud83d\ud83d\ude00""#), r#""\ufffd\ud83d\ude00""#);
+        assert_eq!(
+            replaced(r#""\ud83d\ud83d\ude00""#),
+            r#""\ufffd\ud83d\ude00""#
+        );
         assert_eq!(replaced(r#""\\ud83d""#), r#""\\ud83d""#);
         assert_eq!(replaced(r#""\\\ud83d""#), r#""\\\ufffd""#);
         assert_eq!(replaced(r#""\u00e9\n""#), r#""\u00e9\n""#);

@@ -477,7 +477,12 @@ impl SessionTree {
                 (bytes, checked, Vec::new(), None)
             } else {
                 let read = read_bounded(&file, max_line_bytes).map_err(unreadable)?;
-                (read.bytes, false, read.long_lines, Some(read.ends_with_newline))
+                (
+                    read.bytes,
+                    false,
+                    read.long_lines,
+                    Some(read.ends_with_newline),
+                )
             };
         let (text, replaced) = if halves_are_utf8 {
             // SAFETY: each half was checked to be UTF-8, and they were cut between characters
@@ -1510,5 +1515,44 @@ mod tests {
         // A hole: the walk stops there.
         let hole = [line("a", "null"), line("b", "\"gone\""), line("c", "\"b\"")].join("\n");
         assert_eq!(path_ids(&SessionTree::parse(&hole)), ["b", "c"]);
+    }
+
+    #[test]
+    fn a_bounded_read_keeps_lines_up_to_the_bound_and_skips_longer_ones_across_reads() {
+        // Lines of the bound's length and one more, and one longer than the read buffer
+        // (1 MiB), so that a skip spans several reads; a last line without its newline.
+        let bound = 1000u64;
+        let at_bound = "a".repeat(bound as usize);
+        let over = "b".repeat(bound as usize + 1);
+        let huge = "c".repeat(3 << 20);
+        let text = format!("{at_bound}\n{over}\n\nkept\n{huge}\nlast\n{huge}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let read = read_bounded(&std::fs::File::open(&path).unwrap(), bound).unwrap();
+        assert_eq!(
+            String::from_utf8(read.bytes).unwrap(),
+            format!("{at_bound}\n\nkept\nlast\n")
+        );
+        let long = |line, bytes| LongLine {
+            line,
+            bytes,
+            max_line_bytes: bound,
+        };
+        assert_eq!(
+            read.long_lines,
+            [long(2, bound + 1), long(5, 3 << 20), long(7, 3 << 20)]
+        );
+        assert!(!read.ends_with_newline);
+    }
+
+    #[test]
+    fn a_message_with_a_lone_surrogate_escape_is_read_with_u_fffd_and_its_line_kept() {
+        let line = r#"{"type":"message","id":"a","parentId":null,"message":{"role":"user","content":"x\ud83d"}}"#;
+        let tree = SessionTree::parse(line);
+        assert_eq!(tree.skipped_lines, 0);
+        let entry = tree.get("a").expect("the entry is kept");
+        assert_eq!(entry.text(), line, "its line as written");
+        assert_eq!(entry.message().unwrap().plain_text(), "x\u{fffd}");
     }
 }
