@@ -432,9 +432,16 @@ fn main() -> ExitCode {
     }
     let home = PincerHome::resolve(cli.home.as_deref());
     // `sessions.maxLineBytes` bounds every session read and append of this process (a config
-    // that does not load is reported by the command that needs it).
-    if let Ok(config) = LoadedConfig::load(&home.config_path()) {
-        pincer_host::session::limits::set_max_line_bytes(config.config.sessions.max_line_bytes());
+    // that does not load is reported by the command that needs it). The file is parsed for it
+    // only when it names the key: a large JSON5 config costs a parse, and most set no bound.
+    let names_the_bound = pincer_host::config::read_config_text(&home.config_path())
+        .is_ok_and(|text| text.is_some_and(|t| t.contains("maxLineBytes")));
+    if names_the_bound {
+        if let Ok(config) = LoadedConfig::load(&home.config_path()) {
+            pincer_host::session::limits::set_max_line_bytes(
+                config.config.sessions.max_line_bytes(),
+            );
+        }
     }
     match cli.command {
         Command::Doctor {
@@ -565,10 +572,10 @@ fn main() -> ExitCode {
                     agent,
                     leaf,
                     format,
-                    json: _,
+                    json,
                 },
         } => match resolve_session(&home, &agent, &session) {
-            Ok(path) => session_context(&path, leaf.as_deref(), format),
+            Ok(path) => session_context(&path, leaf.as_deref(), format, json),
             Err(code) => code,
         },
         Command::Sessions {
@@ -1096,8 +1103,8 @@ fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
     }
 }
 
-fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {
-    let tree = match read_session(path, false) {
+fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat, json: bool) -> ExitCode {
+    let tree = match read_session(path, json) {
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
