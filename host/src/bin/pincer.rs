@@ -1538,7 +1538,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
-    warn_long_lines(path, &tree);
+    working.suspend(|| warn_long_lines(path, &tree));
     let context = build_session_context(&tree, None);
     let resolved = match runtime.resolve() {
         Ok(r) => r,

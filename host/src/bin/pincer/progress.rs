@@ -47,6 +47,11 @@ impl Working {
         }
         Working { bar, done }
     }
+
+    /// Runs `f` (which prints) with the spinner out of the way.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.bar.suspend(f)
+    }
 }
 
 impl Drop for Working {
