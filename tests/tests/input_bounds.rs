@@ -288,6 +288,24 @@ fn the_gateway_refuses_an_append_whose_line_would_exceed_max_line_bytes() {
 }
 
 #[test]
+fn a_reload_gives_the_gateway_the_new_max_line_bytes() {
+    let home = home_with_config(json!({"sessions": {"maxLineBytes": 4096}}));
+    let gw = Gateway::start(home.path());
+    let long = json!({"method": "ingest", "session": "k",
+        "params": {"message": {"role": "user", "content": "y".repeat(5000)}}});
+    assert_eq!(gw.call(long.clone()).0, 413);
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"sessions": {"maxLineBytes": 100_000}}).to_string(),
+    )
+    .unwrap();
+    let (status, answer) = gw.call(json!({"method": "reload"}));
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = gw.call(long);
+    assert_eq!(status, 200, "the reloaded bound: {answer}");
+}
+
+#[test]
 fn a_max_line_bytes_below_the_minimum_is_refused_with_the_rule() {
     let home = home_with_config(json!({"sessions": {"maxLineBytes": 10}}));
     let out = run_pincer(home.path(), &["plugins", "list"]);

@@ -356,6 +356,8 @@ fn reload_error(err: ReloadError) -> GatewayError {
 /// The config or a plugin reload was refused.
 pub fn reload_everything(runtime: &Runtime) -> Result<Vec<ReloadOutcome>, ReloadError> {
     runtime.reload_config()?;
+    // Reads and appends from now on take the reloaded `sessions.maxLineBytes`.
+    crate::session::limits::set_max_line_bytes(runtime.config().config.sessions.max_line_bytes());
     let mut outcomes = Vec::new();
     let mut refused = None;
     for result in runtime.reload_all() {
