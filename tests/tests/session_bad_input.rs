@@ -707,6 +707,14 @@ fn a_200_mb_line_loads_and_leaves_its_neighbours_intact() {
     use std::io::Write as _;
     let started = std::time::Instant::now();
     let s = Scratch::new();
+    // Over the default `sessions.maxLineBytes` (64 MiB, past which a line is skipped: see
+    // `input_bounds.rs`), so read with the bound raised, in this process and in the binary's.
+    pincer_host::session::limits::set_max_line_bytes(256 << 20);
+    std::fs::write(
+        s.home.path().join("pincer.json"),
+        r#"{"sessions": {"maxLineBytes": 268435456}}"#,
+    )
+    .unwrap();
     let path = s.dir.path().join("big.jsonl");
     // 1 KiB of JSON string text with escapes (quotes, backslashes, newlines, a \u escape), as a
     // tool's output looks; repeated to 200 MiB.

@@ -5,6 +5,8 @@
 
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
+#[path = "pincer/progress.rs"]
+mod progress;
 #[path = "pincer/run.rs"]
 mod run;
 #[cfg(unix)]
@@ -431,6 +433,18 @@ fn main() -> ExitCode {
         pincer_host::engines::crash_journal::install_stop_handlers();
     }
     let home = PincerHome::resolve(cli.home.as_deref());
+    // `sessions.maxLineBytes` bounds every session read and append of this process (a config
+    // that does not load is reported by the command that needs it). The file is parsed for it
+    // only when it names the key: a large JSON5 config costs a parse, and most set no bound.
+    let names_the_bound = pincer_host::config::read_config_text(&home.config_path())
+        .is_ok_and(|text| text.is_some_and(|t| t.contains("maxLineBytes")));
+    if names_the_bound {
+        if let Ok(config) = LoadedConfig::load(&home.config_path()) {
+            pincer_host::session::limits::set_max_line_bytes(
+                config.config.sessions.max_line_bytes(),
+            );
+        }
+    }
     match cli.command {
         Command::Doctor {
             json,
@@ -553,10 +567,10 @@ fn main() -> ExitCode {
                     agent,
                     leaf,
                     format,
-                    json: _,
+                    json,
                 },
         } => match resolve_session(&home, &agent, &session) {
-            Ok(path) => session_context(&path, leaf.as_deref(), format),
+            Ok(path) => session_context(&path, leaf.as_deref(), format, json),
             Err(code) => code,
         },
         Command::Sessions {
@@ -889,17 +903,46 @@ fn session_list(home: &PincerHome, agent: &AgentId, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Reads the session file `path`, shown as work on a terminal when it takes more than a second
+/// (not with `--json`).
+fn read_session(
+    path: &Path,
+    json: bool,
+) -> Result<SessionTree, pincer_host::session::SessionReadError> {
+    let _working = progress::Working::start(
+        format!("reading session {}{}", path.display(), file_size_note(path)),
+        progress::drawable(json),
+    );
+    SessionTree::read(path)
+}
+
+/// ` (1.0 GiB)`: the size of `path`, when known.
+fn file_size_note(path: &Path) -> String {
+    std::fs::metadata(path)
+        .map(|m| format!(" ({})", pincer_host::session::limits::human_bytes(m.len())))
+        .unwrap_or_default()
+}
+
+/// Says on stderr which lines of `path` were skipped as longer than `sessions.maxLineBytes`.
+fn warn_long_lines(path: &Path, tree: &SessionTree) {
+    for long in &tree.long_lines {
+        eprintln!("pincer: warning: {}: {long}", path.display());
+    }
+}
+
 fn session_show(path: &Path) -> ExitCode {
-    let tree = match SessionTree::read(path) {
+    let tree = match read_session(path, false) {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     let out = serde_json::json!({
         "sessionFile": path,
         "header": tree.header,
         "entries": tree.entries.len(),
         "opaqueRecords": tree.opaque.len(),
         "skippedLines": tree.skipped_lines,
+        "longLinesSkipped": tree.long_lines,
         "leafId": tree.leaf,
         "contextMessages": build_session_context(&tree, None).messages.len(),
     });
@@ -911,10 +954,11 @@ fn session_show(path: &Path) -> ExitCode {
 }
 
 fn session_tree(path: &Path, json: bool) -> ExitCode {
-    let tree = match SessionTree::read(path) {
+    let tree = match read_session(path, json) {
         Ok(t) => t,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     let active: std::collections::HashSet<&str> = tree.path(None).iter().map(|e| e.id()).collect();
     // Children by the parent each entry resolves to (the last of equal ids), in file order.
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); tree.entries.len()];
@@ -1157,7 +1201,18 @@ fn session_import(
         let _ = std::fs::remove_file(&staged);
         let _ = std::fs::remove_dir(&staging);
     };
-    match pincer_host::session::openai::import_openai(&transcript, &staged, &cwd, durability) {
+    let working = progress::Working::start(
+        format!(
+            "importing {} ({} messages)",
+            file.display(),
+            transcript.len()
+        ),
+        progress::drawable(false),
+    );
+    let imported =
+        pincer_host::session::openai::import_openai(&transcript, &staged, &cwd, durability);
+    drop(working);
+    match imported {
         Ok(writer) => drop(writer),
         Err(err) => {
             discard();
@@ -1205,14 +1260,14 @@ fn session_import(
 
 fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
     match format {
-        ExportFormat::Jsonl => match std::fs::read_to_string(path) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
+        // Copied as it is, through a buffer: however long its lines, the file is never held.
+        ExportFormat::Jsonl => match std::fs::File::open(path)
+            .and_then(|mut file| std::io::copy(&mut file, &mut std::io::stdout().lock()))
+        {
+            Ok(_) => ExitCode::SUCCESS,
             Err(err) => fail(format!("cannot read {}: {err}", path.display()), 2),
         },
-        ExportFormat::Openai => match SessionTree::read(path) {
+        ExportFormat::Openai => match read_session(path, false) {
             Ok(tree) => {
                 let out = pincer_host::session::openai::export_openai(&tree);
                 println!(
@@ -1226,11 +1281,12 @@ fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
     }
 }
 
-fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat) -> ExitCode {
-    let tree = match SessionTree::read(path) {
+fn session_context(path: &Path, leaf: Option<&str>, format: ContextFormat, json: bool) -> ExitCode {
+    let tree = match read_session(path, json) {
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
+    warn_long_lines(path, &tree);
     if let Some(leaf) = leaf {
         if tree.get(leaf).is_none() {
             return fail(
@@ -1648,10 +1704,19 @@ struct CompactCommand<'a> {
 fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode {
     let session = command.session;
     let path = &session.session_file;
+    let working = progress::Working::start(
+        format!(
+            "compacting session {}{}",
+            path.display(),
+            file_size_note(path)
+        ),
+        progress::drawable(command.json),
+    );
     let tree = match SessionTree::read(path) {
         Ok(tree) => tree,
         Err(err) => return fail(err, 2),
     };
+    working.suspend(|| warn_long_lines(path, &tree));
     let context = build_session_context(&tree, None);
     let resolved = match runtime.resolve() {
         Ok(r) => r,
@@ -1696,6 +1761,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     let outcome = resolved
         .engine
         .compact(Arc::new(request), Arc::new(AbortController::new()));
+    drop(working);
     let guarded = match outcome {
         Ok(guarded) => guarded,
         Err(err) => {

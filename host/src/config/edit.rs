@@ -163,14 +163,7 @@ impl ConfigEditor {
             .open(&lock_path)
             .map_err(|e| io("open the lock beside", e))?;
         lock.lock().map_err(|e| io("lock", e))?;
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => Some(text),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-            Err(err) if err.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(super::not_utf8(path).into())
-            }
-            Err(err) => return Err(io("read", err)),
-        };
+        let text = super::read_config_text(path)?;
         Ok(ConfigEditor {
             path: path.to_owned(),
             text,

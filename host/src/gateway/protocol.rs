@@ -358,7 +358,7 @@ pub fn kind_of(v: &Value) -> &'static str {
 /// # Errors
 /// Not JSON, not a call object, an unknown method, or a session method without `session`.
 pub fn parse_call(bytes: &[u8]) -> Result<(GatewayMethod, CallRequest), GatewayError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|err| {
+    let value: Value = crate::session::lone_surrogates::from_slice(bytes).map_err(|err| {
         GatewayError::bad_request(
             "bad_json",
             format!("the request body is not JSON ({err}); send {{\"method\": …, \"session\": …, \"params\": {{…}}}}"),

@@ -301,6 +301,7 @@ fn harness_error(err: HarnessError) -> GatewayError {
         HarnessError::Model(_) => 502,
         // The key's file is not a session the store can use: the client's key, not the server.
         HarnessError::Unusable { .. } => 409,
+        HarnessError::Session(crate::session::SessionWriteError::LineTooLong { .. }) => 413,
         _ => 500,
     };
     GatewayError::new(status, err.code(), err.to_string())
@@ -359,6 +360,8 @@ fn reload_error(err: ReloadError) -> GatewayError {
 /// The config or a plugin reload was refused.
 pub fn reload_everything(runtime: &Runtime) -> Result<Vec<ReloadOutcome>, ReloadError> {
     runtime.reload_config()?;
+    // Reads and appends from now on take the reloaded `sessions.maxLineBytes`.
+    crate::session::limits::set_max_line_bytes(runtime.config().config.sessions.max_line_bytes());
     let mut outcomes = Vec::new();
     let mut refused = None;
     for result in runtime.reload_all() {

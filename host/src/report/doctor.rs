@@ -42,6 +42,9 @@ pub struct DoctorReport {
     /// What an engine run in a worker process (`isolation: "process"`) is confined by on this
     /// machine.
     pub isolation: IsolationSummary,
+    /// Session files with lines longer than `sessions.maxLineBytes`, which every read skips.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub session_long_lines: Vec<super::sessions::SessionLongLines>,
     /// Whether nothing is broken: the selected engine answers, or `legacy` answers for it
     /// because the operator disabled or denied its plugin.
     pub ok: bool,
@@ -233,6 +236,7 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
         quarantine,
         context_engine,
         isolation: IsolationSummary::probe_with(&config.config),
+        session_long_lines: super::sessions::sessions_with_long_lines(runtime.home()),
         ok,
     }
 }
@@ -359,6 +363,14 @@ impl DoctorReport {
                     "  warning: {}: sandbox.allowWeak: its worker starts even where reads cannot be confined (weak)",
                     grant.plugin
                 );
+            }
+        }
+        if !self.session_long_lines.is_empty() {
+            let _ = writeln!(out, "sessions with lines every read skips:");
+            for session in &self.session_long_lines {
+                for line in &session.lines {
+                    let _ = writeln!(out, "  warning: {}: {line}", session.file.display());
+                }
             }
         }
         if let Some(line) = &self.health {

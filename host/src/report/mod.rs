@@ -5,6 +5,7 @@
 pub mod doctor;
 pub mod exercise;
 pub mod plugins;
+pub mod sessions;
 
 pub use doctor::{doctor, DoctorReport};
 pub use exercise::{exercise_engine, MethodOutcome};

@@ -11,6 +11,8 @@ pub mod context;
 pub mod group_commit;
 pub mod holder;
 pub mod key;
+pub mod limits;
+pub mod lone_surrogates;
 pub mod openai;
 pub mod store;
 pub mod time;

@@ -92,18 +92,27 @@ impl Transcript {
     /// # Errors
     /// [`TranscriptError`] naming the file and what is wrong.
     pub fn read(path: &Path) -> Result<Self, TranscriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Unreadable {
+        let unreadable = |source| TranscriptError::Unreadable {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        // A session file is read as the session reader reads it (streamed, its long lines
+        // skipped: `sessions.maxLineBytes`), known by its first line alone.
+        if starts_as_session_file(path).map_err(unreadable)? {
+            let tree = super::tree::SessionTree::read(path).map_err(|err| match err {
+                super::tree::SessionReadError::Unreadable { source, .. } => unreadable(source),
+                super::tree::SessionReadError::Directory { .. } => {
+                    unreadable(std::io::Error::other("it is a directory"))
+                }
+            })?;
+            return Ok(Self::from_session(&tree));
+        }
+        let text = std::fs::read_to_string(path).map_err(unreadable)?;
         let invalid = |message: String| TranscriptError::Invalid {
             path: path.to_owned(),
             message,
         };
-        if is_session_file(&text) {
-            return Ok(Self::from_session(&super::tree::SessionTree::parse(&text)));
-        }
-        let value: Value = serde_json::from_str(&text)
+        let value: Value = super::lone_surrogates::from_str(&text)
             .map_err(|e| invalid(format!("line {} column {}: {e}", e.line(), e.column())))?;
         Self::from_json(value).map_err(invalid)
     }
@@ -140,11 +149,26 @@ impl Transcript {
     }
 }
 
-/// Whether `text` is an OpenClaw session file: its first line a `{"type":"session"}` header.
-fn is_session_file(text: &str) -> bool {
-    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    serde_json::from_str::<Value>(first)
-        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("session"))
+/// Whether the file at `path` is an OpenClaw session file: its first non-blank line (read up
+/// to 64 KiB, the most a header takes) a `{"type":"session"}` header.
+fn starts_as_session_file(path: &Path) -> std::io::Result<bool> {
+    use std::io::{BufRead as _, Read as _};
+    let file = std::fs::File::open(path)?;
+    let mut reader = std::io::BufReader::new(file.take(64 << 10));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Ok(false);
+        }
+        if !line.trim_ascii().is_empty() {
+            break;
+        }
+    }
+    Ok(
+        super::lone_surrogates::from_slice::<Value>(line.trim_ascii_end())
+            .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("session")),
+    )
 }
 
 /// One OpenAI chat message as OpenClaw's message, by the golden data's mapping

@@ -176,9 +176,10 @@ impl RecordText {
         }
     }
 
-    /// The line as a JSON value (`Null` if it does not parse, which a record read never does).
+    /// The line as a JSON value (`Null` if it does not parse, which a record read never does);
+    /// a lone surrogate escape reads as U+FFFD ([`super::lone_surrogates`]).
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.as_str()).unwrap_or(Value::Null)
+        super::lone_surrogates::from_str(self.as_str()).unwrap_or(Value::Null)
     }
 }
 
@@ -262,7 +263,7 @@ impl Entry {
         let EntryType::Message(role) = self.entry_type else {
             return None;
         };
-        let mut message = match serde_json::from_str::<Only>(self.text()) {
+        let mut message = match super::lone_surrogates::from_str::<Only>(self.text()) {
             Ok(only) => only.message,
             // A record with two `message` keys: the last one counts, as in the head.
             Err(_) => Message::from_value(self.record().remove("message")?).ok()?,
@@ -323,10 +324,20 @@ impl Entry {
             #[serde(borrow)]
             timestamp: Option<Cow<'a, str>>,
         }
-        let stamp = serde_json::from_str::<Only<'_>>(self.text())
-            .ok()?
-            .timestamp?;
-        super::time::parse_iso_ms(&stamp)
+        #[derive(Deserialize)]
+        struct Owned {
+            timestamp: Option<String>,
+        }
+        match serde_json::from_str::<Only<'_>>(self.text()) {
+            Ok(only) => super::time::parse_iso_ms(&only.timestamp?),
+            // A line that parses only with its lone surrogates replaced.
+            Err(_) => {
+                let stamp = super::lone_surrogates::from_str::<Owned>(self.text())
+                    .ok()?
+                    .timestamp?;
+                super::time::parse_iso_ms(&stamp)
+            }
+        }
     }
 }
 
@@ -351,7 +362,37 @@ pub struct SessionTree {
     pub ends_with_newline: bool,
     /// Whether the file held bytes that are not UTF-8 (read as U+FFFD).
     pub replaced_invalid_utf8: bool,
+    /// Lines skipped unread because they are longer than `sessions.maxLineBytes`
+    /// ([`super::limits`]), in file order.
+    pub long_lines: Vec<LongLine>,
     index: EntryIndex,
+}
+
+/// A line of a session file skipped because it is longer than the bound: never held in memory,
+/// not in the tree (what it held is missing from the context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LongLine {
+    /// The line's number in the file (the first line is 1).
+    pub line: u64,
+    /// Its length in bytes, without its newline.
+    pub bytes: u64,
+    /// The bound it is over (`sessions.maxLineBytes`).
+    pub max_line_bytes: u64,
+}
+
+impl fmt::Display for LongLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "line {} is {} ({} bytes), longer than sessions.maxLineBytes ({}): skipped, so what it \
+             holds is not in the context (raise sessions.maxLineBytes in pincer.json to read it)",
+            self.line,
+            super::limits::human_bytes(self.bytes),
+            self.bytes,
+            super::limits::human_bytes(self.max_line_bytes),
+        )
+    }
 }
 
 /// Entries by id (the last of equal ids wins), holding positions in `entries` rather than
@@ -427,7 +468,22 @@ impl SessionTree {
                 path: path.to_owned(),
             });
         }
-        let (bytes, halves_are_utf8) = read_on_two_threads(&file).map_err(unreadable)?;
+        let max_line_bytes = super::limits::max_line_bytes();
+        // A file no longer than the bound cannot hold a longer line: read whole (fast); else
+        // streamed, long lines skipped without being held.
+        let (bytes, halves_are_utf8, long_lines, ends_with_newline) =
+            if file.metadata().map_err(unreadable)?.len() <= max_line_bytes {
+                let (bytes, checked) = read_on_two_threads(&file).map_err(unreadable)?;
+                (bytes, checked, Vec::new(), None)
+            } else {
+                let read = read_bounded(&file, max_line_bytes).map_err(unreadable)?;
+                (
+                    read.bytes,
+                    false,
+                    read.long_lines,
+                    Some(read.ends_with_newline),
+                )
+            };
         let (text, replaced) = if halves_are_utf8 {
             // SAFETY: each half was checked to be UTF-8, and they were cut between characters
             // (a half that does not end on a character boundary fails its check).
@@ -439,6 +495,14 @@ impl SessionTree {
             }
         };
         let mut tree = Self::from_text(text);
+        if let Some(ends_with_newline) = ends_with_newline {
+            // What the file ends with, not what was kept of it (a skipped last line).
+            tree.ends_with_newline = ends_with_newline;
+        }
+        for long in &long_lines {
+            tracing::warn!(session = %path.display(), "session file: {long}");
+        }
+        tree.long_lines = long_lines;
         if replaced {
             tree.replaced_invalid_utf8 = true;
             tracing::warn!(
@@ -738,6 +802,121 @@ fn read_on_two_threads(file: &std::fs::File) -> std::io::Result<(Vec<u8>, bool)>
     Ok((bytes, halves_are_utf8 && !grew))
 }
 
+/// The lines of the session file `path` longer than `sessions.maxLineBytes`, found by scanning
+/// for newlines (nothing is parsed or kept); none, without a read, when the file is no longer
+/// than the bound. What `pincer doctor` reports.
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn long_lines(path: &Path) -> std::io::Result<Vec<LongLine>> {
+    use std::io::BufRead as _;
+    let max_line_bytes = super::limits::max_line_bytes();
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() <= max_line_bytes {
+        return Ok(Vec::new());
+    }
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let (mut found, mut line, mut length) = (Vec::new(), 1u64, 0u64);
+    let end_line = |line: u64, length: u64, found: &mut Vec<LongLine>| {
+        if length > max_line_bytes {
+            found.push(LongLine {
+                line,
+                bytes: length,
+                max_line_bytes,
+            });
+        }
+    };
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        let read = chunk.len();
+        let mut rest = chunk;
+        while let Some(at) = memchr::memchr(b'\n', rest) {
+            end_line(line, length + at as u64, &mut found);
+            (line, length) = (line + 1, 0);
+            rest = &rest[at + 1..];
+        }
+        length += rest.len() as u64;
+        reader.consume(read);
+    }
+    end_line(line, length, &mut found);
+    Ok(found)
+}
+
+/// A file read with its long lines left out ([`read_bounded`]).
+struct BoundedRead {
+    /// The file's bytes without the long lines (each dropped with its newline).
+    bytes: Vec<u8>,
+    long_lines: Vec<LongLine>,
+    /// Whether the file's last byte is a newline (or the file is empty).
+    ends_with_newline: bool,
+}
+
+/// Streams `file`, keeping every line no longer than `max_line_bytes`; a longer line is
+/// dropped as soon as it is known to be too long, and the rest of it is only scanned for its
+/// newline. Memory: the kept lines, plus one read buffer and at most `max_line_bytes` of a
+/// line in progress.
+fn read_bounded(file: &std::fs::File, max_line_bytes: u64) -> std::io::Result<BoundedRead> {
+    use std::io::BufRead as _;
+    let limit = usize::try_from(max_line_bytes).unwrap_or(usize::MAX);
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut bytes = Vec::new();
+    let mut long_lines = Vec::new();
+    // Where the line in progress starts in `bytes`, and its number.
+    let mut line_start = 0usize;
+    let mut line = 1u64;
+    // The length so far of a long line being skipped.
+    let mut skipping: Option<u64> = None;
+    let mut last_byte = None;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        let read = chunk.len();
+        last_byte = chunk.last().copied();
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let newline = memchr::memchr(b'\n', rest);
+            let piece = newline.map_or(rest.len(), |at| at);
+            if let Some(so_far) = &mut skipping {
+                *so_far += piece as u64;
+            } else if bytes.len() - line_start + piece > limit {
+                skipping = Some((bytes.len() - line_start + piece) as u64);
+                bytes.truncate(line_start);
+            } else {
+                bytes.extend_from_slice(&rest[..newline.map_or(piece, |at| at + 1)]);
+            }
+            let Some(at) = newline else { break };
+            if let Some(length) = skipping.take() {
+                long_lines.push(LongLine {
+                    line,
+                    bytes: length,
+                    max_line_bytes,
+                });
+            }
+            line += 1;
+            line_start = bytes.len();
+            rest = &rest[at + 1..];
+        }
+        reader.consume(read);
+    }
+    if let Some(length) = skipping {
+        long_lines.push(LongLine {
+            line,
+            bytes: length,
+            max_line_bytes,
+        });
+    }
+    Ok(BoundedRead {
+        bytes,
+        long_lines,
+        ends_with_newline: last_byte.is_none_or(|b| b == b'\n'),
+    })
+}
+
 /// The non-blank lines of `text` with their heads (`None`: the line does not parse), in order,
 /// scanned on up to two threads (the machine's cores).
 fn scan_lines(text: &str, hasher: &Hasher) -> Vec<(Range<usize>, Option<Head>)> {
@@ -930,7 +1109,22 @@ impl Head {
     /// The head of a line; `None` when the line is not valid JSON. `previous_id`: the id of
     /// the record before, if known.
     fn of(line: &str, hasher: &Hasher, previous_id: Option<&str>) -> Option<Head> {
-        let head = match serde_json::from_str::<RecordHead<'_>>(line).ok()? {
+        // A line OpenClaw wrote with a lone surrogate escape parses with U+FFFD in its place
+        // ([`super::lone_surrogates`]); the replacement has the escape's length, so the spans
+        // of strings borrowed from it (which hold no escape) are spans of `line` too.
+        let replaced;
+        let (parsed, head) = match serde_json::from_str::<RecordHead<'_>>(line) {
+            Ok(head) => (line, head),
+            Err(_) => {
+                replaced = match super::lone_surrogates::replace_lone_surrogates_str(line) {
+                    Cow::Borrowed(_) => return None,
+                    Cow::Owned(replaced) => replaced,
+                };
+                let head = serde_json::from_str::<RecordHead<'_>>(&replaced).ok()?;
+                (replaced.as_str(), head)
+            }
+        };
+        let head = match head {
             RecordHead::NotObject => return Some(Head::NotObject),
             RecordHead::Object(head) => head,
         };
@@ -942,7 +1136,7 @@ impl Head {
             (Field::Str(parent), Some(previous)) => parent == previous,
             _ => false,
         };
-        let span = |s| Span::of(line, s);
+        let span = |s| Span::of(parsed, s);
         Some(Head::Object(Located {
             head: ObjectHead {
                 kind: head.kind,
@@ -1321,5 +1515,44 @@ mod tests {
         // A hole: the walk stops there.
         let hole = [line("a", "null"), line("b", "\"gone\""), line("c", "\"b\"")].join("\n");
         assert_eq!(path_ids(&SessionTree::parse(&hole)), ["b", "c"]);
+    }
+
+    #[test]
+    fn a_bounded_read_keeps_lines_up_to_the_bound_and_skips_longer_ones_across_reads() {
+        // Lines of the bound's length and one more, and one longer than the read buffer
+        // (1 MiB), so that a skip spans several reads; a last line without its newline.
+        let bound = 1000u64;
+        let at_bound = "a".repeat(bound as usize);
+        let over = "b".repeat(bound as usize + 1);
+        let huge = "c".repeat(3 << 20);
+        let text = format!("{at_bound}\n{over}\n\nkept\n{huge}\nlast\n{huge}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let read = read_bounded(&std::fs::File::open(&path).unwrap(), bound).unwrap();
+        assert_eq!(
+            String::from_utf8(read.bytes).unwrap(),
+            format!("{at_bound}\n\nkept\nlast\n")
+        );
+        let long = |line, bytes| LongLine {
+            line,
+            bytes,
+            max_line_bytes: bound,
+        };
+        assert_eq!(
+            read.long_lines,
+            [long(2, bound + 1), long(5, 3 << 20), long(7, 3 << 20)]
+        );
+        assert!(!read.ends_with_newline);
+    }
+
+    #[test]
+    fn a_message_with_a_lone_surrogate_escape_is_read_with_u_fffd_and_its_line_kept() {
+        let line = r#"{"type":"message","id":"a","parentId":null,"message":{"role":"user","content":"x\ud83d"}}"#;
+        let tree = SessionTree::parse(line);
+        assert_eq!(tree.skipped_lines, 0);
+        let entry = tree.get("a").expect("the entry is kept");
+        assert_eq!(entry.text(), line, "its line as written");
+        assert_eq!(entry.message().unwrap().plain_text(), "x\u{fffd}");
     }
 }

@@ -77,6 +77,21 @@ pub enum SessionWriteError {
         /// Its version.
         version: u64,
     },
+    /// The record's line would be longer than `sessions.maxLineBytes`: nothing was written.
+    #[error(
+        "cannot append to session {}: the record is {bytes} bytes as one line, longer than \
+         sessions.maxLineBytes ({max_line_bytes}); nothing was written (send a smaller message, \
+         or raise sessions.maxLineBytes in pincer.json)",
+        path.display()
+    )]
+    LineTooLong {
+        /// The file.
+        path: PathBuf,
+        /// The line's length (without its newline).
+        bytes: u64,
+        /// The bound.
+        max_line_bytes: u64,
+    },
     /// `branch` named an entry the session does not have.
     #[error("session {} has no entry \"{id}\" to branch from", path.display())]
     NoSuchEntry {
@@ -96,6 +111,7 @@ impl SessionWriteError {
             SessionWriteError::Locked { .. } => "session_locked",
             SessionWriteError::FutureVersion { .. } => "session_future_version",
             SessionWriteError::NoSuchEntry { .. } => "session_no_such_entry",
+            SessionWriteError::LineTooLong { .. } => "session_line_too_long",
         }
     }
 }
@@ -559,6 +575,14 @@ impl SessionWriter {
     /// Writes `record` as one line; the line, without its newline.
     fn write_line(&mut self, record: &Value) -> Result<String, SessionWriteError> {
         let mut line = serde_json::to_string(record).expect("a JSON value serializes");
+        let max_line_bytes = super::limits::max_line_bytes();
+        if line.len() as u64 > max_line_bytes {
+            return Err(SessionWriteError::LineTooLong {
+                path: self.path.clone(),
+                bytes: line.len() as u64,
+                max_line_bytes,
+            });
+        }
         line.push('\n');
         if let Some(staged) = &mut self.staged {
             staged.extend_from_slice(line.as_bytes());

@@ -102,7 +102,16 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         options,
     ));
     // The session's work runs on a worker of its own, where engine calls run inline.
-    let code = match open_session(&harness, &args) {
+    let working = super::progress::Working::start(
+        format!(
+            "opening session {}",
+            args.session.as_deref().unwrap_or("(a new one)")
+        ),
+        super::progress::drawable(args.json),
+    );
+    let opened = open_session(&harness, &args);
+    drop(working);
+    let code = match opened {
         Ok(session) => {
             let runner = SessionRunner::with_session(harness, session);
             if args.session.is_none() {
@@ -323,9 +332,9 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
         };
     }
     let replay = plan.replay.as_ref().expect("an import has a replay");
-    // A progress bar on stderr, drawn only when it is a terminal.
+    // A progress bar on stderr, drawn only when it is a terminal (and not with --json).
     let progress = indicatif::ProgressBar::new(replay.script(|s| s.remaining_turns()) as u64);
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if !super::progress::drawable(json) {
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     for message in replay.script(|s| s.preamble.clone()) {
