@@ -420,6 +420,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // How the process exits is watched from here on, before any library opens: a library's
+    // `exit()` outside any call, or a crash in its exit code, is remembered (the crash
+    // journal); the guard says "finishing" when `main` returns.
+    let _finishing = pincer_host::engines::crash_journal::install_exit_watch();
     let cli = Cli::parse();
     init_logging(&cli.log);
     // Ctrl-C or `kill` during an engine call is the operator's stop, not the engine's crash:

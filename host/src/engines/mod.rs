@@ -2,8 +2,8 @@
 //! [`EngineBackend`] seam (in process, or in a worker process: [`isolation`]),
 //! owned requests a bounded call can borrow from, bounded calls themselves (handed off to a
 //! pooled worker, or inline on a session worker under one watchdog), the host services
-//! engines see, the engines built into the host (`legacy`), and the crash journal that
-//! remembers an engine that took the process down.
+//! engines see, the engines built into the host (`legacy`), and the crash journal (with its fatal-signal
+//! handler) that remembers an engine that took the process down, in a call or outside one.
 //!
 //! Depends on [`crate::plugins`] (a library backend keeps its library mapped), never on the
 //! slot: quarantine, fallback and projection live in [`crate::slot`].
@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod bounded;
 pub mod crash_journal;
+pub mod fatal_signal;
 pub mod instance;
 pub mod isolation;
 pub mod legacy;

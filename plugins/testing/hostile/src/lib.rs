@@ -18,6 +18,11 @@
 //! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
 //! when `HOSTILE_CONSTRUCTOR_MARKER` names a file, it writes it (the tests' proof that a
 //! refused library never ran), and when `HOSTILE_CONSTRUCTOR_EXIT` is set it calls `exit(7)`.
+//!
+//! Crashes outside any call (an `atexit` handler, a timer thread, a thread after its call
+//! returned) are `outside.rs`'s.
+
+mod outside;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -68,6 +73,7 @@ struct Config {
 /// The engine.
 pub struct Hostile {
     config: Config,
+    outside: outside::Outside,
 }
 
 /// A panic payload whose own destructor panics.
@@ -115,7 +121,9 @@ impl Engine for Hostile {
             // SAFETY: none; this is the point.
             unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
         }
-        Ok(Hostile { config })
+        let outside = outside::Outside::from_config(ctx.config_json());
+        outside.on_create();
+        Ok(Hostile { config, outside })
     }
 
     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -188,6 +196,7 @@ impl Engine for Hostile {
                 out.keep_range(0..n);
             }
         }
+        self.outside.on_assemble_return();
         Ok(out.finish())
     }
 
