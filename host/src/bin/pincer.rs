@@ -5,6 +5,25 @@
 
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
+// The host's own output goes through descriptors in-process engines do not hold
+// (`pincer_host::engines::stdio`): these shadow the standard macros in this binary and its
+// modules, declared below.
+macro_rules! print {
+    ($($arg:tt)*) => { pincer_host::engines::stdio::print(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { print!("\n") };
+    ($($arg:tt)*) => { pincer_host::engines::stdio::print(format_args!("{}\n", format_args!($($arg)*))) };
+}
+#[allow(unused_macros)]
+macro_rules! eprint {
+    ($($arg:tt)*) => { pincer_host::engines::stdio::eprint(format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { eprint!("\n") };
+    ($($arg:tt)*) => { pincer_host::engines::stdio::eprint(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 #[path = "pincer/run.rs"]
 mod run;
 #[cfg(unix)]
@@ -392,9 +411,9 @@ fn init_logging(level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(pincer_host::engines::stdio::host_stderr)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(pincer_host::engines::stdio::host_stderr().is_terminal())
         .try_init();
 }
 
@@ -708,6 +727,10 @@ fn open_with(
     libraries: OpenLibraries,
     llm: Option<Arc<dyn pincer_host::model::ModelProvider>>,
 ) -> Result<Runtime, ExitCode> {
+    // Before any library opens: what in-process engines print goes, capped, to the log.
+    if let Err(err) = pincer_host::engines::stdio::keep_host_output_apart() {
+        tracing::warn!("engine output is not kept apart from the host's: {err}");
+    }
     let mut config = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config,
         Err(err) => return Err(fail(err, 2)),

@@ -512,7 +512,13 @@ impl CrashJournal {
             ];
             for part in parts {
                 // SAFETY: write(2) of a valid buffer; errors are ignored on the way down.
-                unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+                unsafe {
+                    libc::write(
+                        crate::engines::stdio::host_stderr_fd(),
+                        part.as_ptr().cast(),
+                        part.len(),
+                    )
+                };
             }
         }
     }

@@ -15,9 +15,11 @@ pub mod fatal_signal;
 pub mod instance;
 pub mod isolation;
 pub mod legacy;
+pub mod output_cap;
 pub mod request;
 pub mod services;
 pub mod session_worker;
+pub mod stdio;
 
 pub use backend::{EngineBackend, InProcess};
 pub use instance::{

@@ -20,9 +20,10 @@
 //! refused library never ran), and when `HOSTILE_CONSTRUCTOR_EXIT` is set it calls `exit(7)`.
 //!
 //! Crashes outside any call (an `atexit` handler, a timer thread, a thread after its call
-//! returned) are `outside.rs`'s.
+//! returned) are `outside.rs`'s; writes to stdout and stderr, `output.rs`'s.
 
 mod outside;
+mod output;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -74,6 +75,7 @@ struct Config {
 pub struct Hostile {
     config: Config,
     outside: outside::Outside,
+    output: output::Output,
 }
 
 /// A panic payload whose own destructor panics.
@@ -123,7 +125,12 @@ impl Engine for Hostile {
         }
         let outside = outside::Outside::from_config(ctx.config_json());
         outside.on_create();
-        Ok(Hostile { config, outside })
+        let output = output::Output::from_config(ctx.config_json());
+        Ok(Hostile {
+            config,
+            outside,
+            output,
+        })
     }
 
     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -144,6 +151,7 @@ impl Engine for Hostile {
         let times = self.config.times.unwrap_or(10_000) as usize;
         let bytes = self.config.bytes.unwrap_or(100 << 20) as usize;
         let mut out = ContextBuilder::new();
+        self.output.on_assemble();
         match self.config.assemble.as_deref().unwrap_or("ok") {
             "repeat" => {
                 for _ in 0..times {
