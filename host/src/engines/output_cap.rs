@@ -95,7 +95,13 @@ impl OutputCap {
 
     /// Takes `bytes` of `stream`, written during call number `call` (`None`: calls are not
     /// known, no per-call cap), forwarding each complete line within the caps.
-    pub fn feed(&mut self, stream: Stream, bytes: &[u8], call: Option<u64>, now: Instant) -> Verdict {
+    pub fn feed(
+        &mut self,
+        stream: Stream,
+        bytes: &[u8],
+        call: Option<u64>,
+        now: Instant,
+    ) -> Verdict {
         let verdict = self.tick(now);
         if let Some(call) = call {
             if call != self.call {
@@ -140,8 +146,8 @@ impl OutputCap {
         let len = line.len() + 1;
         let over_second =
             self.window_lines >= LINES_PER_SECOND || self.window_bytes + len > BYTES_PER_SECOND;
-        let over_call =
-            per_call && (self.call_lines >= LINES_PER_CALL || self.call_bytes + len > BYTES_PER_CALL);
+        let over_call = per_call
+            && (self.call_lines >= LINES_PER_CALL || self.call_bytes + len > BYTES_PER_CALL);
         if over_second || over_call {
             self.dropped_lines += 1;
             self.dropped_bytes += len as u64;
@@ -163,7 +169,9 @@ impl OutputCap {
                 "{} {stream}: {text}",
                 self.source
             ),
-            None => tracing::warn!(target: "pincer::plugin", stream, "{} {stream}: {text}", self.source),
+            None => {
+                tracing::warn!(target: "pincer::plugin", stream, "{} {stream}: {text}", self.source)
+            }
         }
     }
 
@@ -234,8 +242,17 @@ mod tests {
         let start = Instant::now();
         let mut cap = OutputCap::new("test", Some("e".into()), start);
         let flood = "x\n".repeat(1000);
-        assert_eq!(cap.feed(Stream::Stderr, flood.as_bytes(), None, start), Verdict::Within);
-        assert_eq!(cap.totals, (u64::from(LINES_PER_SECOND), 1000 - u64::from(LINES_PER_SECOND)));
+        assert_eq!(
+            cap.feed(Stream::Stderr, flood.as_bytes(), None, start),
+            Verdict::Within
+        );
+        assert_eq!(
+            cap.totals,
+            (
+                u64::from(LINES_PER_SECOND),
+                1000 - u64::from(LINES_PER_SECOND)
+            )
+        );
         // Per call: a new call starts a new per-call budget, but the second's is spent.
         let mut verdict = Verdict::Within;
         for second in 1..=FLOOD_SECONDS {

@@ -202,10 +202,7 @@ fn install_panic_hook() {
         } else {
             "Box<dyn Any>".to_owned()
         };
-        let location = info
-            .location()
-            .map(|l| l.to_string())
-            .unwrap_or_default();
+        let location = info.location().map(|l| l.to_string()).unwrap_or_default();
         let backtrace = std::backtrace::Backtrace::capture();
         let backtrace = match backtrace.status() {
             std::backtrace::BacktraceStatus::Captured => format!("stack backtrace:\n{backtrace}\n"),

@@ -52,8 +52,8 @@ use super::protocol::{
 use super::settings::{Confinement, WorkerSettings};
 use super::wire;
 use crate::engines::backend::{current_call_abort, EngineBackend, Rollback};
-use crate::engines::output_cap::{OutputCap, Stream, Verdict};
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor};
+use crate::engines::output_cap::{OutputCap, Stream, Verdict};
 use crate::types::Method;
 
 /// How many sessions' messages a worker holds at most (the least recently used go first).
