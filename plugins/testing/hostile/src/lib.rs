@@ -22,8 +22,8 @@
 //! Crashes outside any call (an `atexit` handler, a timer thread, a thread after its call
 //! returned) are `outside.rs`'s; writes to stdout and stderr, `output.rs`'s.
 
-mod outside;
 mod output;
+mod outside;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
