@@ -294,7 +294,8 @@ mod tests {
         // The test binary's own code stands in for a library: its executable mapping.
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert!(watch_library(&exe, 5) >= 1);
-        let here = an_address_inside_a_watched_library_is_found_on_a_stack_read_safely as usize;
+        let here = an_address_inside_a_watched_library_is_found_on_a_stack_read_safely as *const ()
+            as usize;
         assert_eq!(library_of(here), Some(5));
         let on_stack = std::hint::black_box([0usize, 1, here, 3]);
         assert_eq!(scan_stack(on_stack.as_ptr() as usize), Some(5));

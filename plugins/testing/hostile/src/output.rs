@@ -42,7 +42,7 @@ impl Output {
             let mut i = 0u64;
             while Instant::now() < end {
                 let _ = stderr.write_all(line.as_bytes());
-                if i % 64 == 0 {
+                if i.is_multiple_of(64) {
                     let _ = std::io::stdout().write_all(b"hostile flood on stdout\n");
                 }
                 i += 1;
