@@ -253,17 +253,21 @@ mod tests {
                 1000 - u64::from(LINES_PER_SECOND)
             )
         );
-        // Per call: a new call starts a new per-call budget, but the second's is spent.
+        // Seconds 0, 1 and 2 each drop output: at the end of the third, it is flooding.
         let mut verdict = Verdict::Within;
-        for second in 1..=FLOOD_SECONDS {
+        for second in 1..FLOOD_SECONDS {
             let now = start + Duration::from_secs(u64::from(second));
             verdict = cap.feed(Stream::Stdout, flood.as_bytes(), Some(1), now);
         }
-        assert_eq!(verdict, Verdict::Within, "the third second is not over yet");
-        let later = start + Duration::from_secs(u64::from(FLOOD_SECONDS) + 1);
-        assert_eq!(cap.tick(later), Verdict::Flooding(FLOOD_SECONDS));
+        assert_eq!(
+            verdict,
+            Verdict::Within,
+            "two seconds of drops are not a flood"
+        );
+        let third = start + Duration::from_secs(u64::from(FLOOD_SECONDS));
+        assert_eq!(cap.tick(third), Verdict::Flooding(FLOOD_SECONDS));
         // A quiet second ends it.
-        let quiet = later + Duration::from_secs(1);
+        let quiet = third + Duration::from_secs(1);
         assert_eq!(cap.tick(quiet), Verdict::Within);
     }
 
