@@ -84,7 +84,8 @@ struct Worker {
     engine_id: String,
     pid: u32,
     services: HostServicesArc,
-    child: Mutex<Option<Child>>,
+    /// Shared with the output reader, which kills a worker that floods (never one reaped).
+    child: Arc<Mutex<Option<Child>>>,
     /// Why the worker is gone; set once.
     death: Mutex<Option<String>>,
     dead: AtomicBool,
@@ -381,12 +382,14 @@ impl ProcessBackend {
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_done = Arc::new((Mutex::new(false), Condvar::new()));
         let output = Arc::new(OutputWatch::default());
-        if let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) {
+        let streams = (child.stdout.take(), child.stderr.take());
+        let child = Arc::new(Mutex::new(Some(child)));
+        if let (Some(stdout), Some(stderr)) = streams {
             spawn_output_reader(
                 stdout,
                 stderr,
                 start.request.engine_id.clone(),
-                pid,
+                Arc::clone(&child),
                 Arc::clone(&output),
                 Arc::clone(&stderr_tail),
                 Arc::clone(&stderr_done),
@@ -396,7 +399,7 @@ impl ProcessBackend {
             engine_id: start.request.engine_id.clone(),
             pid,
             services,
-            child: Mutex::new(Some(child)),
+            child,
             death: Mutex::new(None),
             dead: AtomicBool::new(false),
             lanes: Mutex::new(lanes),
@@ -556,7 +559,7 @@ fn spawn_output_reader(
     stdout: std::process::ChildStdout,
     stderr: std::process::ChildStderr,
     engine_id: String,
-    pid: u32,
+    child: Arc<Mutex<Option<Child>>>,
     watch: Arc<OutputWatch>,
     tail: Arc<Mutex<VecDeque<u8>>>,
     done: Arc<(Mutex<bool>, Condvar)>,
@@ -620,9 +623,11 @@ fn spawn_output_reader(
                             crate::engines::output_cap::LINES_PER_CALL,
                             crate::engines::output_cap::BYTES_PER_CALL >> 10,
                         ));
-                        tracing::error!(target: "pincer::plugin", engine_id = %engine_id, pid, "engine worker \"{engine_id}\" floods its output: killed");
-                        // SAFETY: a signal to our own child, which we have not reaped.
-                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                        tracing::error!(target: "pincer::plugin", engine_id = %engine_id, "engine worker \"{engine_id}\" floods its output: killed");
+                        // `Child::kill` never signals a process already reaped.
+                        if let Some(child) = lock(&child).as_mut() {
+                            let _ = child.kill();
+                        }
                     }
                 }
             }
