@@ -295,14 +295,16 @@ fn a_process_stopped_by_the_operator_mid_call_does_not_quarantine_the_engine() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // In the call once its journal holds the engine's tag.
+        // In the call once its journal holds a slot marked "in call" (the engine's tag alone
+        // is there from the moment its library is opened, in the journal's library table).
         let journal = home
             .path()
             .join("state/crash-journal")
             .join(format!("{}.slots", child.id()));
+        let in_call = 0x4341_4c4c_u32.to_ne_bytes();
         let start = std::time::Instant::now();
         while !std::fs::read(&journal)
-            .map(|bytes| bytes.windows(6).any(|w| w == b"faulty"))
+            .map(|bytes| bytes.windows(4).any(|w| w == in_call))
             .unwrap_or(false)
         {
             assert!(start.elapsed().as_secs() < 30, "the call never started");

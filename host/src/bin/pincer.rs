@@ -5,6 +5,25 @@
 
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
+// The host's own output goes through descriptors in-process engines do not hold
+// (`pincer_host::engines::stdio`): these shadow the standard macros in this binary and its
+// modules, declared below.
+macro_rules! print {
+    ($($arg:tt)*) => { pincer_host::engines::stdio::print(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { print!("\n") };
+    ($($arg:tt)*) => { pincer_host::engines::stdio::print(format_args!("{}\n", format_args!($($arg)*))) };
+}
+#[allow(unused_macros)]
+macro_rules! eprint {
+    ($($arg:tt)*) => { pincer_host::engines::stdio::eprint(format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { eprint!("\n") };
+    ($($arg:tt)*) => { pincer_host::engines::stdio::eprint(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 #[path = "pincer/progress.rs"]
 mod progress;
 #[path = "pincer/run.rs"]
@@ -401,9 +420,9 @@ fn init_logging(level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(pincer_host::engines::stdio::host_stderr)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(pincer_host::engines::stdio::host_stderr().is_terminal())
         .try_init();
 }
 
@@ -424,6 +443,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // How the process exits is watched from here on, before any library opens: a library's
+    // `exit()` outside any call, or a crash in its exit code, is remembered (the crash
+    // journal); the guard says "finishing" when `main` returns.
+    let _finishing = pincer_host::engines::crash_journal::install_exit_watch();
     let cli = Cli::parse();
     init_logging(&cli.log);
     // Ctrl-C or `kill` during an engine call is the operator's stop, not the engine's crash:
@@ -714,6 +737,10 @@ fn open_with(
     libraries: OpenLibraries,
     llm: Option<Arc<dyn pincer_host::model::ModelProvider>>,
 ) -> Result<Runtime, ExitCode> {
+    // Before any library opens: what in-process engines print goes, capped, to the log.
+    if let Err(err) = pincer_host::engines::stdio::keep_host_output_apart() {
+        tracing::warn!("engine output is not kept apart from the host's: {err}");
+    }
     let mut config = match LoadedConfig::load(&home.config_path()) {
         Ok(config) => config,
         Err(err) => return Err(fail(err, 2)),

@@ -208,6 +208,17 @@ impl Quarantine {
         self.count.store(records.len(), Ordering::Release);
     }
 
+    /// The crash record that keeps the library whose sha256 is `sha256` from being opened:
+    /// its own code took an earlier process down without any of its engines in use (while it
+    /// was being opened, or during process exit), so opening it again would do it again.
+    pub fn library_crash(&self, sha256: &str) -> Option<QuarantineRecord> {
+        self.read_mirror().into_iter().find(|r| {
+            r.crash
+                && crate::engines::crash_journal::Window::library_wide(&r.operation)
+                && r.library_sha256.as_deref() == Some(sha256)
+        })
+    }
+
     /// This process's record for `engine_id`.
     pub fn get(&self, engine_id: &str) -> Option<QuarantineRecord> {
         self.records
@@ -369,7 +380,8 @@ pub fn clear_exited(
 }
 
 /// Turns the crash journals of dead processes in `state_dir` into crash records in the mirror:
-/// `the host process died during <method> (pid N)`, active until cleared or until the library
+/// `the host process died during <method> (pid N)`, or what it died of outside any call
+/// ([`crate::engines::crash_journal::Crash::reason`]), active until cleared or until the library
 /// changes. Returns how many crashes it found.
 pub fn harvest_crashes(state_dir: &Path) -> usize {
     let crashes = crate::engines::crash_journal::harvest(state_dir);
@@ -388,11 +400,8 @@ pub fn harvest_crashes(state_dir: &Path) -> usize {
             rows.push(QuarantineRecord {
                 engine_id: crash.engine_id.clone(),
                 owner: None,
-                operation: crash.method.to_string(),
-                reason: format!(
-                    "the host process died during {} (pid {})",
-                    crash.method, crash.pid
-                ),
+                operation: crash.window.operation().to_owned(),
+                reason: crash.reason(),
                 failed_at: now_ms(),
                 pid: crash.pid,
                 crash: true,
@@ -408,11 +417,10 @@ pub fn harvest_crashes(state_dir: &Path) -> usize {
             target: "pincer::quarantine",
             engine_id = %crash.engine_id,
             pid = crash.pid,
-            operation = %crash.method,
-            "[context-engine] Context engine \"{}\" took the host process down during {} (pid {}); it stays quarantined until `pincer health --clear` or until its library changes.",
+            operation = crash.window.operation(),
+            "[context-engine] Context engine \"{}\" took the host process down: {}; it stays quarantined until `pincer health --clear` or until its library changes.",
             sanitize_for_log(&crash.engine_id),
-            crash.method,
-            crash.pid,
+            crash.reason(),
         );
     }
     crashes.len()

@@ -676,9 +676,9 @@ impl Runtime {
                 sha256: status.sha256.clone().unwrap_or_default(),
             });
         }
-        let library = loader
-            .load_verified(verified)
-            .map_err(|err| refused(err.code(), err.to_string()))?;
+        let library = self
+            .open_verified(&loader, verified)
+            .map_err(|problem| refused(&problem.code, problem.message))?;
         if library.manifest().id != plugin_id {
             return Err(refused(
                 "manifest_mismatch",

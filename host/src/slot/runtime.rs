@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 
-use crate::config::{ConfigError, DisabledBy, FallbackPolicy, LoadedConfig, PincerHome};
+use crate::config::{ConfigError, DisabledBy, FallbackPolicy, Isolation, LoadedConfig, PincerHome};
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::crash_journal::JournalTag;
 use crate::engines::instance::{EngineCallError, EngineInstance};
@@ -21,7 +21,7 @@ use crate::engines::legacy::create_legacy;
 use crate::engines::services::{HostServices, ModelClient, NoRuntimeCompaction, RuntimeCompactor};
 use crate::plugins::catalog::plugin_roots;
 use crate::plugins::discovery::discover_plugin_dirs;
-use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader, VerifiedPlugin};
 use crate::plugins::manifest::PluginManifest;
 use crate::slot::contract::CallTrust;
 use crate::slot::guarded::{GuardedEngine, Timeouts};
@@ -331,14 +331,18 @@ impl Runtime {
             open_libraries: options.open_libraries,
             restarts: Mutex::new(BTreeMap::new()),
         };
+        // Crashes of earlier processes are read first: a library whose own code took one down
+        // while it was opened or at exit is not opened again. This process is journaled from
+        // here on, the opening of its libraries included.
+        let state_dir = runtime.home.state_dir();
+        crate::slot::quarantine::harvest_crashes(&state_dir);
+        crate::engines::crash_journal::open_global(&state_dir);
         runtime.load_plugins(&options.extra_plugin_dirs);
         // Engines that took an earlier process down stay quarantined (until cleared, or until
-        // their library changes); this process's calls are journaled from here on.
-        let state_dir = runtime.home.state_dir();
+        // their library changes).
         runtime
             .quarantine
             .recall_crashes(&state_dir, |id| runtime.registry.library_sha256(id));
-        crate::engines::crash_journal::open_global(&state_dir);
         runtime
     }
 
@@ -478,6 +482,59 @@ impl Runtime {
         }
     }
 
+    /// Opens a verified plugin's library (steps 5 and on of [`Loader::load_verified`]),
+    /// journaled: in process, the opening (`dlopen`, its constructors) is marked in the crash
+    /// journal, and the opened library is listed there with its code's address ranges, so that
+    /// a crash in its code outside any call is attributed to it. A library whose own code took
+    /// an earlier process down while it was opened or at exit is refused (`library_crashed_host`)
+    /// until `pincer health --clear` or until it changes.
+    pub(super) fn open_verified(
+        &self,
+        loader: &Loader,
+        plugin: VerifiedPlugin,
+    ) -> Result<Arc<LoadedLibrary>, PluginProblem> {
+        let in_process = loader.isolation_of(&plugin.manifest.id) != Isolation::Process;
+        let sha256 = plugin.verified.sha256_hex.clone();
+        let engine_id = plugin
+            .manifest
+            .context_engine_ids
+            .first()
+            .cloned()
+            .unwrap_or_else(|| plugin.manifest.id.clone());
+        if in_process {
+            if let Some(record) = self.quarantine.library_crash(&sha256) {
+                let message = format!(
+                    "library {} of plugin \"{}\" is not opened: {} (recorded for engine \"{}\"); `pincer health --clear` lets it be opened again once it is fixed, as does a changed library",
+                    plugin.library.display(),
+                    plugin.manifest.id,
+                    record.reason,
+                    record.engine_id,
+                );
+                tracing::error!(plugin = %plugin.manifest.id, "{message}");
+                return Err(PluginProblem {
+                    code: "library_crashed_host".to_owned(),
+                    message,
+                });
+            }
+        }
+        let tag = JournalTag::new(&engine_id, Some(&sha256));
+        let journal = in_process
+            .then(crate::engines::crash_journal::global)
+            .flatten();
+        let loading = journal.map(|journal| journal.enter_loading(&tag));
+        let library = loader.load_verified(plugin).map_err(|err| PluginProblem {
+            code: err.code().to_owned(),
+            message: err.to_string(),
+        })?;
+        drop(loading);
+        if let Some(journal) = journal.filter(|_| !library.is_isolated()) {
+            if let Some(index) = journal.library_loaded(&tag) {
+                crate::engines::fatal_signal::watch_library(library.copy_path(), index);
+            }
+        }
+        Ok(library)
+    }
+
     pub(super) fn load_one(
         &self,
         loader: &Loader,
@@ -571,10 +628,17 @@ impl Runtime {
             }
             return status;
         }
-        let library: Arc<LoadedLibrary> = match loader.load(dir) {
+        let opened = loader
+            .verify(dir)
+            .map_err(|err| PluginProblem {
+                code: err.code().to_owned(),
+                message: err.to_string(),
+            })
+            .and_then(|verified| self.open_verified(loader, verified));
+        let library: Arc<LoadedLibrary> = match opened {
             Ok(library) => library,
-            Err(err) => {
-                status.error = problem(err.code(), err.to_string());
+            Err(refusal) => {
+                status.error = Some(refusal);
                 return status;
             }
         };

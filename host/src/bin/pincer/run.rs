@@ -332,11 +332,15 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
         };
     }
     let replay = plan.replay.as_ref().expect("an import has a replay");
-    // A progress bar on stderr, drawn only when it is a terminal (and not with --json).
-    let progress = indicatif::ProgressBar::new(replay.script(|s| s.remaining_turns()) as u64);
-    if !super::progress::drawable(json) {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    // A progress bar on the host's stderr, drawn only when it is a terminal (and not with --json).
+    let progress = indicatif::ProgressBar::with_draw_target(
+        Some(replay.script(|s| s.remaining_turns()) as u64),
+        if super::progress::drawable(json) {
+            super::progress::draw_target()
+        } else {
+            indicatif::ProgressDrawTarget::hidden()
+        },
+    );
     for message in replay.script(|s| s.preamble.clone()) {
         if let Err(err) = append(message) {
             return super::fail(err, 1);

@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,7 @@ use super::settings::{Confinement, WorkerSettings};
 use super::wire;
 use crate::engines::backend::{current_call_abort, EngineBackend, Rollback};
 use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor};
+use crate::engines::output_cap::{OutputCap, Stream, Verdict};
 use crate::types::Method;
 
 /// How many sessions' messages a worker holds at most (the least recently used go first).
@@ -83,7 +84,8 @@ struct Worker {
     engine_id: String,
     pid: u32,
     services: HostServicesArc,
-    child: Mutex<Option<Child>>,
+    /// Shared with the output reader, which kills a worker that floods (never one reaped).
+    child: Arc<Mutex<Option<Child>>>,
     /// Why the worker is gone; set once.
     death: Mutex<Option<String>>,
     dead: AtomicBool,
@@ -94,6 +96,8 @@ struct Worker {
     control: Mutex<UnixStream>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     stderr_done: Arc<(Mutex<bool>, Condvar)>,
+    /// Calls started (the per-call output cap) and why the worker was killed for its output.
+    output: Arc<OutputWatch>,
     synced: Mutex<SyncState>,
     /// Per session, the lock its message-carrying calls take (see `synced_call`).
     gates: Mutex<HashMap<String, Arc<Mutex<()>>>>,
@@ -365,7 +369,7 @@ impl ProcessBackend {
             .env(LANES_ENV, lanes_n.to_string())
             .current_dir("/")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: only async-signal-safe calls (dup2) between fork and exec.
         unsafe {
@@ -385,10 +389,16 @@ impl ProcessBackend {
         let pid = child.id();
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_done = Arc::new((Mutex::new(false), Condvar::new()));
-        if let Some(stderr) = child.stderr.take() {
-            spawn_stderr_reader(
+        let output = Arc::new(OutputWatch::default());
+        let streams = (child.stdout.take(), child.stderr.take());
+        let child = Arc::new(Mutex::new(Some(child)));
+        if let (Some(stdout), Some(stderr)) = streams {
+            spawn_output_reader(
+                stdout,
                 stderr,
                 start.request.engine_id.clone(),
+                Arc::clone(&child),
+                Arc::clone(&output),
                 Arc::clone(&stderr_tail),
                 Arc::clone(&stderr_done),
             );
@@ -397,7 +407,7 @@ impl ProcessBackend {
             engine_id: start.request.engine_id.clone(),
             pid,
             services,
-            child: Mutex::new(Some(child)),
+            child,
             death: Mutex::new(None),
             dead: AtomicBool::new(false),
             lanes: Mutex::new(lanes),
@@ -407,6 +417,7 @@ impl ProcessBackend {
             control: Mutex::new(control),
             stderr_tail,
             stderr_done,
+            output,
             synced: Mutex::new(SyncState::default()),
             gates: Mutex::new(HashMap::new()),
             abort_grace: start.settings.abort_grace,
@@ -539,41 +550,96 @@ impl Drop for ProcessBackend {
     }
 }
 
-fn spawn_stderr_reader(
-    mut stderr: std::process::ChildStderr,
+/// What the output reader shares with its worker: the number of calls started (so that each
+/// call has its own output budget) and, once the worker kept writing beyond the caps, why it
+/// was killed.
+#[derive(Default)]
+struct OutputWatch {
+    calls: AtomicU64,
+    flooded: Mutex<Option<String>>,
+}
+
+/// Forwards the worker's stdout and stderr to the log through its [`OutputCap`] (one thread,
+/// `poll`ing both pipes, so that a quiet second still ends its window), keeps the tail of its
+/// stderr to explain its death, and kills a worker that floods.
+fn spawn_output_reader(
+    stdout: std::process::ChildStdout,
+    stderr: std::process::ChildStderr,
     engine_id: String,
+    child: Arc<Mutex<Option<Child>>>,
+    watch: Arc<OutputWatch>,
     tail: Arc<Mutex<VecDeque<u8>>>,
     done: Arc<(Mutex<bool>, Condvar)>,
 ) {
     let _ = std::thread::Builder::new()
-        .name("engine-worker-stderr".into())
+        .name("engine-worker-output".into())
         .spawn(move || {
-            let mut buf = [0u8; 4096];
-            let mut line = Vec::new();
-            loop {
-                match stderr.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        {
-                            let mut t = lock(&tail);
-                            t.extend(&buf[..n]);
-                            while t.len() > STDERR_TAIL_BYTES {
-                                t.pop_front();
-                            }
+            let mut cap = OutputCap::new(
+                format!("engine worker \"{engine_id}\""),
+                Some(engine_id.clone()),
+                Instant::now(),
+            );
+            let mut open = [Some(stdout.as_raw_fd()), Some(stderr.as_raw_fd())];
+            let mut buf = [0u8; 8192];
+            while open.iter().any(Option::is_some) {
+                let mut fds: Vec<libc::pollfd> = open
+                    .iter()
+                    .map(|fd| libc::pollfd {
+                        fd: fd.unwrap_or(-1),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                // SAFETY: a valid array of pollfd; negative descriptors are ignored.
+                let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 250) };
+                let now = Instant::now();
+                if ready < 0 && std::io::Error::last_os_error().kind() != ErrorKind::Interrupted {
+                    break;
+                }
+                let mut verdict = cap.tick(now);
+                for (index, pfd) in fds.iter().enumerate() {
+                    let Some(fd) = open[index] else { continue };
+                    if pfd.revents == 0 {
+                        continue;
+                    }
+                    // SAFETY: reading into a buffer of its size from a descriptor we hold.
+                    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                    if n <= 0 {
+                        open[index] = None;
+                        continue;
+                    }
+                    let bytes = &buf[..n as usize];
+                    let stream = if index == 0 { Stream::Stdout } else { Stream::Stderr };
+                    if stream == Stream::Stderr {
+                        let mut t = lock(&tail);
+                        t.extend(bytes);
+                        while t.len() > STDERR_TAIL_BYTES {
+                            t.pop_front();
                         }
-                        for &b in &buf[..n] {
-                            if b == b'\n' || line.len() >= 2048 {
-                                let text = String::from_utf8_lossy(&line);
-                                let text = crate::types::sanitize_text(&text, 2048);
-                                tracing::warn!(target: "pincer::plugin", engine_id = %engine_id, "engine worker stderr: {text}");
-                                line.clear();
-                            } else {
-                                line.push(b);
-                            }
+                    }
+                    let call = watch.calls.load(Ordering::Acquire);
+                    verdict = cap.feed(stream, bytes, Some(call), now);
+                }
+                if let Verdict::Flooding(seconds) = verdict {
+                    let mut flooded = lock(&watch.flooded);
+                    if flooded.is_none() {
+                        *flooded = Some(format!(
+                            "engine worker killed: it kept writing beyond its output caps for {seconds} s in a row ({} lines or {} KiB per second, {} lines or {} KiB per call; docs/ISOLATION.md)",
+                            crate::engines::output_cap::LINES_PER_SECOND,
+                            crate::engines::output_cap::BYTES_PER_SECOND >> 10,
+                            crate::engines::output_cap::LINES_PER_CALL,
+                            crate::engines::output_cap::BYTES_PER_CALL >> 10,
+                        ));
+                        tracing::error!(target: "pincer::plugin", engine_id = %engine_id, "engine worker \"{engine_id}\" floods its output: killed");
+                        // `Child::kill` never signals a process already reaped.
+                        if let Some(child) = lock(&child).as_mut() {
+                            let _ = child.kill();
                         }
                     }
                 }
             }
+            cap.finish();
+            drop((stdout, stderr));
             let (flag, cv) = &*done;
             *lock(flag) = true;
             cv.notify_all();
@@ -638,7 +704,7 @@ impl Worker {
         if let Some(reason) = death.as_ref() {
             return reason.clone();
         }
-        let reason = match killed_reason {
+        let reason = match killed_reason.or_else(|| lock(&self.output.flooded).clone()) {
             Some(reason) => {
                 self.kill_and_reap();
                 reason
@@ -834,6 +900,7 @@ impl Worker {
             return Err(crashed(format!("engine worker is not running: {reason}")));
         }
         let forget = std::mem::take(&mut lock(&self.synced).forget);
+        self.output.calls.fetch_add(1, Ordering::AcqRel);
         let mut lane = self.take_lane();
         let result = self.exchange(&mut lane, method, CallFrame { forget, call });
         self.put_lane(lane);

@@ -20,6 +20,12 @@
 //! Its library also has a constructor (`.init_array`) that runs at `dlopen`, before any call:
 //! when `HOSTILE_CONSTRUCTOR_MARKER` names a file, it writes it (the tests' proof that a
 //! refused library never ran), and when `HOSTILE_CONSTRUCTOR_EXIT` is set it calls `exit(7)`.
+//!
+//! Crashes outside any call (an `atexit` handler, a timer thread, a thread after its call
+//! returned) are `outside.rs`'s; writes to stdout and stderr, `output.rs`'s.
+
+mod output;
+mod outside;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -76,6 +82,8 @@ struct Config {
 /// The engine.
 pub struct Hostile {
     config: Config,
+    outside: outside::Outside,
+    output: output::Output,
 }
 
 /// A panic payload whose own destructor panics.
@@ -123,7 +131,14 @@ impl Engine for Hostile {
             // SAFETY: none; this is the point.
             unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
         }
-        Ok(Hostile { config })
+        let outside = outside::Outside::from_config(ctx.config_json());
+        outside.on_create();
+        let output = output::Output::from_config(ctx.config_json());
+        Ok(Hostile {
+            config,
+            outside,
+            output,
+        })
     }
 
     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -144,6 +159,7 @@ impl Engine for Hostile {
         let times = self.config.times.unwrap_or(10_000) as usize;
         let bytes = self.config.bytes.unwrap_or(100 << 20) as usize;
         let mut out = ContextBuilder::new();
+        self.output.on_assemble();
         if let Some(spec) = &self.config.snoop {
             out.keep_range(0..n)
                 .system_prompt_addition(snoop::snoop(spec)?);
@@ -201,6 +217,7 @@ impl Engine for Hostile {
                 out.keep_range(0..n);
             }
         }
+        self.outside.on_assemble_return();
         Ok(out.finish())
     }
 
