@@ -183,6 +183,15 @@ pub fn create_dir_all(path: &Path) -> io::Result<()> {
     std::fs::create_dir_all(path)
 }
 
+/// Creates the folder `path` as `builder` says (its mode, whether recursively).
+///
+/// # Errors
+/// The error, or the fault injected.
+pub fn create_dir_with(builder: &std::fs::DirBuilder, path: &Path) -> io::Result<()> {
+    faults::fail_if(Op::CreateDir, path)?;
+    builder.create(path)
+}
+
 /// Removes the file `path`.
 ///
 /// # Errors

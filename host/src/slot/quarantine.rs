@@ -302,15 +302,17 @@ fn update_mirror(
         if probe.is_empty() {
             return Ok(());
         }
-        std::fs::create_dir_all(dir)?;
+        crate::disk::create_dir_all(dir)?;
     }
     let mut lock_name = path.file_name().unwrap_or_default().to_os_string();
     lock_name.push(".lock");
-    let lock = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(lock_name))?;
+    let lock = crate::disk::open(
+        &dir.join(lock_name),
+        std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true),
+    )?;
     lock.lock()?;
     let existed = path.exists();
     let mut rows = read_mirror(path);
@@ -329,11 +331,11 @@ fn update_mirror(
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::write(
+    crate::disk::write(
         &tmp,
-        serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
+        &serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
     )?;
-    std::fs::rename(&tmp, path)
+    crate::disk::rename(&tmp, path)
 }
 
 /// Removes from the mirror in `state_dir` the records of processes that have exited (crash
