@@ -19,8 +19,9 @@
 //!   writer is poisoned, [`SessionWriteError::Poisoned`]): the appends staged behind it are
 //!   already in the writer's view, and after a failed `fsync` what reached the disk is unknown
 //!   (Linux may drop the dirty pages), so the session must be reopened, which reads what is
-//!   really there. A failed write is first cut back to the end of the last batch written, so
-//!   the file holds no fragment of it.
+//!   really there, or recovered ([`SharedSessionWriter::recover`]: cut back to what the last
+//!   successful sync covered). A failed write is first cut back to the end of the last batch
+//!   written, so the file holds no fragment of it.
 
 use std::fs::File;
 use std::future::Future;
@@ -203,6 +204,24 @@ impl SharedSessionWriter {
         Ok(writer)
     }
 
+    /// The writer back after a failed write or sync, made to write again: the file cut back to
+    /// what the last successful sync covered (the end of the last batch with durability
+    /// `none`) and read again, as [`SessionWriter::recover`] does. A writer that did not fail
+    /// is given back as [`SharedSessionWriter::into_inner`] gives it.
+    ///
+    /// # Errors
+    /// When the file cannot be cut back, synced or read.
+    pub fn recover(self) -> Result<SessionWriter, SessionWriteError> {
+        let shared = Arc::clone(&self.shared);
+        drop(self);
+        let shared = Arc::into_inner(shared).expect("the flusher has ended");
+        let state = shared.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut writer = state.writer;
+        writer.staged = None;
+        writer.recover()?;
+        Ok(writer)
+    }
+
     fn start_flusher(&self) {
         let mut flusher = self.flusher.lock().unwrap_or_else(|e| e.into_inner());
         if flusher.is_none() {
@@ -367,6 +386,9 @@ impl Shared {
                 let durable = self.durable.load(Ordering::Acquire);
                 state.last_batch = (end - durable).max(1);
                 state.writer.end = written + batch.len() as u64;
+                if sync {
+                    state.writer.synced = state.writer.end;
+                }
                 self.durable.store(end, Ordering::Release);
             }
             Err(cause) => {

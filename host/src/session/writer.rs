@@ -154,7 +154,7 @@ pub struct SessionWriter {
     pub(super) end: u64,
     /// Where the file ended at the last successful sync (or when it was opened): what
     /// [`SessionWriter::recover`] cuts back to after a failed sync.
-    synced: u64,
+    pub(super) synced: u64,
     /// Why this writer writes nothing more (a sync failed, or a failed write could not be cut
     /// back; see the module docs): every append is refused, nothing is written on drop.
     pub(super) poisoned: Option<String>,
@@ -188,7 +188,10 @@ impl SessionWriter {
             "cwd": cwd,
         });
         writer.write_line(&header)?;
-        writer.sync_if(Durability::Entry)?;
+        // Synced with durability `turn` too: a recovery never cuts back before the header.
+        if durability != Durability::None {
+            writer.sync()?;
+        }
         if let Value::Object(header) = header {
             writer.tree.header = Some(header);
         }
