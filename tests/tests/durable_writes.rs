@@ -254,6 +254,14 @@ fn run_group_commit(durability: Durability, steps: &[Step]) {
             }
         };
         if let Err(err) = result {
+            let disk = match *step {
+                Step::Append(disk) | Step::Commit(disk) => disk,
+            };
+            if !matches!(disk, Disk::TornUncut(_)) {
+                // Before any recovery: the failed batch left no fragment.
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(text.ends_with('\n'), "no fragment is left: {text:?}");
+            }
             assert_eq!(err.code(), "session_write_poisoned", "{err}");
             assert_clear(&err);
             let refused = current.append_message(&Message::user("refused"));
