@@ -334,10 +334,7 @@ fn a_torn_append_is_cut_off_before_the_next() {
         .append_message(&Message::user("lost"))
         .expect_err("the disk is full");
     assert_eq!(err.code(), "session_append_failed");
-    assert!(
-        err.to_string().contains("No space left on device"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("No space left on device"), "{err}");
     assert_eq!(
         std::fs::read(&path).unwrap(),
         before,
@@ -410,4 +407,128 @@ fn the_other_durable_writes_go_through_the_seam() {
         !listing.iter().any(|name| name.ends_with(".tmp")),
         "no temporary file is left: {listing:?}"
     );
+}
+
+/// The gateway's long-lived writer after a failed `fdatasync`: the call is refused as
+/// poisoned, saying what to do; the gateway's next call on the session cuts the file back to
+/// its last durable entry and goes on — nothing acknowledged is lost, nothing unacknowledged
+/// is kept, and the context is whole. After `ENOSPC` the writer goes on at once.
+#[test]
+fn the_gateways_session_goes_on_after_failed_writes_and_syncs() {
+    use pincer_host::config::PincerHome;
+    use pincer_host::gateway::protocol::parse_call;
+    use pincer_host::gateway::{Gateway, GatewayParts};
+    use pincer_host::harness::{Harness, HarnessOptions};
+    use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+    use pincer_host::session::JsonlStore;
+    use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+
+    struct NoModel;
+    impl ModelProvider for NoModel {
+        fn name(&self) -> &str {
+            "none"
+        }
+        fn complete(&self, _: &ModelRequest<'_>) -> Result<ModelReply, ModelError> {
+            Err(ModelError::Protocol {
+                message: "not used".into(),
+            })
+        }
+    }
+
+    let home = tempfile::tempdir().unwrap();
+    let runtime =
+        Arc::new(Runtime::open(RuntimeOptions::new(PincerHome::new(home.path().into()))).unwrap());
+    let source = runtime.slot_source(None);
+    let harness = Arc::new(Harness::with_source(
+        Arc::clone(&source),
+        JsonlStore::new(home.path().join("agents")),
+        Arc::new(NoModel),
+        Arc::new(NoTools),
+        HarnessOptions::new(1_000_000),
+    ));
+    let gateway = Gateway::new(GatewayParts {
+        runtime: Arc::clone(&runtime),
+        source,
+        harness,
+        has_model: false,
+        call_timeout: std::time::Duration::from_secs(60),
+    });
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (script, _armed) = Script::arm(home.path());
+    let call = |method: &str, params: serde_json::Value| {
+        let body =
+            serde_json::json!({"method": method, "session": "agent:main:disk", "params": params});
+        let (method, request) = parse_call(body.to_string().as_bytes()).unwrap();
+        tokio.block_on(gateway.call(method, request))
+    };
+    let ingest = |text: &str| {
+        call(
+            "ingest",
+            serde_json::json!({"message": {"role": "user", "content": text}}),
+        )
+        .map(|served| {
+            let result: serde_json::Value = serde_json::from_str(served.result.get()).unwrap();
+            result["entryIds"][0].as_str().unwrap().to_owned()
+        })
+    };
+
+    let mut acked = vec![ingest("one").unwrap(), ingest("two").unwrap()];
+    let sessions = home.path().join("agents/main/sessions");
+    let file = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let durable = std::fs::read(&file).unwrap();
+
+    // A failed fdatasync: refused, and the writer stops.
+    script.queue(Op::Sync, &[Fault::IO]);
+    let err = ingest("three, never durable").expect_err("the sync fails");
+    assert_eq!(
+        (err.status, err.code),
+        (500, "session_write_poisoned"),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("fdatasync failed") && err.message.contains("open the session again"),
+        "{}",
+        err.message
+    );
+    script.clear();
+    // The next call cuts the unacknowledged line off and goes on.
+    acked.push(ingest("four").unwrap());
+    let text = std::fs::read(&file).unwrap();
+    assert!(text.starts_with(&durable));
+    assert!(!String::from_utf8_lossy(&text).contains("never durable"));
+
+    // A torn write on a full disk: refused, cut off, and the very next append goes on.
+    Disk::Torn(20).queue(&script);
+    let err = ingest("five, torn").expect_err("the disk is full");
+    assert_eq!(err.code, "session_append_failed", "{}", err.message);
+    script.clear();
+    acked.push(ingest("six").unwrap());
+
+    let assembled = call(
+        "assemble",
+        serde_json::json!({"full": true, "refs": "each"}),
+    )
+    .unwrap();
+    let assembled: serde_json::Value = serde_json::from_str(assembled.result.get()).unwrap();
+    let ids: Vec<&str> = assembled["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["entryId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids, acked,
+        "the context holds every acknowledged message, in order"
+    );
+    drop(gateway);
+    runtime.shutdown();
+    check_file(&file, &acked, 6);
 }

@@ -98,7 +98,11 @@ impl Served {
             if let Some(status) = served.child.try_wait().unwrap() {
                 panic!("pincer serve exited ({status}): {}", served.log());
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "{}", served.log());
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{}",
+                served.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         served

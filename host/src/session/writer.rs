@@ -40,8 +40,8 @@ use pincer_plugin_api::abi::latest::Message;
 use serde_json::{json, Map, Value};
 
 use super::time::{iso_now, now_ms};
-use crate::disk;
 use super::tree::{SessionReadError, SessionTree};
+use crate::disk;
 
 /// The session file version this writer writes.
 pub const SESSION_VERSION: u64 = 4;
