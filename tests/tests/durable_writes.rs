@@ -1,9 +1,9 @@
 //! No acknowledged append is ever lost or corrupted, whatever the disk does (issue 20, item 2).
 //!
 //! Faults are injected through the host's one I/O seam (`pincer_host::disk::faults`), armed for
-//! each case's own temporary folder: `ENOSPC` before anything is written, a short write then
-//! `ENOSPC` (the fragment a full disk leaves), a failed `fdatasync` (`EIO`), and a failed
-//! `ftruncate` on top of a torn write. For any sequence of appends, commits and faults, after
+//! each case's own temporary folder: short writes that go on, `ENOSPC` before anything is
+//! written, a short write then `ENOSPC` (the fragment a full disk leaves), a failed `fdatasync`
+//! (`EIO`), and a failed `ftruncate` on top of a torn write. For any sequence of appends, commits and faults, after
 //! recovery every acknowledged append is in the file, in order, every line parses, and every
 //! parent link resolves — for the single writer (what the gateway's sessions use) and for group
 //! commit. The real full disk is `full_disk.rs`.
@@ -51,6 +51,9 @@ impl Script {
 #[derive(Debug, Clone, Copy)]
 enum Disk {
     Fine,
+    /// Writes come back short (`n` bytes at a time, three times), then go on: the append
+    /// succeeds whole.
+    Short(usize),
     /// The write fails before writing anything.
     NoSpace,
     /// The write writes `n` bytes of the line, then the disk is full.
@@ -65,6 +68,7 @@ impl Disk {
     fn queue(self, script: &Script) {
         match self {
             Disk::Fine => {}
+            Disk::Short(n) => script.queue(Op::Write, &[Fault::Short(n); 3]),
             Disk::NoSpace => script.queue(Op::Write, &[Fault::NO_SPACE]),
             Disk::Torn(n) => script.queue(Op::Write, &[Fault::Short(n), Fault::NO_SPACE]),
             Disk::SyncFails => script.queue(Op::Sync, &[Fault::IO]),
@@ -78,7 +82,8 @@ impl Disk {
 
 fn disk() -> impl Strategy<Value = Disk> {
     prop_oneof![
-        6 => Just(Disk::Fine),
+        5 => Just(Disk::Fine),
+        1 => (1usize..40).prop_map(Disk::Short),
         1 => Just(Disk::NoSpace),
         2 => (1usize..120).prop_map(Disk::Torn),
         2 => Just(Disk::SyncFails),

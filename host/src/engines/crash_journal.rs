@@ -328,7 +328,7 @@ pub fn harvest(state_dir: &Path) -> Vec<Crash> {
         if let Ok(bytes) = std::fs::read(&path) {
             crashes.extend(read_slots(&bytes, pid));
         }
-        let _ = std::fs::remove_file(&path);
+        let _ = crate::disk::remove_file(&path);
     }
     crashes
 }

@@ -104,7 +104,8 @@ pub enum SessionWriteError {
     #[error(
         "session {} is not appended to any more by this writer: {cause}; what reached the disk \
          is unknown, so nothing more is written through it — open the session again (the \
-         next command, or the gateway's next call on it, reads what is really on the disk)",
+         gateway's next call on it cuts the file back to its last durable entry and goes on; a \
+         new command reads what is really on the disk)",
         path.display()
     )]
     Poisoned {
