@@ -537,3 +537,41 @@ fn the_gateways_session_goes_on_after_failed_writes_and_syncs() {
     runtime.shutdown();
     check_file(&file, &acked, 6);
 }
+
+/// A plugin install on a disk that fills up mid-copy fails with the disk's error and leaves
+/// the plugins folder as it was: no half-copied plugin, nothing left in `.staging`.
+#[test]
+fn a_plugin_install_on_a_full_disk_leaves_the_plugins_folder_as_it_was() {
+    let home = tempfile::tempdir().unwrap();
+    let plugins = home.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let (script, _armed) = Script::arm(&plugins);
+    // The library's bytes are written from the verified copy: the disk fills up there.
+    script.queue(Op::Write, &[Fault::Short(4096), Fault::NO_SPACE]);
+    let source = pincer_tests::staged_plugin("sliding-window");
+    let err = pincer_host::plugins::install::install(&source, &plugins, false)
+        .expect_err("the disk is full");
+    assert!(err.to_string().contains("No space left on device"), "{err}");
+    let left: Vec<_> = walk(&plugins);
+    assert!(left.is_empty(), "nothing is left behind: {left:?}");
+    // With space again the same install goes through.
+    script.clear();
+    pincer_host::plugins::install::install(&source, &plugins, false).unwrap();
+    assert!(plugins.join("sliding-window").is_dir());
+}
+
+/// Every file and folder below `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(next) = stack.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            found.push(path);
+        }
+    }
+    found
+}

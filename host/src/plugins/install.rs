@@ -257,7 +257,12 @@ impl PreparedPlugin {
         let staging_root = plugins_dir.join(".staging");
         crate::disk::create_dir_all(&staging_root).map_err(io_error("create", &staging_root))?;
         let staged = TempDir(staging_root.join(uuid::Uuid::new_v4().to_string()));
-        copy_plugin(&self.folder, &staged.0, &self.checked)?;
+        if let Err(err) = copy_plugin(&self.folder, &staged.0, &self.checked) {
+            // The home as it was: no half-copied plugin, no staging folder made for it.
+            drop(staged);
+            let _ = std::fs::remove_dir(&staging_root);
+            return Err(err);
+        }
         // Checked again where it will live: the copy is what the host will load.
         let again = verify_folder(&staged.0)?;
         if again.verified.sha256_hex != self.checked.verified.sha256_hex || again.manifest.id != id
