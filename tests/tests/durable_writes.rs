@@ -575,3 +575,38 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// The quarantine mirror in `state/`: a write that fails on the disk leaves the mirror as it
+/// was (and no temporary file); the next write goes through.
+#[test]
+fn a_failed_quarantine_mirror_write_leaves_the_mirror_whole() {
+    use pincer_host::slot::Quarantine;
+
+    let state = tempfile::tempdir().unwrap();
+    let quarantine = Quarantine::new(Some(state.path()));
+    assert!(quarantine.record("first", None, "assemble", "boom"));
+    let files = walk(state.path());
+    let mirror = files
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("the mirror")
+        .clone();
+    let before = std::fs::read(&mirror).unwrap();
+    let (script, _armed) = Script::arm(state.path());
+    script.queue(Op::Write, &[Fault::Short(10), Fault::NO_SPACE]);
+    assert!(quarantine.record("second", None, "assemble", "boom"));
+    assert_eq!(
+        std::fs::read(&mirror).unwrap(),
+        before,
+        "the mirror is whole"
+    );
+    let left: Vec<_> = walk(state.path())
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "no temporary file is left: {left:?}");
+    script.clear();
+    assert!(quarantine.record("third", None, "assemble", "boom"));
+    let text = std::fs::read_to_string(&mirror).unwrap();
+    assert!(text.contains("\"third\""), "{text}");
+}

@@ -331,11 +331,12 @@ fn update_mirror(
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
-    crate::disk::write(
+    // Written beside, synced and renamed over: a failure leaves the mirror as it was.
+    crate::disk::replace(
+        path,
         &tmp,
         &serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
-    )?;
-    crate::disk::rename(&tmp, path)
+    )
 }
 
 /// Removes from the mirror in `state_dir` the records of processes that have exited (crash
