@@ -29,21 +29,22 @@
 //! Modules depend one way, each only on those above it in this list (enforced by
 //! `xtask`'s `tidy` test):
 //!
-//! 1. [`types`] — core values: the `legacy` id, the plugin-id validator, method names,
+//! 1. [`disk`] — the one I/O seam of every durable write, and failure injection for tests.
+//! 2. [`types`] — core values: the `legacy` id, the plugin-id validator, method names,
 //!    registry owners, host requirements.
-//! 2. [`config`] — `$PINCER_HOME` and `pincer.json`.
-//! 3. [`plugins`] — plugins on disk: manifest, discovery, verification, cache, library.
-//! 4. [`engines`] — a live engine behind its backend, requests, bounded calls, services,
+//! 3. [`config`] — `$PINCER_HOME` and `pincer.json`.
+//! 4. [`plugins`] — plugins on disk: manifest, discovery, verification, cache, library.
+//! 5. [`engines`] — a live engine behind its backend, requests, bounded calls, services,
 //!    the built-in `legacy`.
-//! 5. [`slot`] — registry, resolution, runtime, quarantine, the guard, projection,
+//! 6. [`slot`] — registry, resolution, runtime, quarantine, the guard, projection,
 //!    requirements, `runtimeSettings`.
-//! 6. [`session`] — conversations and running an engine over one.
-//! 7. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
-//! 8. [`compaction`] — the built-in compaction: cut point, summaries, `compaction` entries;
+//! 7. [`session`] — conversations and running an engine over one.
+//! 8. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
+//! 9. [`compaction`] — the built-in compaction: cut point, summaries, `compaction` entries;
 //!    the runtime's compactor behind `legacy.compact`.
-//! 9. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
-//! 10. [`report`] — `doctor`, `health` and `check-engine` reports.
-//! 11. [`gateway`] — `pincer serve`: sessions and engines served over a socket and HTTP.
+//! 10. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
+//! 11. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 12. [`gateway`] — `pincer serve`: sessions and engines served over a socket and HTTP.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -66,6 +67,7 @@
 
 pub mod compaction;
 pub mod config;
+pub mod disk;
 pub mod engines;
 pub mod gateway;
 pub mod harness;

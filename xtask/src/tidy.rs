@@ -30,18 +30,20 @@ const DOCUMENTED_ROOTS: &[&str] = &[
 ///
 /// | layer | module    | holds                                                          | may use                       |
 /// |-------|-----------|----------------------------------------------------------------|-------------------------------|
-/// | 0     | `types`   | the `legacy` id, plugin-id validation, method names            | —                             |
-/// | 1     | `config`  | `$PINCER_HOME`, `pincer.json`                                  | types                         |
-/// | 2     | `plugins` | manifest, discovery, verify, cache, verified library           | types, config                 |
-/// | 3     | `engines` | engine instance and backend seam, requests, bounded calls, services, `legacy` | types … plugins |
-/// | 4     | `slot`    | registry, runtime, resolution, quarantine, guard, projection, requirements | types … engines   |
-/// | 5     | `session` | transcripts, running an engine over one                        | types … slot                  |
-/// | 6     | `compaction` | the built-in compaction: cut, summaries, `compaction` entries, the runtime's compactor | types … session |
-/// | 7     | `report`  | `doctor`, `health`, `check-engine` reports                     | types … compaction            |
+/// | 0     | `disk`    | the I/O seam of every durable write, failure injection         | —                             |
+/// | 1     | `types`   | the `legacy` id, plugin-id validation, method names            | disk                          |
+/// | 2     | `config`  | `$PINCER_HOME`, `pincer.json`                                  | disk, types                   |
+/// | 3     | `plugins` | manifest, discovery, verify, cache, verified library           | disk … config                 |
+/// | 4     | `engines` | engine instance and backend seam, requests, bounded calls, services, `legacy` | disk … plugins |
+/// | 5     | `slot`    | registry, runtime, resolution, quarantine, guard, projection, requirements | disk … engines   |
+/// | 6     | `session` | transcripts, running an engine over one                        | disk … slot                  |
+/// | 7     | `compaction` | the built-in compaction: cut, summaries, `compaction` entries, the runtime's compactor | disk … session |
+/// | 8     | `report`  | `doctor`, `health`, `check-engine` reports                     | disk … compaction            |
 ///
 /// The binary (`host/src/bin/`) uses the library through `pincer_host::` and sits above all.
 /// A new top-level module must be added here (which says where it belongs) before it is used.
 const HOST_LAYERS: &[&str] = &[
+    "disk",
     "types",
     "config",
     "plugins",

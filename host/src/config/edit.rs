@@ -15,7 +15,6 @@
 //! or a command and a gateway — never lose one another's changes.
 
 use std::fs::File;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
@@ -23,6 +22,7 @@ use jsonc_parser::ParseOptions;
 use serde_json::Value;
 
 use super::{ConfigError, LoadedConfig};
+use crate::disk;
 
 /// One change to the config, by dotted path of object keys.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,15 +153,14 @@ impl ConfigEditor {
             source,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| io("create the folder of", e))?;
+            disk::create_dir_all(dir).map_err(|e| io("create the folder of", e))?;
         }
         let lock_path = sibling(path, "lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io("open the lock beside", e))?;
+        let lock = disk::open(
+            &lock_path,
+            File::options().create(true).truncate(false).write(true),
+        )
+        .map_err(|e| io("open the lock beside", e))?;
         lock.lock().map_err(|e| io("lock", e))?;
         let text = super::read_config_text(path)?;
         Ok(ConfigEditor {
@@ -273,20 +272,10 @@ impl ConfigEditor {
         };
         if self.text.is_some() {
             let backup = sibling(&self.path, "bak");
-            std::fs::copy(&self.path, &backup).map_err(|e| io("back up", &backup, e))?;
+            disk::copy(&self.path, &backup).map_err(|e| io("back up", &backup, e))?;
         }
         let tmp = sibling(&self.path, &format!("{}.tmp", std::process::id()));
-        let result = (|| {
-            let mut file = File::create(&tmp)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        })();
-        if let Err(err) = result {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io("write", &self.path, err));
-        }
-        Ok(())
+        disk::replace(&self.path, &tmp, text.as_bytes()).map_err(|e| io("write", &self.path, e))
     }
 }
 

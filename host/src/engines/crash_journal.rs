@@ -307,15 +307,18 @@ pub fn global() -> Option<&'static CrashJournal> {
 
 impl CrashJournal {
     fn open(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::disk::create_dir_all(dir)?;
         let path = dir.join(format!("{}.slots", std::process::id()));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        file.set_len(FILE_BYTES as u64)?;
+        let file = crate::disk::open(
+            &path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true),
+        )?;
+        // The slots themselves are written through the shared mapping, which no seam sees.
+        crate::disk::set_len(&file, &path, FILE_BYTES as u64)?;
         use std::os::fd::AsRawFd as _;
         // SAFETY: a fresh shared mapping of a file of FILE_BYTES bytes we own; checked below.
         let base = unsafe {
@@ -655,7 +658,7 @@ pub fn harvest(state_dir: &Path) -> Vec<Crash> {
         if let Ok(bytes) = std::fs::read(&path) {
             crashes.extend(read_journal(&bytes, pid));
         }
-        let _ = std::fs::remove_file(&path);
+        let _ = crate::disk::remove_file(&path);
     }
     crashes
 }

@@ -136,7 +136,6 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, ServeError> 
 /// # Errors
 /// The file cannot be read or written.
 pub fn gateway_token(state_dir: &Path) -> Result<String, ServeError> {
-    use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let path = state_dir.join("gateway.token");
     if let Ok(text) = std::fs::read_to_string(&path) {
@@ -145,24 +144,27 @@ pub fn gateway_token(state_dir: &Path) -> Result<String, ServeError> {
             return Ok(token);
         }
     }
-    std::fs::create_dir_all(state_dir).map_err(io(format!("creating {}", state_dir.display())))?;
+    crate::disk::create_dir_all(state_dir)
+        .map_err(io(format!("creating {}", state_dir.display())))?;
     let token = format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     );
     let tmp = state_dir.join(format!(".gateway.token.{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
+    let file = crate::disk::open(
+        &tmp,
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600),
+    )
+    .map_err(io(format!("writing {}", tmp.display())))?;
+    crate::disk::write_all(&file, &tmp, format!("{token}\n").as_bytes())
+        .and_then(|()| crate::disk::sync_all(&file, &tmp))
         .map_err(io(format!("writing {}", tmp.display())))?;
-    file.write_all(format!("{token}\n").as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(io(format!("writing {}", tmp.display())))?;
-    std::fs::rename(&tmp, &path).map_err(io(format!("writing {}", path.display())))?;
+    crate::disk::rename(&tmp, &path).map_err(io(format!("writing {}", path.display())))?;
     Ok(token)
 }
 

@@ -359,8 +359,18 @@ impl HarnessSession {
     }
 
     fn writer(&mut self, durability: Durability) -> Result<&mut SessionWriter, HarnessError> {
-        if self.writer.is_none() {
-            self.writer = Some(SessionWriter::open(&self.summary.session_file, durability)?);
+        match &mut self.writer {
+            None => {
+                self.writer = Some(SessionWriter::open(&self.summary.session_file, durability)?);
+            }
+            // An earlier write or sync failed so that the file's content is unknown (that
+            // operation reported it): cut back to what is durable and read again.
+            Some(writer) if writer.is_poisoned().is_some() => {
+                self.context = None;
+                self.turns = None;
+                writer.recover()?;
+            }
+            Some(_) => {}
         }
         Ok(self.writer.as_mut().expect("just opened"))
     }

@@ -9,7 +9,7 @@
 //! is wrong is left alone and a fresh one is written beside it as `<file_name>.<8 hex>`.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -262,10 +262,10 @@ fn write_temp(temp: &Path, bytes: &[u8]) -> Result<(), CacheError> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(temp).map_err(write_err)?;
+    let file = crate::disk::open(temp, &options).map_err(write_err)?;
     // No fsync: a copy torn by a crash is caught when the cache is next used (an existing
     // copy is reused only after its content hashes right), so durability costs nothing here.
-    file.write_all(bytes).map_err(write_err)?;
+    crate::disk::write_all(&file, temp, bytes).map_err(write_err)?;
     // On Unix the mode does not stop unlinking the temp name, so the copy is read-only before
     // it is published. Elsewhere a read-only file cannot be deleted, so `publish` marks the
     // final file read-only afterwards.
@@ -294,7 +294,7 @@ fn finish_read_only(target: &Path) {
 /// file. Where hard links are unsupported, falls back to a rename guarded by an existence
 /// check (a rename only swaps the directory entry, so a mapped copy is still never written).
 fn link_into_place(temp: &Path, target: &Path) -> Result<bool, CacheError> {
-    match fs::hard_link(temp, target) {
+    match crate::disk::hard_link(temp, target) {
         Ok(()) => Ok(true),
         Err(io) if io.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(link_err) => {
@@ -308,7 +308,7 @@ fn link_into_place(temp: &Path, target: &Path) -> Result<bool, CacheError> {
                     })
                 }
             }
-            fs::rename(temp, target).map_err(|rename_err| CacheError::Publish {
+            crate::disk::rename(temp, target).map_err(|rename_err| CacheError::Publish {
                 path: target.to_path_buf(),
                 io: io::Error::new(
                     rename_err.kind(),
@@ -329,7 +329,7 @@ fn create_private_dir(dir: &Path) -> Result<(), CacheError> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir).map_err(|io| CacheError::CreateDir {
+    crate::disk::create_dir_with(&builder, dir).map_err(|io| CacheError::CreateDir {
         path: dir.to_path_buf(),
         io,
     })

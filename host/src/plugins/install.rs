@@ -119,7 +119,7 @@ struct TempDir(PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = crate::disk::remove_dir_all(&self.0);
     }
 }
 
@@ -255,9 +255,14 @@ impl PreparedPlugin {
             return Err(InstallError::AlreadyInstalled { id, dir: dest });
         }
         let staging_root = plugins_dir.join(".staging");
-        std::fs::create_dir_all(&staging_root).map_err(io_error("create", &staging_root))?;
+        crate::disk::create_dir_all(&staging_root).map_err(io_error("create", &staging_root))?;
         let staged = TempDir(staging_root.join(uuid::Uuid::new_v4().to_string()));
-        copy_plugin(&self.folder, &staged.0, &self.checked)?;
+        if let Err(err) = copy_plugin(&self.folder, &staged.0, &self.checked) {
+            // The home as it was: no half-copied plugin, no staging folder made for it.
+            drop(staged);
+            let _ = std::fs::remove_dir(&staging_root);
+            return Err(err);
+        }
         // Checked again where it will live: the copy is what the host will load.
         let again = verify_folder(&staged.0)?;
         if again.verified.sha256_hex != self.checked.verified.sha256_hex || again.manifest.id != id
@@ -270,11 +275,11 @@ impl PreparedPlugin {
         let replaced = dest.exists();
         let old = TempDir(staging_root.join(format!("{}-old", uuid::Uuid::new_v4())));
         if replaced {
-            std::fs::rename(&dest, &old.0).map_err(io_error("move aside", &dest))?;
+            crate::disk::rename(&dest, &old.0).map_err(io_error("move aside", &dest))?;
         }
-        if let Err(err) = std::fs::rename(&staged.0, &dest) {
+        if let Err(err) = crate::disk::rename(&staged.0, &dest) {
             if replaced {
-                let _ = std::fs::rename(&old.0, &dest);
+                let _ = crate::disk::rename(&old.0, &dest);
             }
             return Err(io_error("move into place", &dest)(err));
         }
@@ -312,9 +317,9 @@ pub fn install(
 /// The rename failed (the plugin is still installed).
 pub fn uninstall(dir: &Path, plugins_dir: &Path) -> Result<(), InstallError> {
     let staging_root = plugins_dir.join(".staging");
-    std::fs::create_dir_all(&staging_root).map_err(io_error("create", &staging_root))?;
+    crate::disk::create_dir_all(&staging_root).map_err(io_error("create", &staging_root))?;
     let aside = TempDir(staging_root.join(format!("{}-removed", uuid::Uuid::new_v4())));
-    std::fs::rename(dir, &aside.0).map_err(io_error("remove", dir))?;
+    crate::disk::rename(dir, &aside.0).map_err(io_error("remove", dir))?;
     drop(aside);
     let _ = std::fs::remove_dir(&staging_root);
     Ok(())
@@ -326,7 +331,7 @@ fn copy_plugin(from: &Path, to: &Path, checked: &VerifiedPlugin) -> Result<(), I
     let library = std::fs::canonicalize(&checked.library).unwrap_or(checked.library.clone());
     let mut stack = vec![(from.to_owned(), to.to_owned())];
     while let Some((src, dst)) = stack.pop() {
-        std::fs::create_dir_all(&dst).map_err(io_error("create", &dst))?;
+        crate::disk::create_dir_all(&dst).map_err(io_error("create", &dst))?;
         let listing = std::fs::read_dir(&src).map_err(io_error("read", &src))?;
         for entry in listing {
             let entry = entry.map_err(io_error("read", &src))?;
@@ -338,10 +343,10 @@ fn copy_plugin(from: &Path, to: &Path, checked: &VerifiedPlugin) -> Result<(), I
             } else if kind.is_file() {
                 let same_as_library = std::fs::canonicalize(&path).is_ok_and(|p| p == library);
                 if same_as_library {
-                    std::fs::write(&target, &checked.verified.bytes)
+                    crate::disk::write(&target, &checked.verified.bytes)
                         .map_err(io_error("write", &target))?;
                 } else {
-                    std::fs::copy(&path, &target).map_err(io_error("copy", &path))?;
+                    crate::disk::copy(&path, &target).map_err(io_error("copy", &path))?;
                 }
             } else {
                 return Err(InstallError::NotAPlugin {

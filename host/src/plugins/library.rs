@@ -756,9 +756,9 @@ impl Loader {
                     }
                 })?;
                 if let Some(dir) = record.parent() {
-                    let _ = std::fs::create_dir_all(dir);
+                    let _ = crate::disk::create_dir_all(dir);
                 }
-                let _ = std::fs::write(&record, b"");
+                let _ = crate::disk::write(&record, b"");
             }
         }
         let closable = self.unload_on_reload.contains(&manifest.id);

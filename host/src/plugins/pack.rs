@@ -323,7 +323,7 @@ pub fn pack(
     let dir = out
         .map(Path::to_owned)
         .unwrap_or_else(|| default_parent.join(&embedded.plugin_id));
-    std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+    crate::disk::create_dir_all(&dir).map_err(io("create", &dir))?;
     let file_name = library
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -332,11 +332,11 @@ pub fn pack(
     let library_out = dir.join(&file_name);
     // Replace, never rewrite in place: a host may have the old file mapped.
     let tmp = dir.join(format!(".{file_name}.tmp"));
-    std::fs::write(&tmp, &bytes).map_err(io("write", &tmp))?;
-    std::fs::rename(&tmp, &library_out).map_err(io("write", &library_out))?;
+    crate::disk::write(&tmp, &bytes).map_err(io("write", &tmp))?;
+    crate::disk::rename(&tmp, &library_out).map_err(io("write", &library_out))?;
     let manifest_out = dir.join(MANIFEST_FILE_NAME);
     let text = ordered_json(&manifest_for(&embedded, &file_name, &sha256, base));
-    std::fs::write(&manifest_out, text).map_err(io("write", &manifest_out))?;
+    crate::disk::write(&manifest_out, text.as_bytes()).map_err(io("write", &manifest_out))?;
     let checked = verify_folder(&dir)?;
     Ok(Packed {
         dir,

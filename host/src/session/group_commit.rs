@@ -15,13 +15,16 @@
 //! - Durability: with `entry`, every append returns durable; with `turn`, batches are written
 //!   unsynced and [`SharedSessionWriter::commit`] syncs once for the turn; with `none`, nothing
 //!   is synced. Batches without a sync are written at once (there is nothing to share).
-//! - A failed write or sync fails every append it covered and every append after it: what
-//!   reached the disk is then unknown (after a failed `fsync` Linux may drop the dirty pages),
-//!   so the session must be reopened, which reads what is really there.
+//! - A failed write or sync fails every append it covered and every append after it (the
+//!   writer is poisoned, [`SessionWriteError::Poisoned`]): the appends staged behind it are
+//!   already in the writer's view, and after a failed `fsync` what reached the disk is unknown
+//!   (Linux may drop the dirty pages), so the session must be reopened, which reads what is
+//!   really there, or recovered ([`SharedSessionWriter::recover`]: cut back to what the last
+//!   successful sync covered). A failed write is first cut back to the end of the last batch
+//!   written, so the file holds no fragment of it.
 
 use std::fs::File;
 use std::future::Future;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +36,7 @@ use std::time::{Duration, Instant};
 use pincer_plugin_api::abi::latest::Message;
 
 use super::writer::{Durability, SessionWriteError, SessionWriter};
+use crate::disk;
 
 /// How long a leader waits for the appenders of its previous batch to stage again: a small part
 /// of the fsync they then share (about 180 µs on this kind of machine).
@@ -189,14 +193,32 @@ impl SharedSessionWriter {
         drop(self);
         let shared = Arc::into_inner(shared).expect("the flusher has ended");
         let state = shared.state.into_inner().unwrap_or_else(|e| e.into_inner());
-        if let Some(error) = state.failed {
-            return Err(SessionWriteError::Io {
+        if let Some(cause) = state.failed {
+            return Err(SessionWriteError::Poisoned {
                 path: shared.path,
-                source: std::io::Error::other(error),
+                cause,
             });
         }
         let mut writer = state.writer;
         writer.staged = None;
+        Ok(writer)
+    }
+
+    /// The writer back after a failed write or sync, made to write again: the file cut back to
+    /// what the last successful sync covered (the end of the last batch with durability
+    /// `none`) and read again, as [`SessionWriter::recover`] does. A writer that did not fail
+    /// is given back as [`SharedSessionWriter::into_inner`] gives it.
+    ///
+    /// # Errors
+    /// When the file cannot be cut back, synced or read.
+    pub fn recover(self) -> Result<SessionWriter, SessionWriteError> {
+        let shared = Arc::clone(&self.shared);
+        drop(self);
+        let shared = Arc::into_inner(shared).expect("the flusher has ended");
+        let state = shared.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut writer = state.writer;
+        writer.staged = None;
+        writer.recover()?;
         Ok(writer)
     }
 
@@ -243,10 +265,11 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn io_error(&self, message: String) -> SessionWriteError {
-        SessionWriteError::Io {
+    /// The error that ended group commit (`cause`), for one more append.
+    fn poisoned(&self, cause: &str) -> SessionWriteError {
+        SessionWriteError::Poisoned {
             path: self.path.clone(),
-            source: std::io::Error::other(message),
+            cause: cause.to_owned(),
         }
     }
 
@@ -257,8 +280,8 @@ impl Shared {
         ask_sync: bool,
     ) -> Result<(T, u64), SessionWriteError> {
         let mut state = self.lock();
-        if let Some(error) = &state.failed {
-            return Err(self.io_error(error.clone()));
+        if let Some(cause) = &state.failed {
+            return Err(self.poisoned(cause));
         }
         let value = append(&mut state.writer)?;
         if ask_sync && state.writer.durability != Durability::None {
@@ -284,8 +307,8 @@ impl Shared {
             if self.durable.load(Ordering::Acquire) >= number {
                 return Ok(());
             }
-            if let Some(error) = &state.failed {
-                return Err(self.io_error(error.clone()));
+            if let Some(cause) = &state.failed {
+                return Err(self.poisoned(cause));
             }
             if !state.leading {
                 state.leading = true;
@@ -340,14 +363,21 @@ impl Shared {
         let batch = std::mem::take(state.writer.staged.get_or_insert_with(Vec::new));
         let end = state.staged;
         let sync = sync || std::mem::take(&mut state.sync_asked);
+        // Only the leader writes, so the file ends here until it is done.
+        let written = state.writer.end;
         drop(state);
-        let result = (&self.file).write_all(&batch).and_then(|()| {
-            if sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
+        let result = match disk::write_all(&self.file, &self.path, &batch) {
+            // Cut the batch's fragment off, so that the file ends with a complete line.
+            Err(err) => Err(match disk::set_len(&self.file, &self.path, written) {
+                Ok(()) => format!("a batched append failed ({err}); its fragment was cut off"),
+                Err(cut) => format!(
+                    "a batched append failed ({err}) and its fragment could not be cut off ({cut})"
+                ),
+            }),
+            Ok(()) if sync => disk::sync_data(&self.file, &self.path)
+                .map_err(|err| format!("fdatasync failed ({err})")),
+            Ok(()) => Ok(()),
+        };
         let mut state = self.lock();
         state.leading = false;
         state.syncs += u64::from(sync);
@@ -355,13 +385,15 @@ impl Shared {
             Ok(()) => {
                 let durable = self.durable.load(Ordering::Acquire);
                 state.last_batch = (end - durable).max(1);
+                state.writer.end = written + batch.len() as u64;
+                if sync {
+                    state.writer.synced = state.writer.end;
+                }
                 self.durable.store(end, Ordering::Release);
             }
-            Err(err) => {
-                tracing::error!(path = %self.path.display(), %err,
-                    "session write failed: appends to it fail until it is reopened");
-                state.failed = Some(err.to_string());
-                state.writer.poisoned = true;
+            Err(cause) => {
+                let _ = state.writer.poison(cause.clone());
+                state.failed = Some(cause);
             }
         }
         let waiting = std::mem::take(&mut state.waiting);
@@ -421,8 +453,8 @@ impl<T: Unpin> Future for DurableAppend<'_, T> {
             drop(state);
             return done(&mut self);
         }
-        if let Some(error) = &state.failed {
-            let err = self.shared.io_error(error.clone());
+        if let Some(cause) = &state.failed {
+            let err = self.shared.poisoned(cause);
             drop(state);
             self.staged = None;
             return Poll::Ready(Err(err));

@@ -371,13 +371,15 @@ impl JsonlStore {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io)?;
+        crate::disk::create_dir_all(&dir).map_err(io)?;
+        let file = crate::disk::open(
+            &path,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true),
+        )
+        .map_err(io)?;
         file.lock().map_err(io)?;
         Ok(file)
     }
@@ -407,11 +409,7 @@ impl JsonlStore {
         };
         let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(index).expect("the index serializes") + "\n";
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)
+        crate::disk::replace(&path, &tmp, text.as_bytes()).map_err(io)
     }
 
     fn summary(&self, agent: &str, key: Option<&str>, entry: &IndexEntry) -> SessionSummary {

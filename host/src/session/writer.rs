@@ -17,9 +17,23 @@
 //!   [`SharedSessionWriter`](super::group_commit::SharedSessionWriter) (group commit).
 //! - One writer per file: an exclusive advisory lock is held while the writer lives; a second
 //!   writer (in this or another process) gets [`SessionWriteError::Locked`] at once.
+//! - A failed write or sync never leaves the file so that a later append is glued to a
+//!   fragment (every byte goes through the [`disk`](crate::disk) seam):
+//!   - a failed **write** (a full disk: part of the line may have been written) is cut back to
+//!     the end of the last complete line before the error is returned
+//!     ([`SessionWriteError::AppendFailed`]); nothing of that append is kept and the writer
+//!     goes on — the next append, once there is space, starts a line of its own;
+//!   - a failed **sync**, or a write whose fragment cannot be cut off, *poisons* the writer:
+//!     what reached the disk is unknown (after a failed `fdatasync` Linux may have dropped the
+//!     dirty pages, and will not say so twice — PostgreSQL's "fsyncgate"), so every later
+//!     append, commit or save is refused with [`SessionWriteError::Poisoned`] and nothing more
+//!     is written, not even on drop. [`SessionWriter::recover`] then cuts the file back to
+//!     where the last successful sync left it (nothing after it was acknowledged as durable),
+//!     syncs that, and reads the file again; the harness does so before its next operation on
+//!     the session. Opening the file again also reads what is really there and ends a torn
+//!     last line ([`SessionWriter::open`]).
 
 use std::fs::{File, OpenOptions};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use pincer_plugin_api::abi::latest::Message;
@@ -27,6 +41,7 @@ use serde_json::{json, Map, Value};
 
 use super::time::{iso_now, now_ms};
 use super::tree::{SessionReadError, SessionTree};
+use crate::disk;
 
 /// The session file version this writer writes.
 pub const SESSION_VERSION: u64 = 4;
@@ -92,6 +107,35 @@ pub enum SessionWriteError {
         /// The bound.
         max_line_bytes: u64,
     },
+    /// An append could not be written (a full disk, an I/O error): the file was cut back to
+    /// its last complete line, so nothing of it is kept and the writer goes on.
+    #[error(
+        "cannot append to session {}: {source}; nothing of this append was kept (the file ends \
+         with its last complete entry, as before it): free disk space or fix the error, then \
+         append again",
+        path.display()
+    )]
+    AppendFailed {
+        /// The file.
+        path: PathBuf,
+        /// The write's error.
+        source: std::io::Error,
+    },
+    /// An earlier write or sync failed in a way that leaves the file's content unknown: this
+    /// writer appends nothing more.
+    #[error(
+        "session {} is not appended to any more by this writer: {cause}; what reached the disk \
+         is unknown, so nothing more is written through it — open the session again (the \
+         gateway's next call on it cuts the file back to its last durable entry and goes on; a \
+         new command reads what is really on the disk)",
+        path.display()
+    )]
+    Poisoned {
+        /// The file.
+        path: PathBuf,
+        /// What failed, and why.
+        cause: String,
+    },
     /// `branch` named an entry the session does not have.
     #[error("session {} has no entry \"{id}\" to branch from", path.display())]
     NoSuchEntry {
@@ -108,6 +152,8 @@ impl SessionWriteError {
         match self {
             SessionWriteError::Read(e) => e.code(),
             SessionWriteError::Io { .. } => "session_io",
+            SessionWriteError::AppendFailed { .. } => "session_append_failed",
+            SessionWriteError::Poisoned { .. } => "session_write_poisoned",
             SessionWriteError::Locked { .. } => "session_locked",
             SessionWriteError::FutureVersion { .. } => "session_future_version",
             SessionWriteError::NoSuchEntry { .. } => "session_no_such_entry",
@@ -128,9 +174,14 @@ pub struct SessionWriter {
     /// Lines formatted but not yet written, when a [`SharedSessionWriter`] writes them in
     /// batches; `None` when every line is written at once.
     pub(super) staged: Option<Vec<u8>>,
-    /// A batched write or sync failed: what reached the disk is unknown, so nothing more is
-    /// written (not even the `leaf` record on drop).
-    pub(super) poisoned: bool,
+    /// Where the last complete line written or read ends: what a failed write is cut back to.
+    pub(super) end: u64,
+    /// Where the file ended at the last successful sync (or when it was opened): what
+    /// [`SessionWriter::recover`] cuts back to after a failed sync.
+    pub(super) synced: u64,
+    /// Why this writer writes nothing more (a sync failed, or a failed write could not be cut
+    /// back; see the module docs): every append is refused, nothing is written on drop.
+    pub(super) poisoned: Option<String>,
 }
 
 impl SessionWriter {
@@ -150,13 +201,10 @@ impl SessionWriter {
             source,
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(io)?;
+            disk::create_dir_all(parent).map_err(io)?;
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .open(path)
-            .map_err(io)?;
+        let file =
+            disk::open(path, OpenOptions::new().append(true).create_new(true)).map_err(io)?;
         let mut writer = SessionWriter::locked(path, file, SessionTree::default(), durability)?;
         let header = json!({
             "type": "session",
@@ -170,7 +218,10 @@ impl SessionWriter {
             "cwd": cwd,
         });
         writer.write_line(&header)?;
-        writer.sync_if(Durability::Entry)?;
+        // Synced with durability `turn` too: a recovery never cuts back before the header.
+        if durability != Durability::None {
+            writer.sync()?;
+        }
         if let Value::Object(header) = header {
             writer.tree.header = Some(header);
         }
@@ -186,7 +237,7 @@ impl SessionWriter {
             path: path.to_owned(),
             source,
         };
-        let file = OpenOptions::new().append(true).open(path).map_err(io)?;
+        let file = disk::open(path, OpenOptions::new().append(true)).map_err(io)?;
         // Lock before reading, so that what is read is what a concurrent writer finished.
         let mut writer = SessionWriter::locked(path, file, SessionTree::default(), durability)?;
         let tree = SessionTree::read(path)?;
@@ -214,8 +265,10 @@ impl SessionWriter {
         // A crash can leave a torn last line without its newline: end it, so that the next
         // entry starts a line of its own (the torn one stays one dropped line).
         if !tree.ends_with_newline {
-            writer.file.write_all(b"\n").map_err(io)?;
+            disk::write_all(&writer.file, path, b"\n").map_err(io)?;
         }
+        writer.end = writer.file.metadata().map_err(io)?.len();
+        writer.synced = writer.end;
         // Where the file leaves the leaf (its last `leaf` record, else its last entry): a
         // `leaf` record is written on save when the leaf moves away from it.
         writer.last_entry = tree.leaf.clone();
@@ -251,7 +304,9 @@ impl SessionWriter {
             durability,
             last_entry: None,
             staged: None,
-            poisoned: false,
+            end: 0,
+            synced: 0,
+            poisoned: None,
         })
     }
 
@@ -270,7 +325,7 @@ impl SessionWriter {
         let stem = self.path.with_extension("");
         let hex = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let aside = PathBuf::from(format!("{}.{tag}-{}-{hex}.jsonl", stem.display(), now_ms()));
-        std::fs::copy(&self.path, &aside).map_err(io)?;
+        disk::copy(&self.path, &aside).map_err(io)?;
         let mut header = tree.header.clone().unwrap_or_else(|| {
             let mut h = Map::new();
             h.insert("type".into(), "session".into());
@@ -293,13 +348,8 @@ impl SessionWriter {
         // Write the new content beside, then swap it in: the lock stays on our open handle,
         // so reopen and re-lock the new file.
         let fresh = PathBuf::from(format!("{}.rewrite-{hex}.tmp", stem.display()));
-        std::fs::write(&fresh, text).map_err(io)?;
-        File::open(&fresh).and_then(|f| f.sync_all()).map_err(io)?;
-        std::fs::rename(&fresh, &self.path).map_err(io)?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
+        disk::replace(&self.path, &fresh, text.as_bytes()).map_err(io)?;
+        let file = disk::open(&self.path, OpenOptions::new().append(true)).map_err(io)?;
         file.try_lock().map_err(|_| SessionWriteError::Locked {
             path: self.path.clone(),
             holder: super::holder::lock_holder(&self.path),
@@ -321,6 +371,47 @@ impl SessionWriter {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Why this writer appends nothing more, when an earlier write or sync failed so that the
+    /// file's content is unknown (see the module docs): open the file again to go on.
+    pub fn is_poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    /// Makes a poisoned writer write again: cuts the file back to where the last successful
+    /// sync left it (with durability `none`, to its last complete line), syncs it, and reads
+    /// the session again from the file — the appends acknowledged as durable are all there,
+    /// and nothing of a later one. Does nothing when the writer is not poisoned.
+    ///
+    /// # Errors
+    /// [`SessionWriteError::Poisoned`] when the file cannot be cut back or synced (the writer
+    /// stays poisoned), or the file's read error.
+    pub fn recover(&mut self) -> Result<(), SessionWriteError> {
+        if self.poisoned.is_none() || self.staged.is_some() {
+            return self.refuse_if_poisoned();
+        }
+        let keep = if self.durability == Durability::None {
+            self.end
+        } else {
+            self.synced
+        };
+        if let Err(err) = disk::set_len(&self.file, &self.path, keep)
+            .and_then(|()| disk::sync_data(&self.file, &self.path))
+        {
+            return Err(self.poison(format!(
+                "it could not be cut back to its last durable entry ({err})"
+            )));
+        }
+        let tree = SessionTree::read(&self.path)?;
+        tracing::warn!(session = %self.path.display(), bytes = keep,
+            "session writer recovered: the file was cut back to its last durable entry");
+        self.last_entry = tree.leaf.clone();
+        self.tree = tree;
+        self.end = keep;
+        self.synced = keep;
+        self.poisoned = None;
+        Ok(())
     }
 
     /// Appends `message`; returns the new entry's id.
@@ -574,6 +665,7 @@ impl SessionWriter {
 
     /// Writes `record` as one line; the line, without its newline.
     fn write_line(&mut self, record: &Value) -> Result<String, SessionWriteError> {
+        self.refuse_if_poisoned()?;
         let mut line = serde_json::to_string(record).expect("a JSON value serializes");
         let max_line_bytes = super::limits::max_line_bytes();
         if line.len() as u64 > max_line_bytes {
@@ -591,14 +683,51 @@ impl SessionWriter {
         }
         // One write of the whole line: an append of a torn line is what a crash leaves at worst,
         // and the reader drops it.
-        self.file
-            .write_all(line.as_bytes())
-            .map_err(|source| SessionWriteError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
+        if let Err(source) = disk::write_all(&self.file, &self.path, line.as_bytes()) {
+            return Err(self.cut_back(source));
+        }
+        self.end += line.len() as u64;
         line.pop();
         Ok(line)
+    }
+
+    /// After a failed write: cuts the file back to the end of its last complete line, so that
+    /// the next append starts a line of its own; poisons the writer when that fails too.
+    fn cut_back(&mut self, source: std::io::Error) -> SessionWriteError {
+        match disk::set_len(&self.file, &self.path, self.end) {
+            Ok(()) => {
+                tracing::warn!(session = %self.path.display(), err = %source,
+                    "session append failed; its fragment was cut off");
+                SessionWriteError::AppendFailed {
+                    path: self.path.clone(),
+                    source,
+                }
+            }
+            Err(truncate) => self.poison(format!(
+                "an append failed ({source}) and its fragment could not be cut off ({truncate})"
+            )),
+        }
+    }
+
+    /// Marks the writer failed for good (see the module docs); the error to report.
+    pub(super) fn poison(&mut self, cause: String) -> SessionWriteError {
+        tracing::error!(session = %self.path.display(), %cause,
+            "session writer stopped: nothing more is appended until the session is opened again");
+        self.poisoned = Some(cause.clone());
+        SessionWriteError::Poisoned {
+            path: self.path.clone(),
+            cause,
+        }
+    }
+
+    fn refuse_if_poisoned(&self) -> Result<(), SessionWriteError> {
+        match &self.poisoned {
+            Some(cause) => Err(SessionWriteError::Poisoned {
+                path: self.path.clone(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     fn sync_if(&mut self, level: Durability) -> Result<(), SessionWriteError> {
@@ -610,24 +739,27 @@ impl SessionWriter {
     }
 
     fn sync(&mut self) -> Result<(), SessionWriteError> {
-        self.file
-            .sync_data()
-            .map_err(|source| SessionWriteError::Io {
-                path: self.path.clone(),
-                source,
-            })
+        self.refuse_if_poisoned()?;
+        match disk::sync_data(&self.file, &self.path) {
+            Ok(()) => {
+                self.synced = self.end;
+                Ok(())
+            }
+            Err(source) => Err(self.poison(format!("fdatasync failed ({source})"))),
+        }
     }
 }
 
 impl Drop for SessionWriter {
     fn drop(&mut self) {
-        if self.poisoned {
+        if self.poisoned.is_some() {
             return;
         }
         // Left staged only when a group commit did not finish (a panic): write it as it stands.
         if let Some(staged) = self.staged.take().filter(|s| !s.is_empty()) {
-            if let Err(err) = self.file.write_all(&staged) {
+            if let Err(err) = disk::write_all(&self.file, &self.path, &staged) {
                 tracing::warn!(%err, "session lines not written on close");
+                let _ = disk::set_len(&self.file, &self.path, self.end);
                 return;
             }
         }

@@ -313,15 +313,17 @@ fn update_mirror(
         if probe.is_empty() {
             return Ok(());
         }
-        std::fs::create_dir_all(dir)?;
+        crate::disk::create_dir_all(dir)?;
     }
     let mut lock_name = path.file_name().unwrap_or_default().to_os_string();
     lock_name.push(".lock");
-    let lock = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(lock_name))?;
+    let lock = crate::disk::open(
+        &dir.join(lock_name),
+        std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true),
+    )?;
     lock.lock()?;
     let existed = path.exists();
     let mut rows = read_mirror(path);
@@ -340,11 +342,12 @@ fn update_mirror(
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::write(
+    // Written beside, synced and renamed over: a failure leaves the mirror as it was.
+    crate::disk::replace(
+        path,
         &tmp,
-        serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
-    )?;
-    std::fs::rename(&tmp, path)
+        &serde_json::to_vec_pretty(&MirrorFile { records: rows })?,
+    )
 }
 
 /// Removes from the mirror in `state_dir` the records of processes that have exited (crash
