@@ -122,6 +122,16 @@ fn run_args<'a>(traj: &'a Path, key: &'a str, engine: &'a str, plugins: &'a Path
     ]
 }
 
+/// The file the index of agent `main` names for `key`.
+fn indexed_session_file(home: &Path, key: &str) -> PathBuf {
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join("agents/main/sessions/sessions.json")).unwrap(),
+    )
+    .unwrap();
+    let id = index[key]["sessionId"].as_str().expect("the key is indexed");
+    home.join(format!("agents/main/sessions/{id}.jsonl"))
+}
+
 fn run_import(home: &Path, traj: &Path, key: &str, engine: &str) -> std::process::Output {
     let plugins = staged_plugins_dir();
     run_pincer(home, &run_args(traj, key, engine, &plugins))
@@ -473,7 +483,11 @@ fn bootstrap_imports_an_existing_session_once() {
         .status
         .success());
     let before = session_message_ids(home.path(), "shared").len();
-    let out = run_import(home.path(), &second, "shared", "lossless");
+    // A held key is never imported into again (it would be refused): the session goes on by
+    // its file's path, which keeps its key.
+    let file = indexed_session_file(home.path(), "shared");
+    let file = file.to_str().unwrap();
+    let out = run_import(home.path(), &second, file, "lossless");
     assert!(out.status.success(), "{}", stderr_text(&out));
     let after_first = session_message_ids(home.path(), "shared");
     assert!(after_first.len() > before);
@@ -487,7 +501,7 @@ fn bootstrap_imports_an_existing_session_once() {
         after_first[..after_first.len() - unanswered],
         "the old history imported by bootstrap, the new by afterTurn"
     );
-    let out = run_import(home.path(), &first, "shared", "lossless");
+    let out = run_import(home.path(), &first, file, "lossless");
     assert!(out.status.success(), "{}", stderr_text(&out));
     let stored: Vec<String> = stored_ids(home.path(), "shared")
         .into_iter()
