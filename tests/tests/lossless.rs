@@ -128,7 +128,9 @@ fn indexed_session_file(home: &Path, key: &str) -> PathBuf {
         &std::fs::read_to_string(home.join("agents/main/sessions/sessions.json")).unwrap(),
     )
     .unwrap();
-    let id = index[key]["sessionId"].as_str().expect("the key is indexed");
+    let id = index[key]["sessionId"]
+        .as_str()
+        .expect("the key is indexed");
     home.join(format!("agents/main/sessions/{id}.jsonl"))
 }
 
