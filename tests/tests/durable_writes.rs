@@ -420,6 +420,97 @@ fn the_other_durable_writes_go_through_the_seam() {
     );
 }
 
+/// The writes the merged branches added go through the seam too, each shown by failing it once
+/// on purpose: the store's removal of a session it could not index, an engine's state folder,
+/// the gateway's removal of a stale socket, and an uninstall's removal of its staging folder.
+#[test]
+fn the_merged_branches_writes_go_through_the_seam() {
+    use pincer_host::plugins::EngineDirs;
+    use pincer_host::session::{JsonlStore, SessionStore as _};
+
+    let home = tempfile::tempdir().unwrap();
+    let sessions = home.path().join("agents/main/sessions");
+    let engines = home.path().join("state/engines");
+    let socket = home.path().join("gateway.sock");
+    let plugins = home.path().join("plugins");
+    let staging = plugins.join(".staging");
+    let plan = {
+        let (sessions, engines, socket, staging) = (
+            sessions.clone(),
+            engines.clone(),
+            socket.clone(),
+            staging.clone(),
+        );
+        move |op: Op, path: &Path| {
+            let fail = match op {
+                // The index's write fails, then so does the removal of the unindexed session.
+                Op::Sync => path.starts_with(&sessions) && path.to_string_lossy().ends_with(".tmp"),
+                Op::Remove => {
+                    (path.starts_with(&sessions) && path.extension() == Some("jsonl".as_ref()))
+                        || path == socket
+                        || path == staging
+                }
+                Op::CreateDir => path.starts_with(&engines),
+                _ => false,
+            };
+            fail.then_some(Fault::IO)
+        }
+    };
+    let armed = faults::arm(home.path(), plan);
+
+    // The store: the index is refused and the session's removal fails, so the file stays.
+    let store = JsonlStore::new(home.path().join("agents"));
+    let err = store
+        .create(
+            &SessionKey::parse("k").unwrap(),
+            "/",
+            Durability::Entry,
+            OnExisting::Refuse,
+        )
+        .expect_err("the sync fails");
+    assert!(err.to_string().contains("Input/output error"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".jsonl"))
+        .collect();
+    assert_eq!(left.len(), 1, "the removal asked the seam: {left:?}");
+
+    // An engine's state folder: not made, and the engine gets none.
+    let dirs = EngineDirs {
+        engine_state_root: Some(engines.clone()),
+        ..EngineDirs::default()
+    };
+    assert_eq!(dirs.engine_state_dir("e"), None);
+    assert!(!engines.exists());
+
+    // The gateway's stale socket (nothing listens on it): its removal fails, and binding says so.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let err = pincer_host::gateway::server::bind_socket(&socket).expect_err("the removal fails");
+    assert!(err.to_string().contains("removing stale"), "{err}");
+    assert!(socket.exists());
+
+    // An uninstall: the plugin goes, the emptied staging folder's removal fails, so it stays.
+    let plugin = plugins.join("p");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::write(plugin.join("plugin.json"), "{}").unwrap();
+    pincer_host::plugins::install::uninstall(&plugin, &plugins).unwrap();
+    assert!(!plugin.exists());
+    assert!(
+        staging.is_dir(),
+        "the staging folder's removal asked the seam"
+    );
+
+    // Unarmed, the same calls succeed.
+    drop(armed);
+    assert_eq!(dirs.engine_state_dir("e"), Some(engines.join("e")));
+    std::fs::remove_dir(&staging).unwrap();
+    let plugin = plugins.join("q");
+    std::fs::create_dir_all(&plugin).unwrap();
+    pincer_host::plugins::install::uninstall(&plugin, &plugins).unwrap();
+    assert!(!staging.exists());
+}
+
 /// The gateway's long-lived writer after a failed `fdatasync`: the call is refused as
 /// poisoned, saying what to do; the gateway's next call on the session cuts the file back to
 /// its last durable entry and goes on — nothing acknowledged is lost, nothing unacknowledged

@@ -1225,8 +1225,8 @@ fn session_import(
     let staging = parent.join(format!(".import-{session_id}"));
     let staged = staging.join(name);
     let discard = || {
-        let _ = std::fs::remove_file(&staged);
-        let _ = std::fs::remove_dir(&staging);
+        let _ = pincer_host::disk::remove_file(&staged);
+        let _ = pincer_host::disk::remove_dir(&staging);
     };
     let working = progress::Working::start(
         format!(
@@ -1251,7 +1251,7 @@ fn session_import(
             return fail(err, code);
         }
     }
-    if let Err(err) = std::fs::rename(&staged, &path) {
+    if let Err(err) = pincer_host::disk::rename(&staged, &path) {
         discard();
         return fail(
             format!(
@@ -1279,7 +1279,7 @@ fn session_import(
             ExitCode::SUCCESS
         }
         Err(err) => {
-            let _ = std::fs::remove_file(&path);
+            let _ = pincer_host::disk::remove_file(&path);
             fail(err, 1)
         }
     }

@@ -201,6 +201,15 @@ pub fn remove_file(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)
 }
 
+/// Removes the empty folder `path`.
+///
+/// # Errors
+/// The error (the folder is not empty, say), or the fault injected.
+pub fn remove_dir(path: &Path) -> io::Result<()> {
+    faults::fail_if(Op::Remove, path)?;
+    std::fs::remove_dir(path)
+}
+
 /// Removes the folder `path` and everything in it.
 ///
 /// # Errors

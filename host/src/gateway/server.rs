@@ -113,7 +113,7 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, ServeError> 
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(ServeError::SocketInUse(path.to_owned()));
         }
-        std::fs::remove_file(path).map_err(io(format!("removing stale {}", path.display())))?;
+        crate::disk::remove_file(path).map_err(io(format!("removing stale {}", path.display())))?;
     }
     // Created under a umask that leaves only the owner's bits, then made 0600 for certain,
     // before anything is accepted.
@@ -123,6 +123,7 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, ServeError> 
     // SAFETY: as above, restoring the previous mask.
     unsafe { libc::umask(old) };
     let listener = bound.map_err(io(format!("binding {}", path.display())))?;
+    // A chmod of the socket's inode, no data: outside the seam, which has no such operation.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(io(format!("chmod 0600 {}", path.display())))?;
     listener
@@ -390,7 +391,7 @@ pub async fn serve(
     tracing::info!("gateway stopping: finishing calls in flight");
     let _ = stop_tx.send(true);
     // The socket goes first: no new client can connect while the calls in flight finish.
-    let _ = std::fs::remove_file(&options.socket);
+    let _ = crate::disk::remove_file(&options.socket);
     if let Err(err) = unix_server.await {
         tracing::warn!(%err, "the socket server ended abnormally");
     }

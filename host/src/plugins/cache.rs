@@ -242,7 +242,7 @@ fn publish(dir: &Path, name: &str, target: &Path, bytes: &[u8]) -> Result<bool, 
     let temp = dir.join(format!(".{name}.{}.tmp", unique_suffix()));
     let result = write_temp(&temp, bytes).and_then(|()| link_into_place(&temp, target));
     // The temp name is ours alone; whatever happened, it must not linger.
-    let _ = fs::remove_file(&temp);
+    let _ = crate::disk::remove_file(&temp);
     let published = result?;
     if published {
         finish_read_only(target);

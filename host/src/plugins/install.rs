@@ -260,7 +260,7 @@ impl PreparedPlugin {
         if let Err(err) = copy_plugin(&self.folder, &staged.0, &self.checked) {
             // The home as it was: no half-copied plugin, no staging folder made for it.
             drop(staged);
-            let _ = std::fs::remove_dir(&staging_root);
+            let _ = crate::disk::remove_dir(&staging_root);
             return Err(err);
         }
         // Checked again where it will live: the copy is what the host will load.
@@ -285,7 +285,7 @@ impl PreparedPlugin {
         }
         drop(old);
         drop(staged);
-        let _ = std::fs::remove_dir(&staging_root);
+        let _ = crate::disk::remove_dir(&staging_root);
         let mut manifest = again.manifest;
         manifest.dir = dest.clone();
         Ok(InstalledPlugin {
@@ -321,7 +321,7 @@ pub fn uninstall(dir: &Path, plugins_dir: &Path) -> Result<(), InstallError> {
     let aside = TempDir(staging_root.join(format!("{}-removed", uuid::Uuid::new_v4())));
     crate::disk::rename(dir, &aside.0).map_err(io_error("remove", dir))?;
     drop(aside);
-    let _ = std::fs::remove_dir(&staging_root);
+    let _ = crate::disk::remove_dir(&staging_root);
     Ok(())
 }
 
@@ -365,6 +365,7 @@ fn unpack(archive: &Path, into: &Path) -> Result<(), InstallError> {
         path: archive.to_owned(),
         reason,
     };
+    // `into` is a fresh folder under the system's temp dir, outside the home: not the seam's.
     std::fs::create_dir_all(into).map_err(io_error("create", into))?;
     let file = File::open(archive).map_err(io_error("open", archive))?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));

@@ -524,7 +524,7 @@ impl EngineDirs {
         builder.recursive(true);
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        match builder.create(&dir) {
+        match crate::disk::create_dir_with(&builder, &dir) {
             Ok(()) => Some(dir),
             Err(err) => {
                 tracing::warn!(engine_id, dir = %dir.display(), %err, "cannot create the engine's state directory; the engine gets none");

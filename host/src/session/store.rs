@@ -562,7 +562,7 @@ impl SessionStore for JsonlStore {
             Err(err) => {
                 // Not indexed: the empty session is not left behind.
                 drop(writer);
-                let _ = std::fs::remove_file(&file);
+                let _ = crate::disk::remove_file(&file);
                 Err(err)
             }
         }
