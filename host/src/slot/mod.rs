@@ -9,6 +9,7 @@
 //! with OpenClaw's slot rules (§11).
 
 pub mod contract;
+mod generations;
 pub mod guarded;
 pub mod manage;
 pub mod projection;

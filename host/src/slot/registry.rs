@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
+use crate::config::Config;
 use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::services::HostServices;
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
@@ -45,6 +46,26 @@ impl std::fmt::Debug for EngineFactory {
         match self {
             EngineFactory::Native(_) => f.write_str("Native"),
             EngineFactory::Plugin { engine_id, .. } => write!(f, "Plugin({engine_id})"),
+        }
+    }
+}
+
+impl EngineFactory {
+    /// The config entry engine `id`'s factory gets from `config`: keyed by plugin id; an
+    /// engine's own id is accepted for engines of multi-engine libraries; native engines by
+    /// their id.
+    pub(crate) fn entry_config(&self, config: &Config, id: &str) -> serde_json::Value {
+        match self {
+            EngineFactory::Native(_) => config.entry_config(id),
+            EngineFactory::Plugin { library, .. } => {
+                let plugin_id = &library.manifest().id;
+                let entries = &config.plugins.entries;
+                if entries.contains_key(plugin_id) || !entries.contains_key(id) {
+                    config.entry_config(plugin_id)
+                } else {
+                    config.entry_config(id)
+                }
+            }
         }
     }
 }

@@ -55,30 +55,21 @@
 //! the one it started with.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use super::runtime::{Cached, PluginState, PluginStatus, Runtime};
+pub use super::generations::GenerationStatus;
+use super::generations::{fingerprint_of, read_manifest_bytes};
+use super::runtime::{PluginState, Runtime};
 use crate::config::{Config, ConfigError, LoadedConfig};
-use crate::engines::bounded::{self, Deadline};
 use crate::engines::instance::EngineInstance;
 use crate::plugins::discovery::discover_plugin_dirs;
-use crate::plugins::library::{LoadedLibrary, UnloadState, UnloadWatch};
 use crate::plugins::MANIFEST_FILE_NAME;
-use crate::slot::guarded::{GuardedEngine, FIRST_GENERATION};
+use crate::slot::guarded::GuardedEngine;
 use crate::slot::registry::EngineFactory;
 use crate::slot::source::EngineSource;
-use crate::types::{Method, LEGACY_ENGINE_ID};
-use pincer_plugin_api::abi::latest::AbortController;
-
-/// How often the reaper looks at retired instances that calls still hold.
-const REAP_INTERVAL: Duration = Duration::from_millis(5);
+use crate::types::Method;
 
 /// What a plugin reload did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -112,38 +103,6 @@ pub struct ConfigReloadOutcome {
     pub reconfigured: BTreeMap<String, u64>,
     /// Plugins loaded for the first time (newly enabled, or in a newly listed folder).
     pub loaded: Vec<String>,
-}
-
-/// Per engine: the generation serving and what older ones still cost.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GenerationStatus {
-    /// The engine id.
-    pub engine_id: String,
-    /// The plugin that registered it (`None` for engines linked into the host).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub plugin_id: Option<String>,
-    /// The current generation; 0 when no instance was created yet (it is created on first
-    /// use, or by a reload).
-    pub generation: u64,
-    /// Replaced instances that calls still hold: disposed as soon as the last call ends.
-    pub draining: usize,
-    /// Old builds of its library still mapped: kept by default for the life of the process;
-    /// with `unloadOnReload`, until nothing from them is alive (see `unloading`, `pinned`).
-    pub kept_generations: usize,
-    /// Their size on disk, in bytes (the private copies that are mapped).
-    pub kept_bytes: u64,
-    /// The worker process of the current generation, for an isolated engine.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub worker: Option<crate::engines::backend::WorkerInfo>,
-    /// Of the kept ones, `unloadOnReload` builds still open: something from them (an
-    /// instance a call or guard holds, a rollback handle) is alive; closed when it is dropped.
-    pub unloading: usize,
-    /// Of the kept ones, `unloadOnReload` builds closed but still mapped by the dynamic
-    /// loader: a thread-local destructor they registered is pending on a running thread.
-    pub pinned: usize,
-    /// Old builds closed and unmapped (`unloadOnReload`).
-    pub unloaded_generations: usize,
 }
 
 /// Why a reload was refused. The old generation (or config) keeps serving.
@@ -216,328 +175,6 @@ impl ReloadError {
     }
 }
 
-/// An instance replaced while calls may still hold it.
-struct Retired {
-    engine_id: String,
-    generation: u64,
-    instance: Arc<EngineInstance>,
-}
-
-/// The retired instances and the reaper's controls.
-struct Retirement {
-    queue: Mutex<Vec<Retired>>,
-    wake: Condvar,
-    stop: AtomicBool,
-    /// The cleanup deadline of `dispose`, in milliseconds (follows the config).
-    cleanup_ms: AtomicU64,
-}
-
-impl Retirement {
-    fn cleanup(&self) -> Duration {
-        Duration::from_millis(self.cleanup_ms.load(Ordering::Relaxed))
-    }
-
-    /// The reaper: disposes each retired instance once only the queue holds it.
-    fn reap(self: Arc<Self>) {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if self.stop.load(Ordering::Acquire) {
-                return;
-            }
-            // Nothing but the queue holds it, and nothing can take a new reference: it is
-            // neither in the instance cache nor in a guard any more.
-            let (free, held): (Vec<Retired>, Vec<Retired>) = std::mem::take(&mut *queue)
-                .into_iter()
-                .partition(|r| Arc::strong_count(&r.instance) == 1);
-            *queue = held;
-            if !free.is_empty() {
-                drop(queue);
-                for retired in free {
-                    match retired.instance.closable_library().cloned() {
-                        Some(library) => release_within(retired, library, self.cleanup()),
-                        None => {
-                            dispose_within(&retired.instance, self.cleanup());
-                            tracing::info!(
-                                engine_id = %retired.engine_id,
-                                generation = retired.generation,
-                                "retired context engine generation disposed"
-                            );
-                        }
-                    }
-                }
-                queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
-            queue = if queue.is_empty() {
-                self.wake.wait(queue).unwrap_or_else(|e| e.into_inner())
-            } else {
-                self.wake
-                    .wait_timeout(queue, REAP_INTERVAL)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0
-            };
-        }
-    }
-}
-
-/// Disposes and drops the retired instance of a closable library (`unloadOnReload`) on a
-/// thread of its own that ends, waits for that thread to exit (so any thread-local destructor
-/// the engine's `dispose` or `Drop` registered has run), then lets go of the library: when
-/// nothing else from it is alive (no rollback handle), this closes it. A `dispose` past
-/// `window` is not waited for: its thread still holds the instance, and the library with it.
-fn release_within(retired: Retired, library: Arc<LoadedLibrary>, window: Duration) {
-    let Retired {
-        engine_id,
-        generation,
-        instance,
-    } = retired;
-    let (done, finished) = std::sync::mpsc::channel();
-    let on_thread = Arc::clone(&instance);
-    let spawned = std::thread::Builder::new()
-        .name("pincer-unload".into())
-        .spawn(move || {
-            let outcome = on_thread.dispose();
-            // The engine object's drop runs here, on this thread, before the library closes.
-            drop(on_thread);
-            let _ = done.send(outcome);
-        });
-    let handle = match spawned {
-        Ok(handle) => {
-            drop(instance);
-            handle
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot start a thread to release a plugin library; disposing on the reaper");
-            dispose_within(&instance, window);
-            return;
-        }
-    };
-    match finished.recv_timeout(window) {
-        Ok(outcome) => {
-            // `join` returns once the thread has exited, its thread-local destructors run.
-            let _ = handle.join();
-            if let Err(err) = outcome {
-                tracing::warn!(engine_id = %engine_id, error = %err, "context engine dispose failed");
-            }
-            tracing::info!(
-                engine_id = %engine_id,
-                generation,
-                "retired context engine generation disposed"
-            );
-        }
-        Err(_) => tracing::warn!(
-            engine_id = %engine_id,
-            generation,
-            "context engine dispose stalled; its library stays open until it returns"
-        ),
-    }
-    drop(library);
-}
-
-/// An old build of a plugin's library: kept mapped, or — `unloadOnReload` — closed once
-/// nothing from it is alive.
-struct KeptLibrary {
-    plugin_id: String,
-    engine_ids: Vec<String>,
-    path: PathBuf,
-    bytes: u64,
-    /// Some: a closable library, and where its state is recorded.
-    unload: Option<Arc<UnloadWatch>>,
-}
-
-/// The reload bookkeeping a [`Runtime`] carries.
-pub(crate) struct ReloadState {
-    extra_plugin_dirs: Vec<PathBuf>,
-    /// One reload (of a plugin or of the config) at a time.
-    serial: Mutex<()>,
-    /// Plugin id → content hash of the files its serving build came from.
-    fingerprints: Mutex<BTreeMap<String, String>>,
-    /// Engine id → the last generation installed.
-    generations: Mutex<BTreeMap<String, u64>>,
-    /// Bumped by every successful reload: sources re-resolve when it moves.
-    epoch: AtomicU64,
-    retirement: Arc<Retirement>,
-    reaper: Mutex<Option<JoinHandle<()>>>,
-    kept: Mutex<Vec<KeptLibrary>>,
-}
-
-impl ReloadState {
-    pub(crate) fn new(extra_plugin_dirs: Vec<PathBuf>, cleanup: Duration) -> Self {
-        ReloadState {
-            extra_plugin_dirs,
-            serial: Mutex::new(()),
-            fingerprints: Mutex::new(BTreeMap::new()),
-            generations: Mutex::new(BTreeMap::new()),
-            epoch: AtomicU64::new(0),
-            retirement: Arc::new(Retirement {
-                queue: Mutex::new(Vec::new()),
-                wake: Condvar::new(),
-                stop: AtomicBool::new(false),
-                cleanup_ms: AtomicU64::new(cleanup.as_millis() as u64),
-            }),
-            reaper: Mutex::new(None),
-            kept: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Records the content hash of a plugin loaded at startup (or by a config reload).
-    pub(crate) fn loaded(&self, status: &PluginStatus) {
-        if status.status != PluginState::Loaded {
-            return;
-        }
-        if let Some(sha) = &status.sha256 {
-            let fingerprint = fingerprint(&status.dir, sha);
-            lock(&self.fingerprints).insert(status.id.clone(), fingerprint);
-        }
-    }
-
-    /// The next generation of `engine_id`, recorded as the last one installed.
-    fn next_generation(&self, engine_id: &str) -> u64 {
-        let mut generations = lock(&self.generations);
-        let next = generations
-            .get(engine_id)
-            .map_or(FIRST_GENERATION, |g| g + 1);
-        generations.insert(engine_id.to_owned(), next);
-        next
-    }
-
-    /// Hands `instance` to the reaper, starting it on first use.
-    fn retire(&self, engine_id: &str, generation: u64, instance: Arc<EngineInstance>) {
-        lock(&self.retirement.queue).push(Retired {
-            engine_id: engine_id.to_owned(),
-            generation,
-            instance,
-        });
-        let mut reaper = lock(&self.reaper);
-        if reaper.is_none() && !self.retirement.stop.load(Ordering::Acquire) {
-            let retirement = Arc::clone(&self.retirement);
-            match std::thread::Builder::new()
-                .name("pincer-reaper".into())
-                .spawn(move || retirement.reap())
-            {
-                Ok(handle) => *reaper = Some(handle),
-                // Without a reaper, shutdown disposes them (still once, still drained).
-                Err(err) => tracing::warn!(error = %err, "cannot start the reaper thread"),
-            }
-        }
-        drop(reaper);
-        self.retirement.wake.notify_all();
-    }
-
-    /// Stops the reaper and disposes every retired instance left (callers are done).
-    pub(crate) fn shutdown(&self) {
-        self.retirement.stop.store(true, Ordering::Release);
-        self.retirement.wake.notify_all();
-        if let Some(handle) = lock(&self.reaper).take() {
-            let _ = handle.join();
-        }
-        let left = std::mem::take(&mut *lock(&self.retirement.queue));
-        for retired in left {
-            dispose_within(&retired.instance, self.retirement.cleanup());
-        }
-    }
-
-    pub(super) fn bump(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Keeps the record of an old build that stays mapped.
-    fn keep(&self, old: &LoadedLibrary, current: &Path) {
-        let mut kept = lock(&self.kept);
-        // The same content reloaded again is the same mapping: current, not kept.
-        kept.retain(|k| k.path != current);
-        if old.copy_path() == current || kept.iter().any(|k| k.path == old.copy_path()) {
-            return;
-        }
-        kept.push(KeptLibrary {
-            plugin_id: old.manifest().id.clone(),
-            engine_ids: old.facts().engine_ids.clone(),
-            path: old.copy_path().to_owned(),
-            bytes: std::fs::metadata(old.copy_path()).map_or(0, |m| m.len()),
-            unload: old.unload_watch(),
-        });
-    }
-}
-
-impl Drop for ReloadState {
-    fn drop(&mut self) {
-        // The reaper exits at its next wake-up; it is not waited for (a dispose in progress
-        // is bounded by its own deadline).
-        self.retirement.stop.store(true, Ordering::Release);
-        self.retirement.wake.notify_all();
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The content hash of a plugin's files: its manifest's bytes and its library's sha256.
-fn fingerprint(dir: &Path, library_sha256: &str) -> String {
-    fingerprint_of(&read_manifest_bytes(dir), library_sha256)
-}
-
-/// The manifest's bytes in `dir` (empty when it cannot be read).
-fn read_manifest_bytes(dir: &Path) -> Vec<u8> {
-    std::fs::read(dir.join(MANIFEST_FILE_NAME)).unwrap_or_default()
-}
-
-/// The content hash of the manifest bytes `manifest` and the library sha256.
-fn fingerprint_of(manifest: &[u8], library_sha256: &str) -> String {
-    let mut hash = Sha256::new();
-    hash.update(manifest);
-    hash.update(library_sha256.as_bytes());
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// `dispose` of one instance under `window`; a stall or failure is logged, never waited for.
-pub(crate) fn dispose_within(instance: &Arc<EngineInstance>, window: Duration) {
-    let engine = Arc::clone(instance);
-    let id = instance.descriptor().id.clone();
-    let deadline = Deadline::new(window);
-    let abort = Arc::new(AbortController::new());
-    let outcome = match instance.closable_library() {
-        Some(library) => {
-            bounded::run_on_own_thread(deadline, abort, Arc::clone(library), move || {
-                engine.dispose()
-            })
-        }
-        None => bounded::run(deadline, abort, move || engine.dispose()),
-    };
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
-            tracing::warn!(engine_id = %id, error = %err, "context engine dispose failed")
-        }
-        Err(overrun) => tracing::warn!(
-            engine_id = %id,
-            outcome = ?overrun,
-            "context engine dispose stalled; continuing without it"
-        ),
-    }
-}
-
-/// The config entry an engine's factory gets: keyed by plugin id; an engine's own id is
-/// accepted for engines of multi-engine libraries; native engines by their id.
-pub(super) fn engine_entry_config(
-    config: &Config,
-    id: &str,
-    factory: &EngineFactory,
-) -> serde_json::Value {
-    match factory {
-        EngineFactory::Native(_) => config.entry_config(id),
-        EngineFactory::Plugin { library, .. } => {
-            let plugin_id = &library.manifest().id;
-            let entries = &config.plugins.entries;
-            if entries.contains_key(plugin_id) || !entries.contains_key(id) {
-                config.entry_config(plugin_id)
-            } else {
-                config.entry_config(id)
-            }
-        }
-    }
-}
-
 /// A new instance made beside the serving one, waiting to be swapped in.
 struct Prepared {
     engine_id: String,
@@ -546,41 +183,6 @@ struct Prepared {
 }
 
 impl Runtime {
-    /// Puts `instance` in the cache as `id`'s current instance, created from registration
-    /// `registration`; the instance it replaces is retired (disposed once no call holds it).
-    /// Returns its generation.
-    pub(super) fn install(
-        &self,
-        instances: &mut BTreeMap<String, Cached>,
-        id: &str,
-        registration: u64,
-        instance: &Arc<EngineInstance>,
-    ) -> u64 {
-        let generation = self.reload.next_generation(id);
-        let old = instances.insert(
-            id.to_owned(),
-            Cached {
-                registration,
-                generation,
-                instance: Arc::clone(instance),
-            },
-        );
-        if let Some(old) = old {
-            self.reload.retire(id, old.generation, old.instance);
-        }
-        generation
-    }
-
-    /// The current generation of `engine_id` (0: no instance yet).
-    fn current_generation(&self, engine_id: &str) -> u64 {
-        if engine_id == LEGACY_ENGINE_ID {
-            return FIRST_GENERATION;
-        }
-        lock(&self.instances)
-            .get(engine_id)
-            .map_or(0, |cached| cached.generation)
-    }
-
     /// Reloads plugin `plugin_id` from its folder: the full verified load of its current
     /// files as a new generation beside the serving one, every engine created, then an
     /// atomic swap (see the module docs). Files whose content hash is the serving build's do
@@ -591,7 +193,7 @@ impl Runtime {
     /// [`ReloadError`]: an unknown or disabled plugin, or the new build refused with its
     /// reason — the serving generation is untouched.
     pub fn reload_plugin(&self, plugin_id: &str) -> Result<ReloadOutcome, ReloadError> {
-        let _serial = lock(&self.reload.serial);
+        let _serial = self.gens().begin_reload();
         let status = {
             let plugins = self.plugins_read();
             match plugins.iter().find(|p| p.id == plugin_id) {
@@ -613,7 +215,7 @@ impl Runtime {
         let serving = |engines: &[String]| {
             engines
                 .iter()
-                .map(|e| self.current_generation(e))
+                .map(|e| self.gens().current_generation(e))
                 .max()
                 .unwrap_or(0)
         };
@@ -629,7 +231,7 @@ impl Runtime {
         let manifest = loader
             .read_checked_manifest(&status.dir)
             .map_err(|err| refused(err.code(), err.to_string()))?;
-        let dirs = discover_plugin_dirs(&self.plugin_roots(&self.reload.extra_plugin_dirs));
+        let dirs = discover_plugin_dirs(&self.plugin_roots(self.extra_plugin_dirs()));
         let claims = self.engine_claims(&loader, &dirs);
         let warnings = self
             .admit(&manifest, &claims)
@@ -660,10 +262,13 @@ impl Runtime {
         let fingerprint = fingerprint_of(&manifest_after, &verified.verified.sha256_hex);
         // An isolated engine whose worker died is started again even from unchanged files:
         // the operator's way back after its restarts ran out.
-        let worker_dead = status.engines.iter().any(|e| self.worker_dead(e));
+        let worker_dead = status
+            .engines
+            .iter()
+            .any(|e| self.gens().worker_death(e).is_some());
         if status.status == PluginState::Loaded
             && !worker_dead
-            && lock(&self.reload.fingerprints).get(plugin_id) == Some(&fingerprint)
+            && self.gens().is_serving(plugin_id, &fingerprint)
         {
             return Ok(ReloadOutcome {
                 plugin_id: plugin_id.to_owned(),
@@ -671,7 +276,7 @@ impl Runtime {
                 engines: status
                     .engines
                     .iter()
-                    .map(|e| (e.clone(), self.current_generation(e)))
+                    .map(|e| (e.clone(), self.gens().current_generation(e)))
                     .collect(),
                 sha256: status.sha256.clone().unwrap_or_default(),
             });
@@ -715,7 +320,7 @@ impl Runtime {
             status
                 .engines
                 .iter()
-                .find_map(|id| match self.registry.get(id).map(|r| r.factory) {
+                .find_map(|id| match self.registry().get(id).map(|r| r.factory) {
                     Some(EngineFactory::Plugin { library, .. }) => Some(library),
                     _ => None,
                 });
@@ -724,40 +329,37 @@ impl Runtime {
         let mut engines = BTreeMap::new();
         let mut diagnostics = Vec::new();
         {
-            let mut instances = lock(&self.instances);
+            let mut instances = self.gens().instances();
             for made in &prepared {
-                match self.registry.register_plugin_engine(
+                match self.registry().register_plugin_engine(
                     plugin_id,
                     &made.engine_id,
                     made.factory.clone(),
                 ) {
                     Ok(id) => {
-                        let registration = self.registry.get(&id).map_or(0, |r| r.generation);
-                        let generation =
-                            self.install(&mut instances, &id, registration, &made.instance);
+                        let registration = self.registry().get(&id).map_or(0, |r| r.generation);
+                        let generation = instances.install(&id, registration, &made.instance);
                         engines.insert(id, generation);
                     }
                     Err(diagnostic) => {
                         tracing::error!(plugin = %plugin_id, "{diagnostic}");
                         diagnostics.push(diagnostic);
-                        self.reload
+                        self.gens()
                             .retire(&made.engine_id, 0, Arc::clone(&made.instance));
                     }
                 }
             }
             // Engines the new build no longer exports are gone.
             for vanished in status.engines.iter().filter(|e| !engines.contains_key(*e)) {
-                self.registry.remove(vanished);
-                if let Some(old) = instances.remove(vanished) {
-                    self.reload.retire(vanished, old.generation, old.instance);
-                }
+                self.registry().remove(vanished);
+                instances.retire_current(vanished);
             }
         }
         drop(prepared);
         if let Some(old) = &old_library {
-            self.reload.keep(old, library.copy_path());
+            self.gens().keep(old, library.copy_path());
         }
-        lock(&self.reload.fingerprints).insert(plugin_id.to_owned(), fingerprint);
+        self.gens().set_fingerprint(plugin_id, fingerprint);
         {
             let mut plugins = self.plugins_mut();
             if let Some(entry) = plugins.iter_mut().find(|p| p.id == plugin_id) {
@@ -774,9 +376,9 @@ impl Runtime {
             }
         }
         for engine_id in engines.keys() {
-            self.forget_restarts(engine_id);
+            self.gens().forget_restarts(engine_id);
         }
-        self.reload.bump();
+        self.gens().bump();
         tracing::info!(plugin = %plugin_id, sha256 = %library.sha256(), generations = ?engines, "plugin reloaded");
         Ok(ReloadOutcome {
             plugin_id: plugin_id.to_owned(),
@@ -805,8 +407,8 @@ impl Runtime {
     /// # Errors
     /// [`ReloadError::Config`] or [`ReloadError::EngineConfig`].
     pub fn reload_config(&self) -> Result<ConfigReloadOutcome, ReloadError> {
-        let _serial = lock(&self.reload.serial);
-        let new = LoadedConfig::load(&self.home.config_path()).map_err(ReloadError::Config)?;
+        let _serial = self.gens().begin_reload();
+        let new = LoadedConfig::load(&self.home().config_path()).map_err(ReloadError::Config)?;
         let old = self.config();
         let as_value = |config: &Config| serde_json::to_value(config).ok();
         if as_value(&old.config).is_some() && as_value(&old.config) == as_value(&new.config) {
@@ -833,13 +435,10 @@ impl Runtime {
             }
         }
         // Engines whose entry changed get a new generation, made before anything is swapped.
-        let cached: Vec<(String, u64)> = lock(&self.instances)
-            .iter()
-            .map(|(id, c)| (id.clone(), c.registration))
-            .collect();
+        let cached = self.gens().registrations();
         let mut prepared: Vec<(String, u64, Arc<EngineInstance>)> = Vec::new();
         for (id, registration) in cached {
-            let Some(reg) = self.registry.get(&id) else {
+            let Some(reg) = self.registry().get(&id) else {
                 continue;
             };
             let off = reg
@@ -847,8 +446,8 @@ impl Runtime {
                 .plugin_id()
                 .is_some_and(|p| new.config.plugin_disabled_by(p).is_some());
             if off
-                || engine_entry_config(&old.config, &id, &reg.factory)
-                    == engine_entry_config(&new.config, &id, &reg.factory)
+                || reg.factory.entry_config(&old.config, &id)
+                    == reg.factory.entry_config(&new.config, &id)
             {
                 continue;
             }
@@ -873,38 +472,33 @@ impl Runtime {
             .plugins
             .call_timeouts_ms
             .for_method(Method::Dispose);
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
-        self.reload
-            .retirement
-            .cleanup_ms
-            .store(cleanup.as_millis() as u64, Ordering::Relaxed);
+        self.set_config(new);
+        self.gens().set_cleanup(cleanup);
         {
-            let mut instances = lock(&self.instances);
+            let mut instances = self.gens().instances();
             for (id, registration, instance) in &prepared {
-                let generation = self.install(&mut instances, id, *registration, instance);
+                let generation = instances.install(id, *registration, instance);
                 outcome.reconfigured.insert(id.clone(), generation);
             }
             // A plugin turned off: its instances are retired (its engines resolve to legacy).
             let off: BTreeSet<&str> = outcome.disabled.iter().map(String::as_str).collect();
             let ids: Vec<String> = instances
-                .keys()
+                .ids()
+                .into_iter()
                 .filter(|id| {
-                    self.registry
+                    self.registry()
                         .get(id)
                         .and_then(|r| r.owner.plugin_id().map(|p| off.contains(p)))
                         .unwrap_or(false)
                 })
-                .cloned()
                 .collect();
             for id in ids {
-                if let Some(old) = instances.remove(&id) {
-                    self.reload.retire(&id, old.generation, old.instance);
-                }
+                instances.retire_current(&id);
             }
         }
         // Plugins never loaded (they were off) or in folders the old config did not list.
         let loader = self.loader();
-        let mut extra = self.reload.extra_plugin_dirs.clone();
+        let mut extra = self.extra_plugin_dirs().to_vec();
         extra.dedup();
         let dirs = discover_plugin_dirs(&self.plugin_roots(&extra));
         let claims = self.engine_claims(&loader, &dirs);
@@ -920,14 +514,14 @@ impl Runtime {
             if status.status == PluginState::Loaded {
                 outcome.loaded.push(status.id.clone());
             }
-            self.reload.loaded(&status);
+            self.record_loaded(&status);
             let mut statuses = self.plugins_mut();
             match statuses.iter_mut().find(|p| p.dir == dir) {
                 Some(entry) => *entry = status,
                 None => statuses.push(status),
             }
         }
-        self.reload.bump();
+        self.gens().bump();
         tracing::info!(?outcome, "config reloaded");
         Ok(outcome)
     }
@@ -935,54 +529,19 @@ impl Runtime {
     /// Per registered engine: its current generation, the replaced ones still draining, and
     /// the old builds of its library kept mapped with their size. Sorted by engine id.
     pub fn generations(&self) -> Vec<GenerationStatus> {
-        let draining: BTreeMap<String, usize> = {
-            let queue = lock(&self.reload.retirement.queue);
-            let mut counts = BTreeMap::new();
-            for retired in queue.iter() {
-                *counts.entry(retired.engine_id.clone()).or_insert(0) += 1;
-            }
-            counts
-        };
-        let kept = lock(&self.reload.kept);
-        self.registry
+        let engines = self
+            .registry()
             .ids()
             .into_iter()
             .map(|engine_id| {
                 let plugin_id = self
-                    .registry
+                    .registry()
                     .get(&engine_id)
                     .and_then(|r| r.owner.plugin_id().map(str::to_owned));
-                let old: Vec<&KeptLibrary> = kept
-                    .iter()
-                    .filter(|k| {
-                        Some(&k.plugin_id) == plugin_id.as_ref()
-                            && k.engine_ids.contains(&engine_id)
-                    })
-                    .collect();
-                // (Its own statement: the lock is released before `current_generation`.)
-                let worker = lock(&self.instances)
-                    .get(&engine_id)
-                    .and_then(|c| c.instance.worker());
-                let state = |k: &KeptLibrary| k.unload.as_ref().map(|w| w.state());
-                let count = |s: UnloadState| old.iter().filter(|k| state(k) == Some(s)).count();
-                let mapped: Vec<&&KeptLibrary> = old
-                    .iter()
-                    .filter(|k| state(k) != Some(UnloadState::Unloaded))
-                    .collect();
-                GenerationStatus {
-                    worker,
-                    generation: self.current_generation(&engine_id),
-                    draining: draining.get(&engine_id).copied().unwrap_or(0),
-                    kept_generations: mapped.len(),
-                    kept_bytes: mapped.iter().map(|k| k.bytes).sum(),
-                    unloading: count(UnloadState::Open),
-                    pinned: count(UnloadState::Pinned),
-                    unloaded_generations: count(UnloadState::Unloaded),
-                    plugin_id,
-                    engine_id,
-                }
+                (engine_id, plugin_id)
             })
-            .collect()
+            .collect();
+        self.gens().statuses(engines)
     }
 
     /// Where long-running work takes its engine: the slot's engine (`engine`: `None`), or
@@ -1010,7 +569,7 @@ struct RuntimeSource {
 
 impl EngineSource for RuntimeSource {
     fn current(&self) -> Arc<GuardedEngine> {
-        let epoch = self.runtime.reload.epoch.load(Ordering::Acquire);
+        let epoch = self.runtime.gens().epoch();
         let last = lock(&self.cached)
             .as_ref()
             .and_then(|(at, guard)| Some((*at, guard.upgrade()?)));
@@ -1046,4 +605,8 @@ impl EngineSource for RuntimeSource {
             }
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

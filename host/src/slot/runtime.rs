@@ -7,9 +7,8 @@
 //! Engine instances are created once per id and reused across operations; `dispose` runs once
 //! per instance, at [`Runtime::shutdown`].
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
@@ -24,14 +23,15 @@ use crate::plugins::discovery::discover_plugin_dirs;
 use crate::plugins::library::{EngineDirs, LoadedLibrary, Loader, VerifiedPlugin};
 use crate::plugins::manifest::PluginManifest;
 use crate::slot::contract::CallTrust;
+use crate::slot::generations::{dispose_within, Generations};
 use crate::slot::guarded::{GuardedEngine, Timeouts};
 use crate::slot::quarantine::Quarantine;
 use crate::slot::registry::{
     validate_contract, EngineClaims, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
     Registration, Registry,
 };
-use crate::slot::reload::ReloadState;
 use crate::slot::requirements::HostDescriptor;
+use crate::slot::restart::{RestartPolicy, RestartStatus};
 use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
 use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::latest::AbortController;
@@ -234,34 +234,23 @@ pub struct ResolvedEngine {
 
 /// The host library's runtime.
 pub struct Runtime {
-    pub(super) home: PincerHome,
+    home: PincerHome,
     /// The config in force; [`Runtime::reload_config`] swaps it.
-    pub(super) config: RwLock<Arc<LoadedConfig>>,
-    pub(super) registry: Registry,
+    config: RwLock<Arc<LoadedConfig>>,
+    registry: Registry,
     quarantine: Arc<Quarantine>,
-    pub(super) plugins: RwLock<Vec<PluginStatus>>,
+    plugins: RwLock<Vec<PluginStatus>>,
     compactor: Arc<dyn RuntimeCompactor>,
     model: Option<Arc<dyn ModelClient>>,
-    pub(super) dirs: EngineDirs,
+    dirs: EngineDirs,
     legacy: Arc<EngineInstance>,
-    /// The current instance of each engine id (see [`Cached`]).
-    pub(super) instances: Mutex<BTreeMap<String, Cached>>,
     missing_plugin_dirs: Vec<PathBuf>,
-    /// Generations, retired instances and kept libraries (`slot::reload`).
-    pub(super) reload: ReloadState,
+    /// `--plugins-dir` folders, searched again by reloads.
+    extra_plugin_dirs: Vec<PathBuf>,
+    /// The instances served, their generations, retired instances, kept libraries and
+    /// restarts.
+    generations: Generations,
     open_libraries: OpenLibraries,
-    /// Restarts of isolated engines whose worker died (`slot::restart`).
-    pub(super) restarts: Mutex<BTreeMap<String, crate::slot::restart::RestartRecord>>,
-}
-
-/// The current instance of one engine id.
-pub(super) struct Cached {
-    /// The registration it was created from ([`Registration::generation`]).
-    pub(super) registration: u64,
-    /// Its generation: 1 for the first instance of the id, one more for each that replaced it.
-    pub(super) generation: u64,
-    /// The instance.
-    pub(super) instance: Arc<EngineInstance>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -325,11 +314,10 @@ impl Runtime {
             model: options.model,
             dirs,
             legacy,
-            instances: Mutex::new(BTreeMap::new()),
             missing_plugin_dirs: Vec::new(),
-            reload: ReloadState::new(options.extra_plugin_dirs.clone(), cleanup),
+            extra_plugin_dirs: options.extra_plugin_dirs.clone(),
+            generations: Generations::new(cleanup),
             open_libraries: options.open_libraries,
-            restarts: Mutex::new(BTreeMap::new()),
         };
         // Crashes of earlier processes are read first: a library whose own code took one down
         // while it was opened or at exit is not opened again. This process is journaled from
@@ -375,7 +363,7 @@ impl Runtime {
         let claims = self.engine_claims(&loader, &dirs);
         for dir in dirs {
             let status = self.load_one(&loader, &dir, &claims);
-            self.reload.loaded(&status);
+            self.record_loaded(&status);
             self.plugins_mut().push(status);
         }
     }
@@ -975,34 +963,29 @@ impl Runtime {
         id: &str,
         registration: &Registration,
     ) -> Result<(u64, Arc<EngineInstance>), (&'static str, String)> {
+        // An instance from this registration or a newer one (a reload swapped it in after
+        // this operation read the registry) is the one to use.
+        if let Some(found) = self
+            .generations
+            .instances()
+            .current(id, registration.generation)
         {
-            let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-            match instances.get(id) {
-                // Registration numbers only grow: an instance from this registration or a
-                // newer one (a reload swapped it in after this operation read the registry)
-                // is the one to use.
-                Some(cached) if cached.registration >= registration.generation => {
-                    return Ok((cached.generation, Arc::clone(&cached.instance)));
-                }
-                _ => {}
-            }
+            return Ok(found);
         }
         let config = self.config();
         let instance = Arc::new(self.create_instance(id, &registration.factory, &config.config)?);
-        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-        match instances.get(id) {
+        let mut instances = self.generations.instances();
+        match instances.current(id, registration.generation) {
             // Another operation created it meanwhile: keep one instance per registration.
-            Some(cached) if cached.registration >= registration.generation => {
-                let existing = (cached.generation, Arc::clone(&cached.instance));
+            Some(existing) => {
                 drop(instances);
                 self.dispose_bounded(&instance);
                 Ok(existing)
             }
-            _ => {
+            None => {
                 // A stale instance (re-registered since) is retired: disposed once no call
                 // holds it any more, never under a call in flight.
-                let generation =
-                    self.install(&mut instances, id, registration.generation, &instance);
+                let generation = instances.install(id, registration.generation, &instance);
                 Ok((generation, instance))
             }
         }
@@ -1026,7 +1009,7 @@ impl Runtime {
             match factory {
                 EngineFactory::Native(make) => {
                     let make = Arc::clone(make);
-                    let config = crate::slot::reload::engine_entry_config(config, id, factory);
+                    let config = factory.entry_config(config, id);
                     Box::new(move || {
                         make(&FactoryInput {
                             config: &config,
@@ -1036,7 +1019,7 @@ impl Runtime {
                     })
                 }
                 EngineFactory::Plugin { library, engine_id } => {
-                    let config = crate::slot::reload::engine_entry_config(config, id, factory);
+                    let config = factory.entry_config(config, id);
                     if let Err(err) = library.manifest().validate_config(&config) {
                         return Err(("factory", err.to_string()));
                     }
@@ -1130,10 +1113,92 @@ impl Runtime {
 
     /// `dispose` of one instance under the cleanup deadline; a stall or failure is logged.
     pub(super) fn dispose_bounded(&self, instance: &Arc<EngineInstance>) {
-        crate::slot::reload::dispose_within(
-            instance,
-            self.timeouts().calls.for_method(Method::Dispose),
-        );
+        dispose_within(instance, self.timeouts().calls.for_method(Method::Dispose));
+    }
+
+    /// The instances served and their generations (for `reload`).
+    pub(super) fn gens(&self) -> &Generations {
+        &self.generations
+    }
+
+    /// `--plugins-dir` folders the runtime was opened with (reloads search them again).
+    pub(super) fn extra_plugin_dirs(&self) -> &[PathBuf] {
+        &self.extra_plugin_dirs
+    }
+
+    /// Puts `config` in force (a config reload).
+    pub(super) fn set_config(&self, config: LoadedConfig) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+    }
+
+    /// Records the content hash of a plugin just loaded, so that a reload of unchanged files
+    /// does nothing.
+    pub(super) fn record_loaded(&self, status: &PluginStatus) {
+        if status.status != PluginState::Loaded {
+            return;
+        }
+        if let Some(sha256) = &status.sha256 {
+            self.generations.loaded(&status.id, &status.dir, sha256);
+        }
+    }
+
+    /// The restart policy of `engine_id`: its plugin's entry's `maxRestarts` and
+    /// `restartBackoffMs`, or the defaults.
+    fn restart_policy(&self, engine_id: &str) -> RestartPolicy {
+        let config = self.config();
+        let plugin = self
+            .registry
+            .get(engine_id)
+            .and_then(|r| r.owner.plugin_id().map(str::to_owned));
+        RestartPolicy::of_entry(plugin.and_then(|p| config.config.plugins.entries.get(&p)))
+    }
+
+    /// When the current instance of `engine_id` is an isolated engine whose worker died and
+    /// its backoff has passed, starts a new worker as a new generation and clears the
+    /// quarantine (see `slot::restart`); returns whether it did.
+    fn restart_dead_worker(&self, engine_id: &str) -> bool {
+        let Some(death) = self.generations.worker_death(engine_id) else {
+            return false;
+        };
+        if !self
+            .generations
+            .restart_due(engine_id, self.restart_policy(engine_id))
+        {
+            return false;
+        }
+        let Some(registration) = self.registry.get(engine_id) else {
+            return false;
+        };
+        let config = self.config();
+        match self.create_instance(engine_id, &registration.factory, &config.config) {
+            Ok(instance) => {
+                let instance = Arc::new(instance);
+                let generation = self.generations.instances().install(
+                    engine_id,
+                    registration.generation,
+                    &instance,
+                );
+                self.quarantine.clear(Some(engine_id));
+                self.generations.bump();
+                tracing::warn!(
+                    engine_id,
+                    generation,
+                    previous = %death,
+                    "restarted the engine worker as a new generation"
+                );
+                true
+            }
+            Err((step, reason)) => {
+                tracing::error!(engine_id, step, %reason, "the engine worker could not be restarted");
+                false
+            }
+        }
+    }
+
+    /// The restarts of every isolated engine that had one, or is out of them.
+    pub fn worker_restarts(&self) -> Vec<RestartStatus> {
+        self.generations
+            .restart_statuses(|engine_id| self.restart_policy(engine_id))
     }
 
     /// Disposes every engine instance once (legacy included) and forgets them: the current
@@ -1142,19 +1207,13 @@ impl Runtime {
     /// waited for, so a hung plugin cannot block shutdown. Callers finish their calls first
     /// (the gateway does): shutdown is the end of every generation.
     pub fn shutdown(&self) {
-        let instances: Vec<Arc<EngineInstance>> = {
-            let mut map = self.instances.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut *map)
-                .into_values()
-                .map(|cached| cached.instance)
-                .collect()
-        };
+        let instances = self.generations.take_current();
         for instance in instances.iter().chain(std::iter::once(&self.legacy)) {
             self.dispose_bounded(instance);
         }
         if let Some(journal) = crate::engines::crash_journal::global() {
             journal.retire_abandoned();
         }
-        self.reload.shutdown();
+        self.generations.shutdown();
     }
 }
