@@ -65,6 +65,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod compaction;
 pub mod config;
 pub mod disk;

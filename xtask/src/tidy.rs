@@ -36,6 +36,7 @@ const DOCUMENTED_ROOTS: &[&str] = &[
 /// | 3     | `plugins` | manifest, discovery, verify, cache, verified library           | disk … config                 |
 /// | 4     | `engines` | engine instance and backend seam, requests, bounded calls, services, `legacy` | disk … plugins |
 /// | 5     | `slot`    | registry, runtime, resolution, quarantine, guard, projection, requirements | disk … engines   |
+/// | 5½    | `admin`   | the operator's plugin commands: install, enable, disable, select, remove | disk … slot      |
 /// | 6     | `session` | transcripts, running an engine over one                        | disk … slot                  |
 /// | 7     | `compaction` | the built-in compaction: cut, summaries, `compaction` entries, the runtime's compactor | disk … session |
 /// | 8     | `report`  | `doctor`, `health`, `check-engine` reports                     | disk … compaction            |
@@ -49,6 +50,7 @@ const HOST_LAYERS: &[&str] = &[
     "plugins",
     "engines",
     "slot",
+    "admin",
     "session",
     "model",
     "compaction",

@@ -476,7 +476,7 @@ fn main() -> ExitCode {
             load,
         } => {
             if fix {
-                let commands = pincer_host::slot::manage::PluginCommands::new(
+                let commands = pincer_host::admin::manage::PluginCommands::new(
                     home.clone(),
                     plugins_dirs.clone(),
                 );
@@ -1345,9 +1345,9 @@ fn print_pretty(value: &impl serde::Serialize) {
 }
 
 fn plugins(home: PincerHome, command: PluginsCommand) -> ExitCode {
+    use pincer_host::admin::manage::{InstallMode, ManageError, PluginCommands};
     use pincer_host::plugins::catalog::{plugin_roots, Catalog};
     use pincer_host::report::plugins::{inspect, list};
-    use pincer_host::slot::manage::{InstallMode, ManageError, PluginCommands};
     let read = |extra: &[PathBuf]| -> Result<(LoadedConfig, Catalog), ExitCode> {
         let config = LoadedConfig::load(&home.config_path()).map_err(|err| fail(err, 2))?;
         let catalog = Catalog::read(&plugin_roots(&home, &config.config, extra));

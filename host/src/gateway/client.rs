@@ -26,6 +26,17 @@ pub enum ClientError {
     Answer(String),
 }
 
+impl ClientError {
+    /// A stable snake_case code for machines: `gateway_unreachable` (nothing answers at the
+    /// socket) or `gateway_answer_unreadable` (something answered, not as the gateway does).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClientError::Connect { .. } => "gateway_unreachable",
+            ClientError::Answer(_) => "gateway_answer_unreadable",
+        }
+    }
+}
+
 /// Posts `call` to the gateway at `socket`; the HTTP status and the JSON answer.
 ///
 /// # Errors
@@ -89,5 +100,21 @@ fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, ClientError> {
         }
         out.extend_from_slice(data.get(..size).ok_or_else(bad)?);
         data = data.get(size + 2..).ok_or_else(bad)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_client_error_has_a_stable_code() {
+        let connect = ClientError::Connect {
+            path: "/nowhere".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert_eq!(connect.code(), "gateway_unreachable");
+        let answer = parse_response(b"not http").unwrap_err();
+        assert_eq!(answer.code(), "gateway_answer_unreadable");
     }
 }

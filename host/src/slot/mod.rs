@@ -5,13 +5,14 @@
 //! projection (§6.1), host requirements (§5) and the `runtimeSettings` of an operation (§7),
 //! where long-running work takes its engine from (`EngineSource`), hot reload of plugins and of
 //! the config with generations drained before they are disposed (`reload`) and the file watcher
-//! that triggers them (`watch`), restarts of isolated engines whose worker died (`restart`), and the operator's commands on plugins and the slot
-//! with OpenClaw's slot rules (§11).
+//! that triggers them (`watch`), the instances served and their generations (`generations`), and
+//! restarts of isolated engines whose worker died (`restart`), and the nearest known id for an
+//! unknown one (`suggest`). The operator's commands on
+//! plugins and the slot are plugin administration (`crate::admin`).
 
 pub mod contract;
 mod generations;
 pub mod guarded;
-pub mod manage;
 pub mod projection;
 pub mod quarantine;
 pub mod registry;
@@ -21,6 +22,7 @@ pub mod restart;
 pub mod runtime;
 pub mod runtime_settings;
 pub mod source;
+pub(crate) mod suggest;
 pub mod watch;
 
 pub use guarded::{Answer, GuardError, Guarded, GuardedEngine};

@@ -69,6 +69,7 @@ use crate::plugins::MANIFEST_FILE_NAME;
 use crate::slot::guarded::GuardedEngine;
 use crate::slot::registry::EngineFactory;
 use crate::slot::source::EngineSource;
+use crate::slot::suggest::Suggestion;
 use crate::types::Method;
 
 /// What a plugin reload did.
@@ -109,7 +110,7 @@ pub struct ConfigReloadOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
     /// No plugin with this id was discovered.
-    #[error("no plugin \"{plugin_id}\" is known to this runtime (known: {}): check the id with `pincer plugins list`", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+    #[error("no plugin \"{plugin_id}\" is known to this runtime (known: {}): check the id with `pincer plugins list`{}", if known.is_empty() { "none".to_owned() } else { known.join(", ") }, Suggestion::nearest(plugin_id, known))]
     UnknownPlugin {
         /// The id asked for.
         plugin_id: String,

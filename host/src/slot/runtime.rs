@@ -33,6 +33,7 @@ use crate::slot::registry::{
 use crate::slot::requirements::HostDescriptor;
 use crate::slot::restart::{RestartPolicy, RestartStatus};
 use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
+use crate::slot::suggest::Suggestion;
 use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_plugin_api::abi::latest::{RuntimeSettings, SelectionSource};
@@ -894,12 +895,13 @@ impl Runtime {
                 None,
                 NOT_REGISTERED,
                 format!(
-                    "Context engine \"{selected}\" is not registered{why}. Available engines: {}",
+                    "Context engine \"{selected}\" is not registered{why}. Available engines: {}{}",
                     if available.is_empty() {
                         "(none)".to_owned()
                     } else {
                         available.join(", ")
-                    }
+                    },
+                    Suggestion::nearest(selected, &available)
                 ),
             );
         };

@@ -22,6 +22,7 @@ use crate::plugins::catalog::{plugin_roots, Catalog, CatalogEntry, PluginSource}
 use crate::plugins::install::{self, InstallError};
 use crate::plugins::manifest::{PluginKind, PluginManifest};
 use crate::slot::requirements::{check_host_support, HostDescriptor};
+use crate::slot::suggest::Suggestion;
 use crate::types::{HostOperation, LEGACY_ENGINE_ID};
 
 /// The slot's key, as OpenClaw's messages name it.
@@ -43,8 +44,9 @@ pub enum ManageError {
     Install(#[from] InstallError),
     /// No plugin has this id.
     #[error(
-        "no plugin \"{id}\" is installed or linked (known: {}); `pincer plugins list` shows them",
-        list_or_none(known)
+        "no plugin \"{id}\" is installed or linked (known: {}); `pincer plugins list` shows them{}",
+        list_or_none(known),
+        Suggestion::nearest(id, known)
     )]
     UnknownPlugin {
         /// The id asked for.
@@ -53,7 +55,7 @@ pub enum ManageError {
         known: Vec<String>,
     },
     /// No plugin declares this engine.
-    #[error("no plugin declares a context engine \"{id}\" (engines: {}); install its plugin with `pincer plugins install PATH`", list_or_none(known))]
+    #[error("no plugin declares a context engine \"{id}\" (engines: {}); install its plugin with `pincer plugins install PATH`{}", list_or_none(known), Suggestion::nearest(id, known))]
     UnknownEngine {
         /// The engine asked for.
         id: String,
