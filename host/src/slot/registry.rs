@@ -328,6 +328,17 @@ pub struct EngineClaims {
     pinned: BTreeSet<String>,
 }
 
+/// Whether a claiming plugin was installed by the operator, its library's sha256 recorded in
+/// `plugins.entries.<id>.sha256`: a pinned claimant keeps the ids it claims against
+/// unpinned newcomers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinning {
+    /// Installed, its sha256 recorded.
+    Pinned,
+    /// Found in a plugin folder, nothing recorded.
+    Unpinned,
+}
+
 /// Why a plugin's claims are refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRefusal {
@@ -338,10 +349,10 @@ pub struct ClaimRefusal {
 }
 
 impl EngineClaims {
-    /// Records that plugin `plugin_id` declares `engine_ids`; `pinned` when the operator
-    /// installed it (its library's sha256 is recorded in the config).
-    pub fn claim(&mut self, plugin_id: &str, engine_ids: &[String], pinned: bool) {
-        if pinned {
+    /// Records that plugin `plugin_id` declares `engine_ids`, [`Pinning::Pinned`] when the
+    /// operator installed it (its library's sha256 is recorded in the config).
+    pub fn claim(&mut self, plugin_id: &str, engine_ids: &[String], pinning: Pinning) {
+        if pinning == Pinning::Pinned {
             self.pinned.insert(plugin_id.to_owned());
         }
         for id in engine_ids {
@@ -479,8 +490,12 @@ mod tests {
     #[test]
     fn a_pinned_claimant_keeps_its_id_and_only_the_newcomer_is_refused() {
         let mut claims = EngineClaims::default();
-        claims.claim("recent-summary", &ids(&["recent-summary"]), true);
-        claims.claim("squatter", &ids(&["squatter", "recent-summary"]), false);
+        claims.claim("recent-summary", &ids(&["recent-summary"]), Pinning::Pinned);
+        claims.claim(
+            "squatter",
+            &ids(&["squatter", "recent-summary"]),
+            Pinning::Unpinned,
+        );
         assert!(claims
             .check("recent-summary", &ids(&["recent-summary"]))
             .is_ok());
@@ -497,10 +512,10 @@ mod tests {
         );
 
         // Unpinned (or both pinned): refused for both, as before.
-        for pinned in [false, true] {
+        for pinning in [Pinning::Unpinned, Pinning::Pinned] {
             let mut claims = EngineClaims::default();
-            claims.claim("a", &ids(&["x"]), pinned);
-            claims.claim("b", &ids(&["x"]), pinned);
+            claims.claim("a", &ids(&["x"]), pinning);
+            claims.claim("b", &ids(&["x"]), pinning);
             for id in ["a", "b"] {
                 assert_eq!(
                     claims.check(id, &ids(&["x"])).unwrap_err().code,

@@ -61,7 +61,7 @@ use serde::Serialize;
 
 pub use super::generations::GenerationStatus;
 use super::generations::{fingerprint_of, read_manifest_bytes};
-use super::runtime::{PluginState, Runtime};
+use super::runtime::{PluginState, Runtime, SetupFailure};
 use crate::config::{Config, ConfigError, LoadedConfig};
 use crate::engines::instance::EngineInstance;
 use crate::plugins::discovery::discover_plugin_dirs;
@@ -309,11 +309,11 @@ impl Runtime {
                     factory,
                     instance: Arc::new(instance),
                 }),
-                Err((step, reason)) => {
+                Err(SetupFailure { step, reason }) => {
                     for made in &prepared {
                         self.dispose_bounded(&made.instance);
                     }
-                    return Err(refused(step, reason));
+                    return Err(refused(step.as_str(), reason));
                 }
             }
         }
@@ -456,13 +456,13 @@ impl Runtime {
                 Ok(instance) => {
                     prepared.push((id, registration.max(reg.generation), Arc::new(instance)))
                 }
-                Err((step, reason)) => {
+                Err(SetupFailure { step, reason }) => {
                     for (_, _, made) in &prepared {
                         self.dispose_bounded(made);
                     }
                     return Err(ReloadError::EngineConfig {
                         engine_id: id,
-                        step: step.to_owned(),
+                        step: step.as_str().to_owned(),
                         reason,
                     });
                 }

@@ -27,20 +27,68 @@ use crate::slot::generations::{dispose_within, Generations};
 use crate::slot::guarded::{GuardedEngine, Timeouts};
 use crate::slot::quarantine::Quarantine;
 use crate::slot::registry::{
-    validate_contract, EngineClaims, EngineFactory, FactoryInput, Lifecycle, RegisterOptions,
-    Registration, Registry,
+    validate_contract, EngineClaims, EngineFactory, FactoryInput, Lifecycle, Pinning,
+    RegisterOptions, Registration, Registry,
 };
 use crate::slot::requirements::HostDescriptor;
 use crate::slot::restart::{RestartPolicy, RestartStatus};
-use crate::slot::runtime_settings::{build_runtime_settings, RuntimeSettingsInput};
+use crate::slot::runtime_settings::{build_runtime_settings, Reason, RuntimeSettingsInput};
 use crate::slot::suggest::Suggestion;
 use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::latest::AbortController;
-use pincer_plugin_api::abi::latest::{RuntimeSettings, SelectionSource};
+use pincer_plugin_api::abi::latest::{ReasonCode, RuntimeSettings, SelectionSource};
 
 /// The quarantine reason of an engine no plugin registered (reference §3.4.4); the list of
 /// available engines goes to the diagnostic, not the record.
 pub const NOT_REGISTERED: &str = "not registered";
+
+/// The step of setting an engine up that failed: the quarantine record's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SetupStep {
+    /// Resolving the slot's engine id (`resolve`): no plugin registered it.
+    Resolve,
+    /// The engine's factory or the `info` it answers (`factory`), bounded.
+    Factory,
+    /// What the new instance says of itself (`contract-validation`): its `info`, its host
+    /// requirements against its manifest's.
+    ContractValidation,
+}
+
+impl SetupStep {
+    /// `resolve`, `factory` or `contract-validation`, as quarantine records and reload
+    /// refusals name it.
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            SetupStep::Resolve => "resolve",
+            SetupStep::Factory => "factory",
+            SetupStep::ContractValidation => "contract-validation",
+        }
+    }
+}
+
+impl std::fmt::Display for SetupStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Why an engine instance could not be created: the failing step and what went wrong.
+#[derive(Debug)]
+pub(crate) struct SetupFailure {
+    /// The step.
+    pub(crate) step: SetupStep,
+    /// What went wrong, for the quarantine record and the operator.
+    pub(crate) reason: String,
+}
+
+impl SetupFailure {
+    fn new(step: SetupStep, reason: impl Into<String>) -> Self {
+        SetupFailure {
+            step,
+            reason: reason.into(),
+        }
+    }
+}
 
 /// How a runtime is opened.
 pub struct RuntimeOptions {
@@ -407,13 +455,18 @@ impl Runtime {
     pub(super) fn engine_claims(&self, loader: &Loader, dirs: &[PathBuf]) -> EngineClaims {
         let mut claims = EngineClaims::default();
         let config = self.config();
-        let pinned = |id: &str| {
-            config
+        let pinning = |id: &str| {
+            let recorded = config
                 .config
                 .plugins
                 .entries
                 .get(id)
-                .is_some_and(|e| e.sha256.is_some())
+                .is_some_and(|e| e.sha256.is_some());
+            if recorded {
+                Pinning::Pinned
+            } else {
+                Pinning::Unpinned
+            }
         };
         for manifest in dirs
             .iter()
@@ -423,7 +476,7 @@ impl Runtime {
                 claims.claim(
                     &manifest.id,
                     &manifest.context_engine_ids,
-                    pinned(&manifest.id),
+                    pinning(&manifest.id),
                 );
             }
         }
@@ -739,7 +792,7 @@ impl Runtime {
                 .reason
                 .as_deref()
                 .filter(|_| resolution.resolved != resolution.selected)
-                .map(|_| "runtime_unavailable"),
+                .map(|_| Reason::Code(ReasonCode::RuntimeUnavailable)),
             ..Default::default()
         }))
     }
@@ -847,7 +900,7 @@ impl Runtime {
         }
         // `reason` is the record's; `diagnostic` is what the operator is told.
         let fail = |fallback: Fallback,
-                    operation: &str,
+                    step: SetupStep,
                     owner: Option<&Owner>,
                     reason: &str,
                     diagnostic: String| {
@@ -856,7 +909,8 @@ impl Runtime {
                     message: diagnostic,
                 });
             }
-            self.quarantine.record(selected, owner, operation, reason);
+            self.quarantine
+                .record(selected, owner, step.as_str(), reason);
             Ok(to_legacy(Some(fallback), Some(diagnostic)))
         };
         let Some(registration) = registration else {
@@ -891,7 +945,7 @@ impl Runtime {
             };
             return fail(
                 Fallback::NotRegistered,
-                "resolve",
+                SetupStep::Resolve,
                 None,
                 NOT_REGISTERED,
                 format!(
@@ -917,10 +971,10 @@ impl Runtime {
         }
         let (generation, instance) = match self.instance(selected, &registration) {
             Ok(found) => found,
-            Err((operation, reason)) => {
+            Err(SetupFailure { step, reason }) => {
                 return fail(
                     Fallback::Failed,
-                    operation,
+                    step,
                     Some(&owner),
                     &reason,
                     reason.clone(),
@@ -958,13 +1012,13 @@ impl Runtime {
         })
     }
 
-    /// The current instance of `id` and its generation, creating it on first use. Errors
-    /// carry the quarantine operation (`factory` or `contract-validation`) and reason.
+    /// The current instance of `id` and its generation, creating it on first use. An error
+    /// names the failing step (`factory` or `contract-validation`) and why.
     fn instance(
         &self,
         id: &str,
         registration: &Registration,
-    ) -> Result<(u64, Arc<EngineInstance>), (&'static str, String)> {
+    ) -> Result<(u64, Arc<EngineInstance>), SetupFailure> {
         // An instance from this registration or a newer one (a reload swapped it in after
         // this operation read the registry) is the one to use.
         if let Some(found) = self
@@ -995,13 +1049,13 @@ impl Runtime {
 
     /// Creates an instance of `id` from `factory` with `config`'s entry for it: the factory
     /// and the `info` it answers run bounded, then contract validation and the manifest's
-    /// host requirements. Errors carry the quarantine operation and reason.
+    /// host requirements. An error names the failing step and why.
     pub(super) fn create_instance(
         &self,
         id: &str,
         factory: &EngineFactory,
         config: &crate::config::Config,
-    ) -> Result<EngineInstance, (&'static str, String)> {
+    ) -> Result<EngineInstance, SetupFailure> {
         // The factory (and the `info` it answers) is plugin code: bounded like any call, and
         // run without holding the instance lock so other operations are not held up.
         let services = self.services_for(id);
@@ -1023,7 +1077,7 @@ impl Runtime {
                 EngineFactory::Plugin { library, engine_id } => {
                     let config = factory.entry_config(config, id);
                     if let Err(err) = library.manifest().validate_config(&config) {
-                        return Err(("factory", err.to_string()));
+                        return Err(SetupFailure::new(SetupStep::Factory, err.to_string()));
                     }
                     // A crash in the factory is remembered like one in any call.
                     let trust = CallTrust {
@@ -1074,10 +1128,12 @@ impl Runtime {
             _ => bounded::run(deadline, abort, created),
         };
         let instance = match outcome {
-            Ok(created) => created.map_err(|err| ("factory", err.message))?,
+            Ok(created) => {
+                created.map_err(|err| SetupFailure::new(SetupStep::Factory, err.message))?
+            }
             Err(Overrun::TimedOut { waited }) => {
-                return Err((
-                    "factory",
+                return Err(SetupFailure::new(
+                    SetupStep::Factory,
                     format!(
                         "the engine factory timed out after {} ms",
                         waited.as_millis()
@@ -1085,10 +1141,14 @@ impl Runtime {
                 ))
             }
             Err(Overrun::Aborted) => {
-                return Err(("factory", "the engine factory was aborted".into()))
+                return Err(SetupFailure::new(
+                    SetupStep::Factory,
+                    "the engine factory was aborted",
+                ))
             }
         };
-        validate_contract(id, &instance).map_err(|reason| ("contract-validation", reason))?;
+        validate_contract(id, &instance)
+            .map_err(|reason| SetupFailure::new(SetupStep::ContractValidation, reason))?;
         if let EngineFactory::Plugin { library, .. } = factory {
             let manifest = library.manifest();
             let reported = instance.descriptor().host_requirements.clone();
@@ -1099,8 +1159,8 @@ impl Runtime {
                     serde_json::to_string(r).unwrap_or_else(|_| "?".to_owned())
                 };
                 self.dispose_bounded(&Arc::new(instance));
-                return Err((
-                    "contract-validation",
+                return Err(SetupFailure::new(
+                    SetupStep::ContractValidation,
                     format!(
                         "Context engine \"{id}\" reports hostRequirements {} but the manifest of plugin \"{}\" declares {}: make them equal (`pincer plugins pack` writes the manifest from the built library)",
                         render(&reported),
@@ -1190,8 +1250,8 @@ impl Runtime {
                 );
                 true
             }
-            Err((step, reason)) => {
-                tracing::error!(engine_id, step, %reason, "the engine worker could not be restarted");
+            Err(SetupFailure { step, reason }) => {
+                tracing::error!(engine_id, step = step.as_str(), %reason, "the engine worker could not be restarted");
                 false
             }
         }

@@ -39,9 +39,29 @@ pub struct RuntimeSettingsInput<'a> {
     /// The output limit.
     pub max_output_tokens: Option<f64>,
     /// Why the run fell back, as a code or free text.
-    pub fallback_reason: Option<&'a str>,
+    pub fallback_reason: Option<Reason<'a>>,
     /// Why the run is degraded, as a code or free text.
-    pub degraded_reason: Option<&'a str>,
+    pub degraded_reason: Option<Reason<'a>>,
+}
+
+/// A reason as the caller has it: a code it knows, or text to map by keyword (§7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason<'a> {
+    /// A code, kept as it is.
+    Code(ReasonCode),
+    /// Free text (or a code's name), mapped by [`reason_code`].
+    Text(&'a str),
+}
+
+impl Reason<'_> {
+    /// Its code: the code itself, or the text mapped by [`reason_code`] (`None` for empty
+    /// text).
+    pub fn code(self) -> Option<ReasonCode> {
+        match self {
+            Reason::Code(code) => Some(code),
+            Reason::Text(text) => reason_code(Some(text)),
+        }
+    }
 }
 
 fn text(value: Option<&str>) -> ROption<RString> {
@@ -98,8 +118,8 @@ pub fn reason_code(reason: Option<&str>) -> Option<ReasonCode> {
 pub fn build_runtime_settings(input: &RuntimeSettingsInput<'_>) -> RuntimeSettings {
     let requested = text(input.requested_model);
     let resolved = text(input.resolved_model);
-    let fallback_reason = reason_code(input.fallback_reason);
-    let degraded_reason = reason_code(input.degraded_reason);
+    let fallback_reason = input.fallback_reason.and_then(Reason::code);
+    let degraded_reason = input.degraded_reason.and_then(Reason::code);
     let mode = input.mode.unwrap_or_else(|| {
         if degraded_reason.is_some() {
             RuntimeMode::Degraded
@@ -213,8 +233,8 @@ mod tests {
     #[test]
     fn mode_is_derived_degraded_then_fallback_then_normal() {
         let degraded = build_runtime_settings(&RuntimeSettingsInput {
-            fallback_reason: Some("timeout"),
-            degraded_reason: Some("overflow"),
+            fallback_reason: Some(Reason::Text("timeout")),
+            degraded_reason: Some(Reason::Text("overflow")),
             ..Default::default()
         });
         assert_eq!(degraded.runtime.mode, RuntimeMode::Degraded);
@@ -226,7 +246,7 @@ mod tests {
         assert_eq!(switched.runtime.mode, RuntimeMode::Fallback);
         let explicit = build_runtime_settings(&RuntimeSettingsInput {
             mode: Some(RuntimeMode::Normal),
-            fallback_reason: Some("timeout"),
+            fallback_reason: Some(Reason::Text("timeout")),
             selection_source: Some(SelectionSource::Default),
             ..Default::default()
         });

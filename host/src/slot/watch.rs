@@ -98,6 +98,15 @@ struct Targets {
     config: PathBuf,
 }
 
+/// What changed since the last reload, waiting for the files to be quiet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// `pincer.json` changed.
+    config: bool,
+    /// The plugins whose files changed.
+    plugins: BTreeSet<String>,
+}
+
 impl Targets {
     fn of(runtime: &Runtime) -> Self {
         let plugins = runtime
@@ -112,18 +121,18 @@ impl Targets {
         }
     }
 
-    /// Which plugins a changed path belongs to, and whether it is the config; whether it
+    /// Adds to `pending` what a changed path belongs to (the config, plugins); whether it
     /// concerns any of them (other files in the watched folders are none of the watcher's
     /// business, and must not hold a reload back).
-    fn classify(&self, path: &Path, plugins: &mut BTreeSet<String>, config: &mut bool) -> bool {
+    fn classify(&self, path: &Path, pending: &mut Pending) -> bool {
         let mut relevant = false;
         if path == self.config {
-            *config = true;
+            pending.config = true;
             relevant = true;
         }
         for (id, dir) in &self.plugins {
             if path.starts_with(dir) {
-                plugins.insert(id.clone());
+                pending.plugins.insert(id.clone());
                 relevant = true;
             }
         }
@@ -189,8 +198,7 @@ impl PluginWatcher {
         let worker = std::thread::Builder::new()
             .name("pincer-watch".into())
             .spawn(move || {
-                let mut plugins = BTreeSet::new();
-                let mut config = false;
+                let mut pending = Pending::default();
                 // When the watched files will have been quiet for the debounce window; only
                 // events that concern them move it.
                 let mut quiet_at: Option<Instant> = None;
@@ -205,7 +213,7 @@ impl PluginWatcher {
                         Ok(Message::Changed(paths)) => {
                             let mut relevant = false;
                             for path in paths {
-                                relevant |= targets.classify(&path, &mut plugins, &mut config);
+                                relevant |= targets.classify(&path, &mut pending);
                             }
                             if relevant {
                                 quiet_at = Some(Instant::now() + options.debounce);
@@ -221,10 +229,11 @@ impl PluginWatcher {
                                     on_reload(&event);
                                 }
                             };
-                            if std::mem::take(&mut config) {
+                            let Pending { config, plugins } = std::mem::take(&mut pending);
+                            if config {
                                 report(WatchEvent::Config(runtime.reload_config()));
                             }
-                            for id in std::mem::take(&mut plugins) {
+                            for id in plugins {
                                 report(WatchEvent::Plugin(runtime.reload_plugin(&id)));
                             }
                             targets = Targets::of(&runtime);
