@@ -611,3 +611,28 @@ impl EngineSource for RuntimeSource {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_plugin_is_answered_with_the_nearest_known_one() {
+        let known = vec!["faulty".to_owned(), "sliding-window".to_owned()];
+        let typo = ReloadError::UnknownPlugin {
+            plugin_id: "sliding-windw".into(),
+            known: known.clone(),
+        };
+        assert_eq!(typo.code(), "unknown_plugin");
+        assert!(
+            typo.to_string()
+                .ends_with("`pincer plugins list`. Did you mean \"sliding-window\"?"),
+            "{typo}"
+        );
+        let far = ReloadError::UnknownPlugin {
+            plugin_id: "nope".into(),
+            known,
+        };
+        assert!(!far.to_string().contains("Did you mean"), "{far}");
+    }
+}
