@@ -53,6 +53,11 @@
 //! [`EngineSource`] answering the slot's current generation, re-resolved after every reload,
 //! so a harness's next turn runs on the new generation while a turn in flight finishes on
 //! the one it started with.
+//!
+//! This file holds the reload procedures and what they answer; the bookkeeping they change —
+//! the instance table and its numbering, the retired instances and the reaper, the kept
+//! libraries, the content hash of each serving build, the reload epoch — is the runtime's
+//! `Generations` (`slot::generations`), reached through the runtime's methods, never its fields.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, Weak};

@@ -5,7 +5,11 @@
 //! `legacy` answers (or, with the strict policy, the operation fails).
 //!
 //! Engine instances are created once per id and reused across operations; `dispose` runs once
-//! per instance, at [`Runtime::shutdown`].
+//! per instance, when a replaced one has drained or at [`Runtime::shutdown`]. The runtime
+//! creates them (factory, contract validation, host requirements) and restarts an isolated
+//! engine whose worker died (`slot::restart` has the policy); their table, generations,
+//! retirement and restart counts are its `Generations` (`slot::generations`). Hot reload
+//! (`slot::reload`) works through the methods here, not the fields.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
