@@ -28,6 +28,6 @@ pub use store::{
     CounterUpdate, Created, JsonlStore, OnExisting, SessionCounters, SessionStore, SessionSummary,
     StoreError, DEFAULT_AGENT,
 };
-pub use transcript::{Transcript, TranscriptError};
+pub use transcript::{ChatDialect, ChatList, ChatListError, Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
 pub use writer::{Durability, SessionWriteError, SessionWriter};
