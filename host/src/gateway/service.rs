@@ -30,6 +30,7 @@ use crate::engines::session_worker::{WorkError, SPIN};
 use crate::harness::runner::SessionRunner;
 use crate::harness::{EngineServed, Harness, HarnessError, HarnessSession};
 use crate::report::doctor::doctor;
+use crate::report::health::HealthReport;
 use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
 use crate::slot::reload::{ReloadError, ReloadOutcome};
 use crate::slot::runtime::Runtime;
@@ -320,7 +321,10 @@ fn serve_global(
 ) -> Result<Served, GatewayError> {
     let engine = parts.source.current();
     match method {
-        GatewayMethod::Health => Served::of(&engine, &health(&parts.runtime, &engine, sessions)),
+        GatewayMethod::Health => Served::of(
+            &engine,
+            &HealthReport::live(&parts.runtime, &engine, sessions),
+        ),
         GatewayMethod::Doctor => Served::of(&engine, &doctor(&parts.runtime)),
         GatewayMethod::Reload => {
             let params = Params::new(method, call.params.as_ref())?;
@@ -376,76 +380,6 @@ pub fn reload_everything(runtime: &Runtime) -> Result<Vec<ReloadOutcome>, Reload
     match refused {
         Some(err) => Err(err),
         None => Ok(outcomes),
-    }
-}
-
-/// `health`'s result.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GatewayHealth {
-    /// The engine the slot resolves to.
-    pub slot: String,
-    /// Per engine: its generation and the old generations kept.
-    pub engines: Vec<EngineHealth>,
-    /// Sessions held.
-    pub sessions: usize,
-}
-
-/// One engine in `health`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EngineHealth {
-    /// The engine id.
-    pub engine_id: String,
-    /// Its current generation.
-    pub generation: u64,
-    /// Replaced instances that calls still hold (disposed when the last call ends).
-    pub draining: usize,
-    /// Old generations whose libraries are kept mapped.
-    pub kept_generations: usize,
-    /// Their size in bytes.
-    pub kept_bytes: u64,
-    /// Old generations closed and unmapped (`plugins.entries.<id>.unloadOnReload`).
-    pub unloaded_generations: usize,
-    /// Of the kept ones, `unloadOnReload` builds that something still holds.
-    pub unloading: usize,
-    /// Of the kept ones, `unloadOnReload` builds closed but kept mapped by the dynamic loader.
-    pub pinned: usize,
-    /// Whether it is quarantined now.
-    pub quarantined: bool,
-    /// The worker process of an isolated engine: its pid, protections, and why it died.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub worker: Option<crate::engines::backend::WorkerInfo>,
-    /// Restarts of an isolated engine's dead workers, when it had any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub restarts: Option<crate::slot::restart::RestartStatus>,
-}
-
-fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
-    let restarts = runtime.worker_restarts();
-    GatewayHealth {
-        slot: engine.id().to_owned(),
-        engines: runtime
-            .generations()
-            .into_iter()
-            .map(|g| EngineHealth {
-                quarantined: runtime.quarantine().is_quarantined(&g.engine_id),
-                restarts: restarts
-                    .iter()
-                    .find(|r| r.engine_id == g.engine_id)
-                    .cloned(),
-                worker: g.worker,
-                engine_id: g.engine_id,
-                generation: g.generation,
-                draining: g.draining,
-                kept_generations: g.kept_generations,
-                kept_bytes: g.kept_bytes,
-                unloaded_generations: g.unloaded_generations,
-                unloading: g.unloading,
-                pinned: g.pinned,
-            })
-            .collect(),
-        sessions,
     }
 }
 

@@ -33,10 +33,12 @@
 //! and a session whose engine call got stuck is recovered for its next work (see [`runner`]).
 //! `pincer run` runs its turns that way.
 
+pub mod assemble;
 pub mod precheck;
 pub mod runner;
 pub mod tool_pairs;
 
+pub use assemble::AssembledView;
 pub use runner::SessionRunner;
 
 use std::sync::Arc;

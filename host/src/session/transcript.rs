@@ -8,7 +8,7 @@
 //!
 //! The append-only JSONL session tree of reference §10 is a later issue; this module only
 //! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
-//! over a transcript is [`super::assemble`].
+//! over a transcript is the harness's (`crate::harness::assemble`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
