@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
 
-use crate::session::transcript::Transcript;
 use crate::engines::instance::resolve_assembled;
 use crate::engines::request::{AssembleRequest, HostInputs};
+use crate::session::transcript::Transcript;
 use crate::slot::guarded::{Answer, GuardError, GuardedEngine};
 
 /// The answer of one `assemble` over a transcript.

@@ -170,12 +170,11 @@ impl HealthReport {
         } else {
             HealthStatus::Warning
         };
-        let context_engines = (!active.is_empty() || !history.is_empty()).then(|| {
-            QuarantineRecords {
+        let context_engines =
+            (!active.is_empty() || !history.is_empty()).then(|| QuarantineRecords {
                 quarantined: with_alive(active),
                 history: with_alive(history),
-            }
-        });
+            });
         HealthReport {
             status: Some(status),
             line: Some(line),

@@ -6,6 +6,11 @@ use std::process::ExitCode;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
 
+use pincer_host::config::edit::{ConfigEditor, Edit};
+use pincer_host::plugins::catalog::Catalog;
+use pincer_host::plugins::install::{required_config_keys, RequiredKey};
+use pincer_host::slot::manage::ManageError;
+
 use crate::common::{fail, print_pretty};
 
 /// Plugin folders to see besides `$PINCER_HOME/plugins` and `plugins.load.paths`.
@@ -79,6 +84,19 @@ pub enum PluginsCommand {
         #[command(flatten)]
         dirs: PluginsDirs,
     },
+    /// Shows a plugin's engine config (plugins.entries.<id>.config), one KEY of it, or sets
+    /// KEY to VALUE (JSON, else a string), checked against the plugin's configSchema and
+    /// written keeping the file's comments.
+    Config {
+        /// The plugin id.
+        id: String,
+        /// A top-level key of the config.
+        key: Option<String>,
+        /// The key's new value: JSON (`2`, `true`, `"text"`, `[1]`), else taken as a string.
+        value: Option<String>,
+        #[command(flatten)]
+        dirs: PluginsDirs,
+    },
     /// Removes an installed plugin (or unlinks a linked one); the slot goes back to legacy
     /// if it selected its engine.
     Remove {
@@ -112,9 +130,9 @@ pub enum PluginsCommand {
 
 /// Runs `pincer plugins`.
 pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
-    use pincer_host::plugins::catalog::{plugin_roots, Catalog};
+    use pincer_host::plugins::catalog::plugin_roots;
     use pincer_host::report::plugins::{inspect, list};
-    use pincer_host::slot::manage::{InstallMode, ManageError, PluginCommands};
+    use pincer_host::slot::manage::{InstallMode, PluginCommands};
     let read = |extra: &[PathBuf]| -> Result<(LoadedConfig, Catalog), ExitCode> {
         let config = LoadedConfig::load(&home.config_path()).map_err(|err| fail(err, 2))?;
         let catalog = Catalog::read(&plugin_roots(&home, &config.config, extra));
@@ -166,7 +184,34 @@ pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
             } else {
                 InstallMode::Copy { replace: force }
             };
-            PluginCommands::new(home, Vec::new()).install(&path, mode)
+            // What the plugin's schema requires, known before it is installed.
+            let needs = pincer_host::plugins::install::prepare(&path)
+                .ok()
+                .map(|prepared| {
+                    let manifest = prepared.manifest();
+                    (manifest.id.clone(), required_config_keys(manifest))
+                });
+            let installed = PluginCommands::new(home.clone(), Vec::new()).install(&path, mode);
+            if let (Ok(outcome), Some((id, required))) = (&installed, needs) {
+                for message in &outcome.messages {
+                    println!("{message}");
+                }
+                say_missing_config(&home, &id, &required);
+                return ExitCode::SUCCESS;
+            }
+            installed
+        }
+        PluginsCommand::Config {
+            id,
+            key,
+            value,
+            dirs,
+        } => {
+            let (config, catalog) = match read(&dirs.plugins_dirs) {
+                Ok(it) => it,
+                Err(code) => return code,
+            };
+            return configure(&home, &config, &catalog, &id, key, value);
         }
         PluginsCommand::Enable { id, dirs } => {
             PluginCommands::new(home, dirs.plugins_dirs).enable(&id)
@@ -229,4 +274,109 @@ pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
             fail(err, code)
         }
     }
+}
+
+/// After an install: when the plugin's schema requires config keys its entry lacks, says
+/// which (with their types) and how to set them — until then its engine answers as `legacy`.
+fn say_missing_config(home: &PincerHome, id: &str, required: &[RequiredKey]) {
+    let current = LoadedConfig::load(&home.config_path())
+        .map(|config| config.config.entry_config(id))
+        .unwrap_or_else(|_| serde_json::json!({}));
+    let missing: Vec<String> = required
+        .iter()
+        .filter(|key| current.get(&key.name).is_none())
+        .map(ToString::to_string)
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    println!(
+        "Plugin \"{id}\" needs config before its engine answers (legacy answers until then): required keys {}.",
+        missing.join(", ")
+    );
+    println!("Set each with: pincer plugins config {id} KEY VALUE");
+}
+
+/// `pincer plugins config ID [KEY [VALUE]]`.
+fn configure(
+    home: &PincerHome,
+    config: &LoadedConfig,
+    catalog: &Catalog,
+    id: &str,
+    key: Option<String>,
+    value: Option<String>,
+) -> ExitCode {
+    let Some(entry) = catalog.plugin(id) else {
+        let known: Vec<String> = catalog.entries.iter().map(|e| e.id()).collect();
+        return fail(
+            ManageError::UnknownPlugin {
+                id: id.to_owned(),
+                known,
+            },
+            2,
+        );
+    };
+    let manifest = match &entry.manifest {
+        Ok(manifest) => manifest,
+        Err(err) => return fail(err, 1),
+    };
+    let current = config.config.entry_config(id);
+    let (key, value) = match (key, value) {
+        (None, _) => {
+            print_pretty(&current);
+            return ExitCode::SUCCESS;
+        }
+        (Some(key), None) => {
+            return match current.get(&key) {
+                Some(value) => {
+                    print_pretty(value);
+                    ExitCode::SUCCESS
+                }
+                None => fail(
+                    format!("plugins.entries.{id}.config has no key \"{key}\""),
+                    1,
+                ),
+            }
+        }
+        (Some(key), Some(value)) => (key, value),
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&value).unwrap_or(serde_json::Value::String(value));
+    let mut next = match current {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    next.insert(key.clone(), value.clone());
+    let next = serde_json::Value::Object(next);
+    // Checked against the schema with its `required` left out: keys are set one at a time.
+    let mut partial = manifest.clone();
+    if let Some(schema) = partial.config_schema.as_object_mut() {
+        schema.remove("required");
+    }
+    if let Err(err) = partial.validate_config(&next) {
+        return fail(err, 2);
+    }
+    let mut editor = match ConfigEditor::open(&home.config_path()) {
+        Ok(editor) => editor,
+        Err(err) => return fail(err, 1),
+    };
+    if let Err(err) = editor.apply(&[Edit::set(
+        &["plugins", "entries", id, "config", &key],
+        value.clone(),
+    )]) {
+        return fail(err, 1);
+    }
+    println!("Set plugins.entries.{id}.config.{key} to {value}.");
+    let missing: Vec<String> = required_config_keys(manifest)
+        .iter()
+        .filter(|required| next.get(&required.name).is_none())
+        .map(ToString::to_string)
+        .collect();
+    if !missing.is_empty() {
+        println!(
+            "Still required before its engine answers: {}.",
+            missing.join(", ")
+        );
+    }
+    ExitCode::SUCCESS
 }
