@@ -36,10 +36,15 @@
 pub mod assemble;
 pub mod precheck;
 pub mod runner;
+pub mod session;
 pub mod tool_pairs;
 
 pub use assemble::AssembledView;
 pub use runner::SessionRunner;
+pub use session::{
+    AfterTurnParams, AssembleParams, Assembled, IngestMode, IngestParams, Ingested, Session,
+    SessionError, SubagentSpawnParams, ToolCallParams,
+};
 
 use std::sync::Arc;
 
@@ -51,8 +56,7 @@ use serde::Serialize;
 
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainRequest, PromptCacheInput, SubagentEndedRequest,
-    SubagentSpawnRequest, ToolCallRequest,
+    MaintainRequest, PromptCacheInput, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::WorkError;
 use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSpec};
@@ -1373,35 +1377,23 @@ impl Harness {
                 return Ok(false);
             }
         }
-        let batch = Arc::new(IngestBatchRequest {
-            session_id: Self::session_id(session),
-            messages: Arc::clone(&messages),
-            entry_ids: Arc::clone(&entry_ids),
-            range: pre_prompt..messages.len(),
-            is_heartbeat: false,
-            host: self.host_inputs(session, None),
-        });
-        match session.engine().ingest_batch(batch, abort()) {
-            Ok(Some(_)) => return Ok(true),
-            Ok(None) => {}
-            Err(err) => {
-                tracing::warn!("context engine ingest failed: {err}");
-                return Ok(false);
-            }
-        }
-        for index in pre_prompt..messages.len() {
-            let request = Arc::new(IngestRequest {
+        let handed = session::hand_over(
+            &session.engine(),
+            &session::HandOver {
                 session_id: Self::session_id(session),
-                messages: Arc::clone(&messages),
-                entry_ids: Arc::clone(&entry_ids),
-                index,
+                snapshot: &ContextSnapshot {
+                    messages: Arc::clone(&messages),
+                    entry_ids,
+                },
+                range: pre_prompt..messages.len(),
                 is_heartbeat: false,
                 host: self.host_inputs(session, None),
-            });
-            if let Err(err) = session.engine().ingest(request, abort()) {
-                tracing::warn!("context engine ingest failed: {err}");
-                return Ok(false);
-            }
+            },
+            session::IngestMode::Batch,
+        );
+        if let Err(err) = handed {
+            tracing::warn!("context engine ingest failed: {err}");
+            return Ok(false);
         }
         Ok(true)
     }
