@@ -63,7 +63,7 @@ use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSp
 use crate::session::context::build_session_context;
 use crate::session::key::{AgentId, SessionFile, SessionKey};
 use crate::session::store::{
-    CounterUpdate, JsonlStore, OnExisting, SessionStore, SessionSummary, StoreError,
+    CounterUpdate, OnExisting, Presence, SessionStore, SessionSummary, StoreError,
 };
 use crate::session::{SessionTree, SessionWriteError, SessionWriter};
 use crate::slot::guarded::{GuardError, GuardedEngine};
@@ -224,6 +224,8 @@ pub struct HarnessSession {
     /// Its key (`sessions.json`), which names its agent.
     pub key: SessionKey,
     writer: Option<SessionWriter>,
+    /// The store the session is kept in (what reopens its writer).
+    store: StoreRef,
     existed: bool,
     bootstrapped: bool,
     /// The turns the session holds (its user messages), once counted; `None`: count them from
@@ -286,13 +288,19 @@ pub struct ContextSnapshot {
 }
 
 impl HarnessSession {
-    /// A session opened under `key`: new (with its `writer`) or existing.
-    fn new(summary: SessionSummary, key: SessionKey, writer: Option<SessionWriter>) -> Self {
+    /// A session of `store` opened under `key`: new (with its `writer`) or existing.
+    fn new(
+        store: &StoreRef,
+        summary: SessionSummary,
+        key: SessionKey,
+        writer: Option<SessionWriter>,
+    ) -> Self {
         let existed = writer.is_none();
         HarnessSession {
             summary,
             key,
             writer,
+            store: store.clone(),
             existed,
             bootstrapped: false,
             turns: (!existed).then_some(0),
@@ -367,7 +375,12 @@ impl HarnessSession {
     fn writer(&mut self, durability: Durability) -> Result<&mut SessionWriter, HarnessError> {
         match &mut self.writer {
             None => {
-                self.writer = Some(SessionWriter::open(&self.summary.session_file, durability)?);
+                let opened = self.store.0.open(&self.summary, durability);
+                // A write error is the session's, as when the harness writes it.
+                self.writer = Some(opened.map_err(|err| match err {
+                    StoreError::Write(err) => HarnessError::Session(err),
+                    other => HarnessError::Store(other),
+                })?);
             }
             // An earlier write or sync failed so that the file's content is unknown (that
             // operation reported it): cut back to what is durable and read again.
@@ -499,10 +512,20 @@ pub struct TurnReport {
     pub usage: [u64; 3],
 }
 
+/// The session store a harness keeps its sessions in, shared with the sessions it opened.
+#[derive(Clone)]
+struct StoreRef(Arc<dyn SessionStore + Send + Sync>);
+
+impl std::fmt::Debug for StoreRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionStore")
+    }
+}
+
 /// Runs turns of one engine with one model (see the module docs).
 pub struct Harness {
     source: Arc<dyn EngineSource>,
-    store: JsonlStore,
+    store: StoreRef,
     model: Arc<dyn ModelProvider>,
     tools: Arc<dyn ToolExecutor>,
     options: HarnessOptions,
@@ -512,7 +535,7 @@ impl Harness {
     /// A harness running `engine` with `model`, its sessions in `store`.
     pub fn new(
         engine: Arc<GuardedEngine>,
-        store: JsonlStore,
+        store: impl SessionStore + Send + Sync + 'static,
         model: Arc<dyn ModelProvider>,
         tools: Arc<dyn ToolExecutor>,
         options: HarnessOptions,
@@ -525,14 +548,14 @@ impl Harness {
     /// the engine it started with).
     pub fn with_source(
         source: Arc<dyn EngineSource>,
-        store: JsonlStore,
+        store: impl SessionStore + Send + Sync + 'static,
         model: Arc<dyn ModelProvider>,
         tools: Arc<dyn ToolExecutor>,
         options: HarnessOptions,
     ) -> Self {
         Harness {
             source,
-            store,
+            store: StoreRef(Arc::new(store)),
             model,
             tools,
             options,
@@ -551,14 +574,14 @@ impl Harness {
         if session.summary.session_key.is_none() {
             return;
         }
-        if let Err(err) = self.store.record(&session.key, update) {
+        if let Err(err) = self.store.0.record(&session.key, update) {
             tracing::warn!(%err, "session counters not updated");
         }
     }
 
     /// The session store.
-    pub fn store(&self) -> &JsonlStore {
-        &self.store
+    pub fn store(&self) -> &dyn SessionStore {
+        &*self.store.0
     }
 
     /// Opens the session `key` names (its index entry, else the session of that id), creating
@@ -569,7 +592,7 @@ impl Harness {
     /// # Errors
     /// Store or file errors, [`HarnessError::Unusable`].
     pub fn open_session(&self, key: &SessionKey) -> Result<HarnessSession, HarnessError> {
-        let Some(summary) = self.store.find(key)? else {
+        let Some(summary) = self.store.0.find(key)? else {
             return Ok(self.create_session(key, OnExisting::Refuse)?.0);
         };
         let unusable = |why: &'static str| HarnessError::Unusable {
@@ -577,17 +600,15 @@ impl Harness {
             file: summary.session_file.clone(),
             why,
         };
-        if !self.store.holds(key.agent(), &summary) {
+        if !self.store.0.holds(key.agent(), &summary) {
             return Err(unusable(
                 "lies outside the agent's sessions folder (only a command-line path may name such a file)",
             ));
         }
-        match std::fs::symlink_metadata(&summary.session_file) {
-            Ok(meta) if meta.is_file() => Ok(HarnessSession::new(summary, key.clone(), None)),
-            Ok(meta) if meta.is_dir() => Err(unusable("is a directory")),
-            Ok(meta) if meta.is_symlink() => Err(unusable("is a symbolic link")),
-            Ok(_) => Err(unusable("is not a regular file")),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+        match self.store.0.presence(&summary)? {
+            Presence::Present => Ok(HarnessSession::new(&self.store, summary, key.clone(), None)),
+            Presence::Unusable(why) => Err(unusable(why)),
+            Presence::Gone => {
                 tracing::warn!(
                     session_key = %key,
                     file = %summary.session_file.display(),
@@ -595,10 +616,6 @@ impl Harness {
                 );
                 Ok(self.create_session(key, OnExisting::Replace)?.0)
             }
-            Err(source) => Err(HarnessError::Store(StoreError::Io {
-                path: summary.session_file.clone(),
-                source,
-            })),
         }
     }
 
@@ -618,9 +635,15 @@ impl Harness {
             .unwrap_or_default();
         let created = self
             .store
+            .0
             .create(key, &cwd, self.options.durability, existing)?;
         Ok((
-            HarnessSession::new(created.summary, key.clone(), Some(created.writer)),
+            HarnessSession::new(
+                &self.store,
+                created.summary,
+                key.clone(),
+                Some(created.writer),
+            ),
             created.replaced,
         ))
     }
@@ -631,7 +654,7 @@ impl Harness {
     /// # Errors
     /// [`HarnessError::Unkeyed`] for an unindexed file whose name is no key.
     pub fn open_session_file(&self, file: &SessionFile) -> Result<HarnessSession, HarnessError> {
-        let summary = self.store.for_file(&AgentId::main(), file);
+        let summary = self.store.0.for_file(&AgentId::main(), file);
         let named = summary
             .session_key
             .clone()
@@ -640,7 +663,7 @@ impl Harness {
             file: file.path().to_owned(),
             source,
         })?;
-        Ok(HarnessSession::new(summary, key, None))
+        Ok(HarnessSession::new(&self.store, summary, key, None))
     }
 
     /// Keeps `system_prompt` in the session (a `custom` entry, as import keeps it), when the

@@ -14,8 +14,8 @@ use pincer_host::model::openai::{model_for_spec, OPENAI_PREFIX};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelProvider, NoTools, ToolExecutor};
 use pincer_host::session::{
-    ChatDialect, ChatList, JsonlStore, OnExisting, SessionFile, SessionKey, SessionStore,
-    SessionSummary, StoreError,
+    ChatDialect, ChatList, JsonlStore, OnExisting, SessionFile, SessionKey, SessionSummary,
+    StoreError,
 };
 use pincer_plugin_api::interop::openai_chat_messages;
 use pincer_plugin_api::Message;
