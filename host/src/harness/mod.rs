@@ -9,9 +9,9 @@
 //! of oversized tool results in the model's view (the session keeps them whole); the model call,
 //! with overflow recovery — at most three compactions (`force`, `compactionTarget: "budget"`)
 //! and a retry after each; tool calls answered by the [`ToolExecutor`]; finalize with
-//! `afterTurn`, else `ingestBatch`, else `ingest` per message; `maintain("turn")` after a clean
-//! turn; the threshold compaction. Every message of the turn is appended to the session as it
-//! is produced; compactions append `compaction` entries (history is never rewritten), and the
+//! `afterTurn`, else the turn's messages handed over as [`session`] hands them (one batch call,
+//! else one call per message); `maintain("turn")` after a clean turn; the threshold compaction.
+//! Every message of the turn is appended to the session as it is produced; compactions append `compaction` entries (history is never rewritten), and the
 //! index `sessions.json` gets the usage and compaction counters.
 //!
 //! A prompt that is a slash command runs it instead of a turn: `/compact [instructions]`
@@ -32,6 +32,10 @@
 //! there, their engine calls inline (tens of nanoseconds of guard instead of a thread hand-off),
 //! and a session whose engine call got stuck is recovered for its next work (see [`runner`]).
 //! `pincer run` runs its turns that way.
+//!
+//! The fronts (the gateway, the CLI) run every other operation on a held session through its
+//! handle, [`Session`] ([`Harness::session`]), with the harness's own parameter types; the
+//! harness keeps its sessions behind the [`SessionStore`] trait.
 
 pub mod assemble;
 pub mod precheck;
@@ -968,7 +972,7 @@ impl Harness {
             }
         }
 
-        // Finalize: afterTurn, else ingestBatch, else ingest per message.
+        // Finalize: afterTurn, else the messages handed over (one batch, else one by one).
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
             if engine.info().turn_maintenance_mode == "background" {
@@ -1364,7 +1368,7 @@ impl Harness {
         })
     }
 
-    /// `afterTurn` with the session's whole snapshot, else `ingestBatch`, else `ingest` per
+    /// `afterTurn` with the session's whole snapshot, else the batch call, else one call per
     /// message of the turn; whether it went cleanly.
     fn finalize(
         &self,
