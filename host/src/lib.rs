@@ -85,9 +85,10 @@ pub use config::{ConfigError, PincerHome};
 pub use engines::isolation;
 pub use engines::session_worker::{SessionWorker, WorkError, WorkHandle};
 pub use engines::{EngineCallError, EngineInstance};
+pub use harness::AssembledView;
 pub use plugins::LoadError;
 pub use report::{doctor, DoctorReport};
-pub use session::{AssembledView, Transcript, TranscriptError};
+pub use session::{Transcript, TranscriptError};
 pub use slot::{
     Answer, ConfigReloadOutcome, EngineSource, FixedEngine, GenerationStatus, GuardError, Guarded,
     GuardedEngine, ReloadError, ReloadOutcome, ResolveError, ResolvedEngine, Runtime,

@@ -15,21 +15,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::latest::{
-    AbortController, AssembledItem, EntryId, Message, SubagentContextMode, SubagentEndReason,
+    AssembledItem, EntryId, Message, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::engines::instance::Rollback;
-use crate::engines::request::{
-    no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
-    MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
-};
 use crate::engines::session_worker::{WorkError, SPIN};
 use crate::harness::runner::SessionRunner;
-use crate::harness::{EngineServed, Harness, HarnessError, HarnessSession};
+use crate::harness::{
+    AfterTurnParams, AssembleParams, Assembled, EngineServed, Harness, HarnessError,
+    HarnessSession, IngestMode, IngestParams, SessionError, SubagentSpawnParams, ToolCallParams,
+};
 use crate::report::doctor::doctor;
+use crate::report::health::HealthReport;
 use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
 use crate::slot::reload::{ReloadError, ReloadOutcome};
 use crate::slot::runtime::Runtime;
@@ -191,7 +191,6 @@ impl Gateway {
                             &parts,
                             harness,
                             method,
-                            &key,
                             session,
                             &held.rollbacks,
                             call.params.as_ref(),
@@ -320,7 +319,10 @@ fn serve_global(
 ) -> Result<Served, GatewayError> {
     let engine = parts.source.current();
     match method {
-        GatewayMethod::Health => Served::of(&engine, &health(&parts.runtime, &engine, sessions)),
+        GatewayMethod::Health => Served::of(
+            &engine,
+            &HealthReport::live(&parts.runtime, &engine, sessions),
+        ),
         GatewayMethod::Doctor => Served::of(&engine, &doctor(&parts.runtime)),
         GatewayMethod::Reload => {
             let params = Params::new(method, call.params.as_ref())?;
@@ -379,83 +381,11 @@ pub fn reload_everything(runtime: &Runtime) -> Result<Vec<ReloadOutcome>, Reload
     }
 }
 
-/// `health`'s result.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GatewayHealth {
-    /// The engine the slot resolves to.
-    pub slot: String,
-    /// Per engine: its generation and the old generations kept.
-    pub engines: Vec<EngineHealth>,
-    /// Sessions held.
-    pub sessions: usize,
-}
-
-/// One engine in `health`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EngineHealth {
-    /// The engine id.
-    pub engine_id: String,
-    /// Its current generation.
-    pub generation: u64,
-    /// Replaced instances that calls still hold (disposed when the last call ends).
-    pub draining: usize,
-    /// Old generations whose libraries are kept mapped.
-    pub kept_generations: usize,
-    /// Their size in bytes.
-    pub kept_bytes: u64,
-    /// Old generations closed and unmapped (`plugins.entries.<id>.unloadOnReload`).
-    pub unloaded_generations: usize,
-    /// Of the kept ones, `unloadOnReload` builds that something still holds.
-    pub unloading: usize,
-    /// Of the kept ones, `unloadOnReload` builds closed but kept mapped by the dynamic loader.
-    pub pinned: usize,
-    /// Whether it is quarantined now.
-    pub quarantined: bool,
-    /// The worker process of an isolated engine: its pid, protections, and why it died.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub worker: Option<crate::engines::backend::WorkerInfo>,
-    /// Restarts of an isolated engine's dead workers, when it had any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub restarts: Option<crate::slot::restart::RestartStatus>,
-}
-
-fn health(runtime: &Runtime, engine: &GuardedEngine, sessions: usize) -> GatewayHealth {
-    let restarts = runtime.worker_restarts();
-    GatewayHealth {
-        slot: engine.id().to_owned(),
-        engines: runtime
-            .generations()
-            .into_iter()
-            .map(|g| EngineHealth {
-                quarantined: runtime.quarantine().is_quarantined(&g.engine_id),
-                restarts: restarts
-                    .iter()
-                    .find(|r| r.engine_id == g.engine_id)
-                    .cloned(),
-                worker: g.worker,
-                engine_id: g.engine_id,
-                generation: g.generation,
-                draining: g.draining,
-                kept_generations: g.kept_generations,
-                kept_bytes: g.kept_bytes,
-                unloaded_generations: g.unloaded_generations,
-                unloading: g.unloading,
-                pinned: g.pinned,
-            })
-            .collect(),
-        sessions,
-    }
-}
-
 /// The methods on a session, run on its worker.
-#[allow(clippy::too_many_arguments)]
 fn serve_session(
     parts: &GatewayParts,
     harness: &Harness,
     method: GatewayMethod,
-    key: &str,
     session: &mut HarnessSession,
     rollbacks: &Mutex<HashMap<String, Rollback>>,
     params: Option<&Value>,
@@ -463,14 +393,11 @@ fn serve_session(
 ) -> Result<Served, GatewayError> {
     let params = Params::new(method, params)?;
     let rollbacks = || rollbacks.lock().unwrap_or_else(|e| e.into_inner());
-    let abort = || Arc::new(AbortController::new());
-    let host = |prompt: Option<&str>| HostInputs {
-        session_key: Some(Arc::from(key)),
-        prompt: prompt.map(Arc::from),
-        ..HostInputs::default()
+    let engine_error = guard_error(method);
+    let session_error = move |err: SessionError| match err {
+        SessionError::Harness(err) => harness_error(err),
+        SessionError::Engine(err) => engine_error(err),
     };
-    let session_id: Arc<str> = Arc::from(session.summary.session_id.as_str());
-    let session_file: Arc<str> = Arc::from(session.summary.session_file.to_string_lossy().as_ref());
     match method {
         GatewayMethod::Turn => {
             let prompt = match params.required("prompt", "a string or a user message")? {
@@ -508,13 +435,14 @@ fn serve_session(
             drop(take(parts, involved));
             let before = session.served_by().cloned();
             let report = harness
-                .turn(session, prompt)
+                .session(session)
+                .turn(prompt)
                 .map_err(|err| pinned_error(harness_error(err), before, session, involved))?;
             let served = session
                 .served_by()
                 .cloned()
                 .unwrap_or_else(|| EngineServed::of(&parts.source.current()));
-            let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
+            let snapshot = harness.session(session).context().map_err(harness_error)?;
             let reply = snapshot
                 .messages
                 .iter()
@@ -540,29 +468,23 @@ fn serve_session(
         }
         GatewayMethod::Assemble => {
             let engine = take(parts, involved);
-            harness.settle(session);
             let full = params.flag("full")?;
-            let prompt = params.str("prompt")?;
-            let (messages, entry_ids) = match params.array("messages")? {
-                Some(list) => (
-                    Arc::from(messages_of(method, "messages", list)?),
-                    no_entry_ids(),
-                ),
-                None => {
-                    let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
-                    (snapshot.messages, snapshot.entry_ids)
-                }
-            };
-            let request = Arc::new(AssembleRequest {
-                session_id,
-                messages: Arc::clone(&messages),
-                entry_ids: Arc::clone(&entry_ids),
+            let assemble = AssembleParams {
+                messages: match params.array("messages")? {
+                    Some(list) => Some(messages_of(method, "messages", list)?),
+                    None => None,
+                },
                 token_budget: params.u64("tokenBudget")?,
-                host: host(prompt),
-            });
-            let guarded = engine
-                .assemble(request, abort())
-                .map_err(guard_error(method))?;
+                prompt: params.str("prompt")?.map(str::to_owned),
+            };
+            let Assembled {
+                messages,
+                entry_ids,
+                answer: guarded,
+            } = harness
+                .session(session)
+                .assemble(&engine, assemble)
+                .map_err(session_error)?;
             // Kept messages as runs (`{from, to, count}`) unless every item is wanted on its own.
             let each = full
                 || match params.str("refs")? {
@@ -683,14 +605,11 @@ fn serve_session(
         }
         GatewayMethod::Ingest | GatewayMethod::IngestBatch => {
             let engine = take(parts, involved);
-            harness.settle(session);
-            let heartbeat = params.flag("isHeartbeat")?;
-            let incoming: Vec<Message> = if method == GatewayMethod::Ingest {
-                vec![message_of(
-                    method,
-                    "message",
-                    params.required("message", "a message")?,
-                )?]
+            let is_heartbeat = params.flag("isHeartbeat")?;
+            let (messages, mode) = if method == GatewayMethod::Ingest {
+                let message =
+                    message_of(method, "message", params.required("message", "a message")?)?;
+                (vec![message], IngestMode::EachMessage)
             } else {
                 let list = params.array("messages")?.ok_or_else(|| {
                     GatewayError::bad_request(
@@ -698,69 +617,19 @@ fn serve_session(
                         "ingestBatch needs params.messages (an array of messages)",
                     )
                 })?;
-                messages_of(method, "messages", list)?
+                (messages_of(method, "messages", list)?, IngestMode::Batch)
             };
-            let mut ids = Vec::with_capacity(incoming.len());
-            for message in &incoming {
-                ids.push(harness.append(session, message).map_err(harness_error)?);
-            }
-            harness.commit(session).map_err(harness_error)?;
-            let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
-            // Where the new messages start in the context (excluded ones are not in it).
-            let first = ids
-                .iter()
-                .find_map(|id| {
-                    snapshot
-                        .entry_ids
-                        .iter()
-                        .position(|e| e.as_str() == Some(id))
-                })
-                .unwrap_or(snapshot.messages.len());
-            let mut answered_by = engine.id().to_owned();
-            let mut ingested = 0u64;
-            let batch = if method == GatewayMethod::IngestBatch {
-                engine
-                    .ingest_batch(
-                        Arc::new(IngestBatchRequest {
-                            session_id: Arc::clone(&session_id),
-                            messages: Arc::clone(&snapshot.messages),
-                            entry_ids: Arc::clone(&snapshot.entry_ids),
-                            range: first..snapshot.messages.len(),
-                            is_heartbeat: heartbeat,
-                            host: host(None),
-                        }),
-                        abort(),
-                    )
-                    .map_err(guard_error(method))?
-            } else {
-                None
-            };
-            match batch {
-                Some(guarded) => {
-                    ingested = guarded.value.ingested_count;
-                    answered_by = guarded.answer.answered_by.to_string();
-                }
-                // `ingest` per message (the engine has no ingestBatch, or one message).
-                None => {
-                    for index in first..snapshot.messages.len() {
-                        let guarded = engine
-                            .ingest(
-                                Arc::new(IngestRequest {
-                                    session_id: Arc::clone(&session_id),
-                                    messages: Arc::clone(&snapshot.messages),
-                                    entry_ids: Arc::clone(&snapshot.entry_ids),
-                                    index,
-                                    is_heartbeat: heartbeat,
-                                    host: host(None),
-                                }),
-                                abort(),
-                            )
-                            .map_err(guard_error(method))?;
-                        ingested += u64::from(guarded.value.ingested);
-                        answered_by = guarded.answer.answered_by.to_string();
-                    }
-                }
-            }
+            let ingested = harness
+                .session(session)
+                .ingest(
+                    &engine,
+                    IngestParams {
+                        messages,
+                        mode,
+                        is_heartbeat,
+                    },
+                )
+                .map_err(session_error)?;
             #[derive(Serialize)]
             #[serde(rename_all = "camelCase")]
             struct IngestResult<'a> {
@@ -772,10 +641,10 @@ fn serve_session(
             Served::of(
                 &engine,
                 &IngestResult {
-                    ingested: ingested > 0,
-                    ingested_count: ingested,
-                    entry_ids: &ids,
-                    answered_by: &answered_by,
+                    ingested: ingested.ingested_count > 0,
+                    ingested_count: ingested.ingested_count,
+                    entry_ids: &ingested.entry_ids,
+                    answered_by: &ingested.answered_by,
                 },
             )
         }
@@ -784,7 +653,8 @@ fn serve_session(
             drop(take(parts, involved));
             let before = session.served_by().cloned();
             let report = harness
-                .compact_now(session, instructions)
+                .session(session)
+                .compact(instructions)
                 .map_err(|err| pinned_error(harness_error(err), before, session, involved))?;
             let served = session
                 .served_by()
@@ -794,39 +664,25 @@ fn serve_session(
         }
         GatewayMethod::AfterTurn => {
             let engine = take(parts, involved);
-            harness.settle(session);
-            let snapshot = harness.context_snapshot(session).map_err(harness_error)?;
-            let pre_prompt = params
-                .u64("prePromptMessageCount")?
-                .unwrap_or(snapshot.messages.len() as u64);
-            let request = Arc::new(AfterTurnRequest {
-                session_id,
-                session_file,
-                messages: snapshot.messages,
-                entry_ids: snapshot.entry_ids,
-                pre_prompt_message_count: pre_prompt,
-                auto_compaction_summary: params.str("autoCompactionSummary")?.map(Arc::from),
+            let after = AfterTurnParams {
+                pre_prompt_message_count: params.u64("prePromptMessageCount")?,
+                auto_compaction_summary: params.str("autoCompactionSummary")?.map(str::to_owned),
                 is_heartbeat: params.flag("isHeartbeat")?,
                 token_budget: params.u64("tokenBudget")?,
-                host: host(None),
-            });
-            let answer = engine
-                .after_turn(request, abort())
-                .map_err(guard_error(method))?;
+            };
+            let answer = harness
+                .session(session)
+                .after_turn(&engine, after)
+                .map_err(session_error)?;
             Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
         }
         GatewayMethod::Maintain => {
             let engine = take(parts, involved);
-            harness.settle(session);
-            let request = Arc::new(MaintainRequest {
-                session_id,
-                session_file,
-                reason: Arc::from(params.str("reason")?.unwrap_or("manual")),
-                host: host(None),
-            });
-            let answer = engine
-                .maintain(request, abort())
-                .map_err(guard_error(method))?;
+            let reason = params.str("reason")?.unwrap_or("manual");
+            let answer = harness
+                .session(session)
+                .maintain(&engine, reason)
+                .map_err(session_error)?;
             Served::of(
                 &engine,
                 &called_with(answer, |value| {
@@ -841,21 +697,19 @@ fn serve_session(
         }
         GatewayMethod::CallTool => {
             let engine = take(parts, involved);
-            harness.settle(session);
-            let arguments = match params.get("arguments") {
+            let arguments_json = match params.get("arguments") {
                 None => "{}".to_owned(),
                 Some(Value::String(s)) => s.clone(),
                 Some(other) => other.to_string(),
             };
-            let request = Arc::new(ToolCallRequest {
-                session_id,
-                tool_name: Arc::from(params.required_str("name")?),
-                arguments_json: Arc::from(arguments),
-                host: host(None),
-            });
-            let answer = engine
-                .call_tool(request, abort())
-                .map_err(guard_error(method))?;
+            let call = ToolCallParams {
+                name: params.required_str("name")?.to_owned(),
+                arguments_json,
+            };
+            let answer = harness
+                .session(session)
+                .call_tool(&engine, call)
+                .map_err(session_error)?;
             Served::of(
                 &engine,
                 &called_with(answer, |value| {
@@ -868,7 +722,6 @@ fn serve_session(
         }
         GatewayMethod::PrepareSubagentSpawn => {
             let engine = take(parts, involved);
-            harness.settle(session);
             let child = params.required_str("childSessionKey")?;
             // A child is named by a key too, never by a path.
             super::protocol::session_key(child)?;
@@ -884,19 +737,15 @@ fn serve_session(
                     ))
                 }
             };
-            let request = Arc::new(SubagentSpawnRequest {
-                parent_session_key: Arc::from(key),
-                child_session_key: Arc::from(child),
-                context_mode: Some(mode),
-                parent_session_id: Some(session_id),
-                parent_session_file: Some(session_file),
-                child_session_id: None,
-                child_session_file: None,
+            let spawn = SubagentSpawnParams {
+                child_session_key: child.to_owned(),
+                context_mode: mode,
                 ttl_ms: params.u64("ttlMs")?,
-            });
-            let answer = engine
-                .prepare_subagent_spawn(request)
-                .map_err(guard_error(method))?;
+            };
+            let answer = harness
+                .session(session)
+                .prepare_subagent_spawn(&engine, spawn)
+                .map_err(session_error)?;
             let answered_by = answer.as_ref().map(|g| g.answer.answered_by.clone());
             let rollback = answer.and_then(|g| g.value);
             let has_rollback = rollback.is_some();
@@ -943,12 +792,10 @@ fn serve_session(
                 return Served::of(&engine, &serde_json::json!({ "rolledBack": true }));
             }
             rollbacks().remove(child);
-            let answer = engine
-                .on_subagent_ended(Arc::new(SubagentEndedRequest {
-                    child_session_key: Arc::from(child),
-                    reason,
-                }))
-                .map_err(guard_error(method))?;
+            let answer = harness
+                .session(session)
+                .on_subagent_ended(&engine, child, reason)
+                .map_err(session_error)?;
             Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
         }
         GatewayMethod::Health | GatewayMethod::Doctor | GatewayMethod::Reload => {

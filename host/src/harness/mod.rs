@@ -9,9 +9,9 @@
 //! of oversized tool results in the model's view (the session keeps them whole); the model call,
 //! with overflow recovery — at most three compactions (`force`, `compactionTarget: "budget"`)
 //! and a retry after each; tool calls answered by the [`ToolExecutor`]; finalize with
-//! `afterTurn`, else `ingestBatch`, else `ingest` per message; `maintain("turn")` after a clean
-//! turn; the threshold compaction. Every message of the turn is appended to the session as it
-//! is produced; compactions append `compaction` entries (history is never rewritten), and the
+//! `afterTurn`, else the turn's messages handed over as [`session`] hands them (one batch call,
+//! else one call per message); `maintain("turn")` after a clean turn; the threshold compaction.
+//! Every message of the turn is appended to the session as it is produced; compactions append `compaction` entries (history is never rewritten), and the
 //! index `sessions.json` gets the usage and compaction counters.
 //!
 //! A prompt that is a slash command runs it instead of a turn: `/compact [instructions]`
@@ -32,12 +32,23 @@
 //! there, their engine calls inline (tens of nanoseconds of guard instead of a thread hand-off),
 //! and a session whose engine call got stuck is recovered for its next work (see [`runner`]).
 //! `pincer run` runs its turns that way.
+//!
+//! The fronts (the gateway, the CLI) run every other operation on a held session through its
+//! handle, [`Session`] ([`Harness::session`]), with the harness's own parameter types; the
+//! harness keeps its sessions behind the [`SessionStore`] trait.
 
+pub mod assemble;
 pub mod precheck;
 pub mod runner;
+pub mod session;
 pub mod tool_pairs;
 
+pub use assemble::AssembledView;
 pub use runner::SessionRunner;
+pub use session::{
+    AfterTurnParams, AssembleParams, Assembled, IngestMode, IngestParams, Ingested, Session,
+    SessionError, SubagentSpawnParams, ToolCallParams,
+};
 
 use std::sync::Arc;
 
@@ -49,15 +60,14 @@ use serde::Serialize;
 
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainRequest, PromptCacheInput, SubagentEndedRequest,
-    SubagentSpawnRequest, ToolCallRequest,
+    MaintainRequest, PromptCacheInput, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::engines::session_worker::WorkError;
 use crate::model::{ModelError, ModelProvider, ModelRequest, ToolExecutor, ToolSpec};
 use crate::session::context::build_session_context;
 use crate::session::key::{AgentId, SessionFile, SessionKey};
 use crate::session::store::{
-    CounterUpdate, JsonlStore, OnExisting, SessionStore, SessionSummary, StoreError,
+    CounterUpdate, OnExisting, Presence, SessionStore, SessionSummary, StoreError,
 };
 use crate::session::{SessionTree, SessionWriteError, SessionWriter};
 use crate::slot::guarded::{GuardError, GuardedEngine};
@@ -218,6 +228,8 @@ pub struct HarnessSession {
     /// Its key (`sessions.json`), which names its agent.
     pub key: SessionKey,
     writer: Option<SessionWriter>,
+    /// The store the session is kept in (what reopens its writer).
+    store: StoreRef,
     existed: bool,
     bootstrapped: bool,
     /// The turns the session holds (its user messages), once counted; `None`: count them from
@@ -280,13 +292,19 @@ pub struct ContextSnapshot {
 }
 
 impl HarnessSession {
-    /// A session opened under `key`: new (with its `writer`) or existing.
-    fn new(summary: SessionSummary, key: SessionKey, writer: Option<SessionWriter>) -> Self {
+    /// A session of `store` opened under `key`: new (with its `writer`) or existing.
+    fn new(
+        store: &StoreRef,
+        summary: SessionSummary,
+        key: SessionKey,
+        writer: Option<SessionWriter>,
+    ) -> Self {
         let existed = writer.is_none();
         HarnessSession {
             summary,
             key,
             writer,
+            store: store.clone(),
             existed,
             bootstrapped: false,
             turns: (!existed).then_some(0),
@@ -361,7 +379,12 @@ impl HarnessSession {
     fn writer(&mut self, durability: Durability) -> Result<&mut SessionWriter, HarnessError> {
         match &mut self.writer {
             None => {
-                self.writer = Some(SessionWriter::open(&self.summary.session_file, durability)?);
+                let opened = self.store.0.open(&self.summary, durability);
+                // A write error is the session's, as when the harness writes it.
+                self.writer = Some(opened.map_err(|err| match err {
+                    StoreError::Write(err) => HarnessError::Session(err),
+                    other => HarnessError::Store(other),
+                })?);
             }
             // An earlier write or sync failed so that the file's content is unknown (that
             // operation reported it): cut back to what is durable and read again.
@@ -493,10 +516,20 @@ pub struct TurnReport {
     pub usage: [u64; 3],
 }
 
+/// The session store a harness keeps its sessions in, shared with the sessions it opened.
+#[derive(Clone)]
+struct StoreRef(Arc<dyn SessionStore + Send + Sync>);
+
+impl std::fmt::Debug for StoreRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionStore")
+    }
+}
+
 /// Runs turns of one engine with one model (see the module docs).
 pub struct Harness {
     source: Arc<dyn EngineSource>,
-    store: JsonlStore,
+    store: StoreRef,
     model: Arc<dyn ModelProvider>,
     tools: Arc<dyn ToolExecutor>,
     options: HarnessOptions,
@@ -506,7 +539,7 @@ impl Harness {
     /// A harness running `engine` with `model`, its sessions in `store`.
     pub fn new(
         engine: Arc<GuardedEngine>,
-        store: JsonlStore,
+        store: impl SessionStore + Send + Sync + 'static,
         model: Arc<dyn ModelProvider>,
         tools: Arc<dyn ToolExecutor>,
         options: HarnessOptions,
@@ -519,14 +552,14 @@ impl Harness {
     /// the engine it started with).
     pub fn with_source(
         source: Arc<dyn EngineSource>,
-        store: JsonlStore,
+        store: impl SessionStore + Send + Sync + 'static,
         model: Arc<dyn ModelProvider>,
         tools: Arc<dyn ToolExecutor>,
         options: HarnessOptions,
     ) -> Self {
         Harness {
             source,
-            store,
+            store: StoreRef(Arc::new(store)),
             model,
             tools,
             options,
@@ -545,14 +578,14 @@ impl Harness {
         if session.summary.session_key.is_none() {
             return;
         }
-        if let Err(err) = self.store.record(&session.key, update) {
+        if let Err(err) = self.store.0.record(&session.key, update) {
             tracing::warn!(%err, "session counters not updated");
         }
     }
 
     /// The session store.
-    pub fn store(&self) -> &JsonlStore {
-        &self.store
+    pub fn store(&self) -> &dyn SessionStore {
+        &*self.store.0
     }
 
     /// Opens the session `key` names (its index entry, else the session of that id), creating
@@ -563,7 +596,7 @@ impl Harness {
     /// # Errors
     /// Store or file errors, [`HarnessError::Unusable`].
     pub fn open_session(&self, key: &SessionKey) -> Result<HarnessSession, HarnessError> {
-        let Some(summary) = self.store.find(key)? else {
+        let Some(summary) = self.store.0.find(key)? else {
             return Ok(self.create_session(key, OnExisting::Refuse)?.0);
         };
         let unusable = |why: &'static str| HarnessError::Unusable {
@@ -571,17 +604,15 @@ impl Harness {
             file: summary.session_file.clone(),
             why,
         };
-        if !self.store.holds(key.agent(), &summary) {
+        if !self.store.0.holds(key.agent(), &summary) {
             return Err(unusable(
                 "lies outside the agent's sessions folder (only a command-line path may name such a file)",
             ));
         }
-        match std::fs::symlink_metadata(&summary.session_file) {
-            Ok(meta) if meta.is_file() => Ok(HarnessSession::new(summary, key.clone(), None)),
-            Ok(meta) if meta.is_dir() => Err(unusable("is a directory")),
-            Ok(meta) if meta.is_symlink() => Err(unusable("is a symbolic link")),
-            Ok(_) => Err(unusable("is not a regular file")),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+        match self.store.0.presence(&summary)? {
+            Presence::Present => Ok(HarnessSession::new(&self.store, summary, key.clone(), None)),
+            Presence::Unusable(why) => Err(unusable(why)),
+            Presence::Gone => {
                 tracing::warn!(
                     session_key = %key,
                     file = %summary.session_file.display(),
@@ -589,10 +620,6 @@ impl Harness {
                 );
                 Ok(self.create_session(key, OnExisting::Replace)?.0)
             }
-            Err(source) => Err(HarnessError::Store(StoreError::Io {
-                path: summary.session_file.clone(),
-                source,
-            })),
         }
     }
 
@@ -612,9 +639,15 @@ impl Harness {
             .unwrap_or_default();
         let created = self
             .store
+            .0
             .create(key, &cwd, self.options.durability, existing)?;
         Ok((
-            HarnessSession::new(created.summary, key.clone(), Some(created.writer)),
+            HarnessSession::new(
+                &self.store,
+                created.summary,
+                key.clone(),
+                Some(created.writer),
+            ),
             created.replaced,
         ))
     }
@@ -625,7 +658,7 @@ impl Harness {
     /// # Errors
     /// [`HarnessError::Unkeyed`] for an unindexed file whose name is no key.
     pub fn open_session_file(&self, file: &SessionFile) -> Result<HarnessSession, HarnessError> {
-        let summary = self.store.for_file(&AgentId::main(), file);
+        let summary = self.store.0.for_file(&AgentId::main(), file);
         let named = summary
             .session_key
             .clone()
@@ -634,7 +667,7 @@ impl Harness {
             file: file.path().to_owned(),
             source,
         })?;
-        Ok(HarnessSession::new(summary, key, None))
+        Ok(HarnessSession::new(&self.store, summary, key, None))
     }
 
     /// Keeps `system_prompt` in the session (a `custom` entry, as import keeps it), when the
@@ -939,7 +972,7 @@ impl Harness {
             }
         }
 
-        // Finalize: afterTurn, else ingestBatch, else ingest per message.
+        // Finalize: afterTurn, else the messages handed over (one batch, else one by one).
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
             if engine.info().turn_maintenance_mode == "background" {
@@ -1335,7 +1368,7 @@ impl Harness {
         })
     }
 
-    /// `afterTurn` with the session's whole snapshot, else `ingestBatch`, else `ingest` per
+    /// `afterTurn` with the session's whole snapshot, else the batch call, else one call per
     /// message of the turn; whether it went cleanly.
     fn finalize(
         &self,
@@ -1371,35 +1404,23 @@ impl Harness {
                 return Ok(false);
             }
         }
-        let batch = Arc::new(IngestBatchRequest {
-            session_id: Self::session_id(session),
-            messages: Arc::clone(&messages),
-            entry_ids: Arc::clone(&entry_ids),
-            range: pre_prompt..messages.len(),
-            is_heartbeat: false,
-            host: self.host_inputs(session, None),
-        });
-        match session.engine().ingest_batch(batch, abort()) {
-            Ok(Some(_)) => return Ok(true),
-            Ok(None) => {}
-            Err(err) => {
-                tracing::warn!("context engine ingest failed: {err}");
-                return Ok(false);
-            }
-        }
-        for index in pre_prompt..messages.len() {
-            let request = Arc::new(IngestRequest {
+        let handed = session::hand_over(
+            &session.engine(),
+            &session::HandOver {
                 session_id: Self::session_id(session),
-                messages: Arc::clone(&messages),
-                entry_ids: Arc::clone(&entry_ids),
-                index,
+                snapshot: &ContextSnapshot {
+                    messages: Arc::clone(&messages),
+                    entry_ids,
+                },
+                range: pre_prompt..messages.len(),
                 is_heartbeat: false,
                 host: self.host_inputs(session, None),
-            });
-            if let Err(err) = session.engine().ingest(request, abort()) {
-                tracing::warn!("context engine ingest failed: {err}");
-                return Ok(false);
-            }
+            },
+            session::IngestMode::Batch,
+        );
+        if let Err(err) = handed {
+            tracing::warn!("context engine ingest failed: {err}");
+            return Ok(false);
         }
         Ok(true)
     }

@@ -477,3 +477,99 @@ mod tests {
         assert_eq!(err.code(), "install_not_a_plugin", "{err}");
     }
 }
+
+/// A JSON Schema type name, as a config schema gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaType {
+    /// `string`.
+    String,
+    /// `integer`.
+    Integer,
+    /// `number`.
+    Number,
+    /// `boolean`.
+    Boolean,
+    /// `object`.
+    Object,
+    /// `array`.
+    Array,
+    /// `null`.
+    Null,
+}
+
+impl SchemaType {
+    /// The schema's name of `name`, if it is one.
+    pub fn parse(name: &str) -> Option<SchemaType> {
+        Some(match name {
+            "string" => SchemaType::String,
+            "integer" => SchemaType::Integer,
+            "number" => SchemaType::Number,
+            "boolean" => SchemaType::Boolean,
+            "object" => SchemaType::Object,
+            "array" => SchemaType::Array,
+            "null" => SchemaType::Null,
+            _ => return None,
+        })
+    }
+
+    /// The schema's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchemaType::String => "string",
+            SchemaType::Integer => "integer",
+            SchemaType::Number => "number",
+            SchemaType::Boolean => "boolean",
+            SchemaType::Object => "object",
+            SchemaType::Array => "array",
+            SchemaType::Null => "null",
+        }
+    }
+}
+
+/// A top-level key an engine's config schema requires (`required`), and the types its
+/// `properties` entry allows (none: the schema does not say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequiredKey {
+    /// The key.
+    pub name: String,
+    /// The types it may have.
+    pub types: Vec<SchemaType>,
+}
+
+impl std::fmt::Display for RequiredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.types.is_empty() {
+            return write!(f, "{} (any type)", self.name);
+        }
+        let types: Vec<&str> = self.types.iter().map(|t| t.as_str()).collect();
+        write!(f, "{} ({})", self.name, types.join(" or "))
+    }
+}
+
+/// The keys `manifest`'s config schema requires at the top level, in the schema's order.
+pub fn required_config_keys(manifest: &PluginManifest) -> Vec<RequiredKey> {
+    let schema = &manifest.config_schema;
+    let Some(required) = schema.get("required").and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    required
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .map(|name| {
+            let declared = &schema["properties"][name]["type"];
+            let types = match declared {
+                serde_json::Value::String(one) => SchemaType::parse(one).into_iter().collect(),
+                serde_json::Value::Array(many) => many
+                    .iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .filter_map(SchemaType::parse)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            RequiredKey {
+                name: name.to_owned(),
+                types,
+            }
+        })
+        .collect()
+}

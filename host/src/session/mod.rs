@@ -1,12 +1,10 @@
 //! Conversations: reading them ([`transcript`]: OpenClaw message arrays or OpenAI chat
 //! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
-//! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`), and running an
-//! engine over a conversation ([`assemble`]); writing session files OpenClaw reads back
+//! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`); writing session files OpenClaw reads back
 //! ([`writer`]; [`holder`]: who holds a session's lock), by many threads or tasks at once with group commit ([`group_commit`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
 //! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index; [`key`]: session keys, agent ids and checked session-file paths). The
 //! readers know nothing of engines.
 
-pub mod assemble;
 pub mod context;
 pub mod group_commit;
 pub mod holder;
@@ -20,7 +18,6 @@ pub mod transcript;
 pub mod tree;
 pub mod writer;
 
-pub use assemble::AssembledView;
 pub use context::{build_session_context, convert_to_llm, SessionContext};
 pub use group_commit::{DurableAppend, SharedSessionWriter};
 pub use key::{AgentId, SessionFile, SessionFileError, SessionKey, SessionKeyError};
@@ -28,6 +25,6 @@ pub use store::{
     CounterUpdate, Created, JsonlStore, OnExisting, SessionCounters, SessionStore, SessionSummary,
     StoreError, DEFAULT_AGENT,
 };
-pub use transcript::{Transcript, TranscriptError};
+pub use transcript::{ChatDialect, ChatList, ChatListError, Transcript, TranscriptError};
 pub use tree::{SessionReadError, SessionTree};
 pub use writer::{Durability, SessionWriteError, SessionWriter};

@@ -288,6 +288,32 @@ pub trait SessionStore {
         durability: Durability,
         existing: OnExisting,
     ) -> Result<Created<SessionWriter>, StoreError>;
+
+    /// Whether `session` is kept where `agent`'s sessions are (an index entry may name a
+    /// session elsewhere, which only the local CLI may follow).
+    fn holds(&self, agent: &AgentId, session: &SessionSummary) -> bool;
+
+    /// The session `file` is for `agent`: its index entry when the index names that file, else
+    /// an unindexed summary (its id the file's stem).
+    fn for_file(&self, agent: &AgentId, file: &SessionFile) -> SessionSummary;
+
+    /// Whether the session an index entry names can be opened: there, gone, or there but not
+    /// usable as a session.
+    ///
+    /// # Errors
+    /// I/O errors other than the session being gone.
+    fn presence(&self, session: &SessionSummary) -> Result<Presence, StoreError>;
+}
+
+/// Whether the session an index entry names can be opened ([`SessionStore::presence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// It is there.
+    Present,
+    /// It is gone: the key may be given a new session.
+    Gone,
+    /// It is there but no session can be kept in it; why, to finish "which …".
+    Unusable(&'static str),
 }
 
 /// The on-disk index entry.
@@ -325,38 +351,6 @@ impl JsonlStore {
 
     fn dir_of(&self, agent: &str) -> PathBuf {
         self.root.join(agent).join("sessions")
-    }
-
-    /// Whether `session`'s file lies directly in `agent`'s sessions folder (an index entry's
-    /// `sessionFile` may name a file elsewhere, which only the local CLI may follow).
-    /// The folders are compared as written, else resolved (an index OpenClaw wrote names its
-    /// files by absolute paths, which may reach the same folder another way).
-    pub fn holds(&self, agent: &AgentId, session: &SessionSummary) -> bool {
-        let file = &session.session_file;
-        let named = file
-            .file_name()
-            .is_some_and(|n| n != ".." && n != "." && !n.is_empty());
-        let Some(parent) = file.parent() else {
-            return false;
-        };
-        let dir = self.sessions_dir(agent);
-        named
-            && (parent == dir
-                || matches!(
-                    (std::fs::canonicalize(parent), std::fs::canonicalize(&dir)),
-                    (Ok(a), Ok(b)) if a == b
-                ))
-    }
-
-    /// The session `file` is for `agent`: its index entry when the index names that file, else
-    /// an unindexed summary (its id the file's stem).
-    pub fn for_file(&self, agent: &AgentId, file: &SessionFile) -> SessionSummary {
-        let path = file.path();
-        self.list(agent)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|s| s.session_file == path)
-            .unwrap_or_else(|| SessionSummary::unindexed(path.to_owned()))
     }
 
     fn index_path(&self, agent: &str) -> PathBuf {
@@ -527,6 +521,53 @@ impl SessionStore for JsonlStore {
             .find(|s| s.session_key.as_deref() == Some(reference))
             .or_else(|| listed.iter().find(|s| s.session_id == reference))
             .cloned())
+    }
+
+    /// Whether `session`'s file lies directly in `agent`'s sessions folder (an index entry's
+    /// `sessionFile` may name a file elsewhere, which only the local CLI may follow).
+    /// The folders are compared as written, else resolved (an index OpenClaw wrote names its
+    /// files by absolute paths, which may reach the same folder another way).
+    fn holds(&self, agent: &AgentId, session: &SessionSummary) -> bool {
+        let file = &session.session_file;
+        let named = file
+            .file_name()
+            .is_some_and(|n| n != ".." && n != "." && !n.is_empty());
+        let Some(parent) = file.parent() else {
+            return false;
+        };
+        let dir = self.sessions_dir(agent);
+        named
+            && (parent == dir
+                || matches!(
+                    (std::fs::canonicalize(parent), std::fs::canonicalize(&dir)),
+                    (Ok(a), Ok(b)) if a == b
+                ))
+    }
+
+    /// The session `file` is for `agent`: its index entry when the index names that file, else
+    /// an unindexed summary (its id the file's stem).
+    fn for_file(&self, agent: &AgentId, file: &SessionFile) -> SessionSummary {
+        let path = file.path();
+        self.list(agent)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|s| s.session_file == path)
+            .unwrap_or_else(|| SessionSummary::unindexed(path.to_owned()))
+    }
+
+    /// A directory, a symbolic link or anything but a regular file is unusable.
+    fn presence(&self, session: &SessionSummary) -> Result<Presence, StoreError> {
+        match std::fs::symlink_metadata(&session.session_file) {
+            Ok(meta) if meta.is_file() => Ok(Presence::Present),
+            Ok(meta) if meta.is_dir() => Ok(Presence::Unusable("is a directory")),
+            Ok(meta) if meta.is_symlink() => Ok(Presence::Unusable("is a symbolic link")),
+            Ok(_) => Ok(Presence::Unusable("is not a regular file")),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Presence::Gone),
+            Err(source) => Err(StoreError::Io {
+                path: session.session_file.clone(),
+                source,
+            }),
+        }
     }
 
     fn read(&self, session: &SessionSummary) -> Result<SessionTree, StoreError> {

@@ -2,11 +2,13 @@
 //! a JSON array of OpenClaw messages, `{"messages": [...]}` (an OpenClaw `*.context.json`), an
 //! OpenClaw session file (the context of its active leaf, with entry ids), or an OpenAI-style
 //! chat transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on
-//! read with the mapping of OpenClaw's golden data.
+//! read with the mapping of OpenClaw's golden data. Also the chat transcript files that
+//! `pincer sessions import` and `pincer run --import` take ([`ChatList`]), and which dialect
+//! their messages are written in: every sniffing of a conversation file's format is here.
 //!
 //! The append-only JSONL session tree of reference §10 is a later issue; this module only
 //! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
-//! over a transcript is [`super::assemble`].
+//! over a transcript is the harness's (`crate::harness::assemble`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,4 +189,169 @@ fn from_openai(item: &Value, index: usize) -> Result<Message, String> {
     let value = interop::openai_chat_to_openclaw(item, index)
         .ok_or_else(|| format!("unknown role \"{role}\""))?;
     Message::from_value(value).map_err(|e| e.to_string())
+}
+
+/// What a chat transcript file must hold, to finish "expected …".
+const CHAT_LIST_SHAPE: &str = "a JSON array of chat messages (OpenAI chat `{\"role\", \"content\"}` or OpenClaw messages), or an object holding one under \"messages\" or \"traj\" (one τ-bench task)";
+
+/// Why a chat transcript file (what `pincer sessions import` and `pincer run --import` take)
+/// was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatListError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not JSON.
+    #[error("{} is not JSON: {source}", path.display())]
+    NotJson {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// The file is JSON but holds no chat transcript.
+    #[error("{} is not a transcript: {what}; expected {CHAT_LIST_SHAPE}", path.display())]
+    NotATranscript {
+        /// The file.
+        path: PathBuf,
+        /// What it holds instead.
+        what: String,
+    },
+}
+
+impl ChatListError {
+    /// A stable snake_case code for machines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ChatListError::Unreadable { .. } => "transcript_unreadable",
+            ChatListError::NotJson { .. } => "transcript_not_json",
+            ChatListError::NotATranscript { .. } => "transcript_invalid",
+        }
+    }
+}
+
+/// How the messages of a chat list are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatDialect {
+    /// OpenAI chat messages (`tool` messages, `tool_calls`).
+    OpenAi,
+    /// OpenClaw messages (`toolResult`, `compactionSummary` or `custom` roles, or content
+    /// given as an array of blocks).
+    OpenClaw,
+}
+
+/// The messages of a chat transcript file, as JSON: a JSON array of chat messages, or an
+/// object holding one under `messages` or `traj` (a τ-bench task).
+#[derive(Debug, Clone)]
+pub struct ChatList {
+    messages: Vec<Value>,
+}
+
+impl ChatList {
+    /// Reads the chat transcript `file`. Anything else — a list of things that are not
+    /// messages (a τ-bench task list), no message but a system prompt — is refused with what
+    /// was expected.
+    ///
+    /// # Errors
+    /// [`ChatListError`] naming the file and what is wrong.
+    pub fn read(file: &Path) -> Result<ChatList, ChatListError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ChatListError::Unreadable {
+            path: file.to_owned(),
+            source,
+        })?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|source| ChatListError::NotJson {
+                path: file.to_owned(),
+                source,
+            })?;
+        let not_a_transcript = |what: String| ChatListError::NotATranscript {
+            path: file.to_owned(),
+            what,
+        };
+        let list = match value {
+            Value::Array(list) => list,
+            Value::Object(mut map) => match map.remove("messages").or_else(|| map.remove("traj")) {
+                Some(Value::Array(list)) => list,
+                _ => {
+                    return Err(not_a_transcript(
+                        "an object without a \"messages\" or \"traj\" array".into(),
+                    ))
+                }
+            },
+            other => return Err(not_a_transcript(format!("it holds {}", json_kind(&other)))),
+        };
+        for (index, item) in list.iter().enumerate() {
+            match item.get("role") {
+                Some(Value::String(_)) => {}
+                _ => {
+                    let what = match item {
+                        Value::Object(map) if map.contains_key("traj") => format!(
+                            "item {index} is a τ-bench task, not a message (import one task: an object with \"traj\")"
+                        ),
+                        Value::Object(map) => format!(
+                            "item {index} is not a message: it has no string \"role\" (its keys: {})",
+                            map.keys().take(6).map(String::as_str).collect::<Vec<_>>().join(", ")
+                        ),
+                        other => {
+                            format!("item {index} is {}, not a message object", json_kind(other))
+                        }
+                    };
+                    return Err(not_a_transcript(what));
+                }
+            }
+        }
+        if !list.iter().any(|m| m["role"] != "system") {
+            return Err(not_a_transcript(
+                "it holds no message but a system prompt (nothing to import)".into(),
+            ));
+        }
+        Ok(ChatList { messages: list })
+    }
+
+    /// The messages, as the file holds them (the system prompt included).
+    pub fn messages(&self) -> &[Value] {
+        &self.messages
+    }
+
+    /// The content of the first system message, or `""`.
+    pub fn system_prompt(&self) -> &str {
+        self.messages
+            .iter()
+            .find(|m| m["role"] == "system")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+    }
+
+    /// How the messages are written: OpenClaw's when any has an OpenClaw-only role or its
+    /// content as an array of blocks, else OpenAI chat.
+    pub fn dialect(&self) -> ChatDialect {
+        let openclaw = self.messages.iter().any(|m| {
+            matches!(
+                m["role"].as_str(),
+                Some("toolResult" | "compactionSummary" | "custom")
+            ) || m["content"].is_array()
+        });
+        if openclaw {
+            ChatDialect::OpenClaw
+        } else {
+            ChatDialect::OpenAi
+        }
+    }
+}
+
+/// A JSON value's kind, in words.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }

@@ -14,7 +14,8 @@ use pincer_host::model::openai::{model_for_spec, OPENAI_PREFIX};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelProvider, NoTools, ToolExecutor};
 use pincer_host::session::{
-    JsonlStore, OnExisting, SessionFile, SessionKey, SessionStore, SessionSummary, StoreError,
+    ChatDialect, ChatList, JsonlStore, OnExisting, SessionFile, SessionKey, SessionSummary,
+    StoreError,
 };
 use pincer_plugin_api::interop::openai_chat_messages;
 use pincer_plugin_api::Message;
@@ -69,12 +70,12 @@ pub struct RunArgs {
 pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
     let plan = match Plan::new(&home, &args) {
         Ok(plan) => plan,
-        Err(message) => return super::fail(message, 2),
+        Err(message) => return crate::common::fail(message, 2),
     };
     // A model the run talks to also serves the engines' `llmComplete`; a replay does not
     // (its answers belong to the transcript).
     let llm = plan.replay.is_none().then(|| Arc::clone(&plan.model));
-    let runtime = match super::open_with(
+    let runtime = match crate::common::open_with(
         home.clone(),
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
@@ -88,7 +89,7 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         Ok(resolved) => resolved,
         Err(err) => {
             runtime.shutdown();
-            return super::fail(err, 1);
+            return crate::common::fail(err, 1);
         }
     };
     let mut options = HarnessOptions::new(args.context_window);
@@ -102,12 +103,12 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         options,
     ));
     // The session's work runs on a worker of its own, where engine calls run inline.
-    let working = super::progress::Working::start(
+    let working = crate::progress::Working::start(
         format!(
             "opening session {}",
             args.session.as_deref().unwrap_or("(a new one)")
         ),
-        super::progress::drawable(args.json),
+        crate::progress::drawable(args.json),
     );
     let opened = open_session(&harness, &args);
     drop(working);
@@ -133,7 +134,7 @@ fn open_session(harness: &Harness, args: &RunArgs) -> Result<HarnessSession, Exi
         return harness
             .create_session(&key, OnExisting::Refuse)
             .map(|(session, _)| session)
-            .map_err(|err| super::fail(err, 1));
+            .map_err(|err| crate::common::fail(err, 1));
     };
     let key = SessionKey::parse(reference);
     let path = std::path::Path::new(reference);
@@ -143,13 +144,14 @@ fn open_session(harness: &Harness, args: &RunArgs) -> Result<HarnessSession, Exi
             .ok()
             .filter(|key| harness.store().find(key).ok().flatten().is_some());
         if known.is_none() {
-            let file = SessionFile::check(path).map_err(|err| super::fail(err, 2))?;
+            let file = SessionFile::check(path).map_err(|err| crate::common::fail(err, 2))?;
             return harness
                 .open_session_file(&file)
-                .map_err(|err| super::fail(err, 2));
+                .map_err(|err| crate::common::fail(err, 2));
         }
     }
-    let key = key.map_err(|err| super::fail(format!("{err}; or name a session file's path"), 2))?;
+    let key =
+        key.map_err(|err| crate::common::fail(format!("{err}; or name a session file's path"), 2))?;
     let existing = if args.force {
         OnExisting::Replace
     } else {
@@ -170,7 +172,7 @@ fn open_session(harness: &Harness, args: &RunArgs) -> Result<HarnessSession, Exi
             HarnessError::Unusable { .. } | HarnessError::Store(StoreError::KeyExists { .. }) => 2,
             _ => 1,
         };
-        super::fail(err, code)
+        crate::common::fail(err, code)
     };
     if args.import.is_some() {
         // An import makes a new session: never silently over a key's history.
@@ -201,30 +203,19 @@ impl Plan {
     fn new(home: &PincerHome, args: &RunArgs) -> Result<Plan, String> {
         let model_name = args.model.as_deref();
         if let Some(file) = &args.import {
-            let list = super::read_chat_list(file)?;
-            let system_prompt = list
-                .iter()
-                .find(|m| m["role"] == "system")
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default()
-                .to_owned();
-            // OpenAI chat (`tool` messages, `tool_calls`), else OpenClaw messages.
-            let openclaw = list.iter().any(|m| {
-                matches!(
-                    m["role"].as_str(),
-                    Some("toolResult" | "compactionSummary" | "custom")
-                ) || m["content"].is_array()
-            });
-            let messages: Vec<Message> = if openclaw {
-                list.iter()
+            let list = ChatList::read(file).map_err(|err| err.to_string())?;
+            let system_prompt = list.system_prompt().to_owned();
+            let messages: Vec<Message> = match list.dialect() {
+                ChatDialect::OpenClaw => list
+                    .messages()
+                    .iter()
                     .filter(|m| m["role"] != "system")
                     .map(|m| {
                         Message::from_value(m.clone())
                             .map_err(|err| format!("{}: {err}", file.display()))
                     })
-                    .collect::<Result<_, _>>()?
-            } else {
-                openai_chat_messages(&list)
+                    .collect::<Result<_, _>>()?,
+                ChatDialect::OpenAi => openai_chat_messages(list.messages()),
             };
             if !matches!(model_name, None | Some("replay")) {
                 return Err(format!(
@@ -319,7 +310,7 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
     if !plan.system_prompt.is_empty() {
         let system_prompt = plan.system_prompt.clone();
         if let Err(err) = runner.run(move |h, s| h.keep_system_prompt(s, &system_prompt)) {
-            return super::fail(err, 1);
+            return crate::common::fail(err, 1);
         }
     }
     if let Some(prompt) = &plan.prompt {
@@ -328,22 +319,22 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
                 report(&r);
                 ExitCode::SUCCESS
             }
-            Err(err) => super::fail(err, 1),
+            Err(err) => crate::common::fail(err, 1),
         };
     }
     let replay = plan.replay.as_ref().expect("an import has a replay");
     // A progress bar on the host's stderr, drawn only when it is a terminal (and not with --json).
     let progress = indicatif::ProgressBar::with_draw_target(
         Some(replay.script(|s| s.remaining_turns()) as u64),
-        if super::progress::drawable(json) {
-            super::progress::draw_target()
+        if crate::progress::drawable(json) {
+            crate::progress::draw_target()
         } else {
             indicatif::ProgressDrawTarget::hidden()
         },
     );
     for message in replay.script(|s| s.preamble.clone()) {
         if let Err(err) = append(message) {
-            return super::fail(err, 1);
+            return crate::common::fail(err, 1);
         }
     }
     while let Some(prompt) = replay.script(|s| s.next_turn()) {
@@ -352,7 +343,7 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
             // and said so.
             let entry_id = match append(prompt) {
                 Ok(id) => id,
-                Err(err) => return super::fail(err, 1),
+                Err(err) => return crate::common::fail(err, 1),
             };
             progress.inc(1);
             // On stderr: stdout (with `--json`) holds one object per turn, and this is none.
@@ -369,7 +360,7 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
             Ok(r) => progress.suspend(|| report(&r)),
             Err(err) => {
                 progress.abandon();
-                return super::fail(err, 1);
+                return crate::common::fail(err, 1);
             }
         }
     }

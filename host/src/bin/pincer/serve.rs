@@ -98,24 +98,24 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         Some(spec) => {
             let config = match LoadedConfig::load(&home.config_path()) {
                 Ok(config) => config,
-                Err(err) => return super::fail(err, 2),
+                Err(err) => return crate::common::fail(err, 2),
             };
             match model_for_spec(spec, &config.config.model) {
                 Ok(model) => Some(Arc::new(model)),
-                Err(err) => return super::fail(err, 2),
+                Err(err) => return crate::common::fail(err, 2),
             }
         }
     };
     let token = match args.http {
         Some(_) => match gateway_token(&home.state_dir()) {
             Ok(token) => Some(token),
-            Err(err) => return super::fail(err, 1),
+            Err(err) => return crate::common::fail(err, 1),
         },
         None => None,
     };
     // The gateway's model also serves the engines' `llmComplete`. A gateway serves for weeks
     // and the slot may change under it: every plugin's library is opened.
-    let runtime = match super::open_with(
+    let runtime = match crate::common::open_with(
         home.clone(),
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
@@ -127,7 +127,7 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
     };
     if let Err(err) = runtime.resolve() {
         runtime.shutdown();
-        return super::fail(err, 1);
+        return crate::common::fail(err, 1);
     }
     let mut options = HarnessOptions::new(args.context_window);
     options.system_prompt = args.system.clone().unwrap_or_default();
@@ -163,7 +163,7 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         Ok(tokio) => tokio,
         Err(err) => {
             runtime.shutdown();
-            return super::fail(format!("cannot start the gateway's runtime: {err}"), 1);
+            return crate::common::fail(format!("cannot start the gateway's runtime: {err}"), 1);
         }
     };
     let options = ServeOptions {
@@ -203,7 +203,7 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
             Ok(watcher) => Some(watcher),
             Err(err) => {
                 runtime.shutdown();
-                return super::fail(err, 1);
+                return crate::common::fail(err, 1);
             }
         }
     };
@@ -239,7 +239,7 @@ pub fn run_serve(home: PincerHome, args: ServeArgs) -> ExitCode {
         }
         Err(err) => {
             runtime.shutdown();
-            super::fail(err, 1)
+            crate::common::fail(err, 1)
         }
     }
 }
@@ -249,7 +249,7 @@ pub fn run_client(args: ClientArgs) -> ExitCode {
     let params = match args.params.as_deref().map(serde_json::from_str) {
         None => None,
         Some(Ok(value)) => Some(value),
-        Some(Err(err)) => return super::fail(format!("--params is not JSON: {err}"), 2),
+        Some(Err(err)) => return crate::common::fail(format!("--params is not JSON: {err}"), 2),
     };
     call_and_print(&args.socket, &args.method, args.session, params, true)
 }
@@ -292,6 +292,6 @@ pub fn call_and_print(
                 ExitCode::from(1)
             }
         }
-        Err(err) => super::fail(err, 1),
+        Err(err) => crate::common::fail(err, 1),
     }
 }

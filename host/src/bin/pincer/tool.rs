@@ -41,23 +41,23 @@ pub fn run(home: PincerHome, args: ToolArgs) -> ExitCode {
     let arguments: Value = match serde_json::from_str(&args.args) {
         Ok(value @ Value::Object(_)) => value,
         Ok(other) => {
-            return super::fail(
+            return crate::common::fail(
                 format!("--args must be a JSON object, not {other}: e.g. --args '{{\"query\": \"refund\"}}'"),
                 2,
             )
         }
-        Err(err) => return super::fail(format!("--args is not JSON: {err}"), 2),
+        Err(err) => return crate::common::fail(format!("--args is not JSON: {err}"), 2),
     };
-    let session = match super::session_ref(&home, &args.agent, &args.session) {
+    let session = match crate::common::session_ref(&home, &args.agent, &args.session) {
         Ok(session) => session,
         Err(err) => {
-            return super::fail(
+            return crate::common::fail(
                 format!("{err}: a tool runs on an existing session (start one with `pincer run --session {}`)", args.session),
                 2,
             )
         }
     };
-    let runtime = match super::open(
+    let runtime = match crate::common::open(
         home,
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
@@ -78,7 +78,7 @@ fn call(
 ) -> ExitCode {
     let resolved = match runtime.resolve() {
         Ok(resolved) => resolved,
-        Err(err) => return super::fail(err, 1),
+        Err(err) => return crate::common::fail(err, 1),
     };
     let engine = &resolved.engine;
     let declared: Vec<&str> = engine
@@ -99,7 +99,7 @@ fn call(
             .as_deref()
             .map(|r| format!(" (selected {}: {r})", resolved.resolution.selected))
             .unwrap_or_default();
-        return super::fail(
+        return crate::common::fail(
             format!(
                 "context engine \"{}\"{why} has no tool \"{}\"; {offered}",
                 engine.id(),
@@ -120,7 +120,7 @@ fn call(
     let answer = match engine.call_tool(request, Arc::new(AbortController::new())) {
         Ok(Some(answer)) => answer,
         Ok(None) => {
-            return super::fail(
+            return crate::common::fail(
                 format!(
                     "context engine \"{}\" declares tool \"{}\" but has no callTool",
                     engine.id(),
@@ -129,7 +129,7 @@ fn call(
                 1,
             )
         }
-        Err(err) => return super::fail(format!("callTool {}: {err}", args.name), 1),
+        Err(err) => return crate::common::fail(format!("callTool {}: {err}", args.name), 1),
     };
     let text = answer.value.content.as_str();
     // The tool's output is JSON when it is JSON; else it is printed as a JSON string.

@@ -1,13 +1,14 @@
 //! Running the slot's engine over a transcript: one guarded `assemble`, and a view of its
-//! answer that borrows the transcript's messages.
+//! answer that borrows the transcript's messages. It lives above storage: the session layer
+//! reads conversations and knows nothing of engines or the guard.
 
 use std::sync::Arc;
 
 use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
 
-use super::transcript::Transcript;
 use crate::engines::instance::resolve_assembled;
 use crate::engines::request::{AssembleRequest, HostInputs};
+use crate::session::transcript::Transcript;
 use crate::slot::guarded::{Answer, GuardError, GuardedEngine};
 
 /// The answer of one `assemble` over a transcript.

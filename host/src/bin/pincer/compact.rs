@@ -1,0 +1,242 @@
+//! `pincer compact`: compacts a session now with the selected engine's guarded `compact`,
+//! forced.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use pincer_host::config::PincerHome;
+use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
+use pincer_host::harness::engine_not_smaller;
+use pincer_host::session::{
+    build_session_context, AgentId, CounterUpdate, SessionKey, SessionStore, SessionSummary,
+    SessionTree,
+};
+use pincer_host::slot::requirements::HostDescriptor;
+use pincer_host::slot::runtime::Runtime;
+use pincer_host::types::HostOperation;
+use pincer_plugin_api::abi::latest::{AbortController, EntryId};
+
+use crate::common::{
+    fail, file_size_note, open, print_resolution, session_arg, store_of, warn_long_lines,
+};
+
+/// `pincer compact`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct CompactArgs {
+    /// A session file, session key or session id.
+    session: String,
+    /// The agent whose keys and ids are searched.
+    #[arg(long, value_name = "ID", default_value = "main")]
+    agent: AgentId,
+    /// Use this engine instead of plugins.slots.contextEngine.
+    #[arg(long, value_name = "ID")]
+    engine: Option<String>,
+    /// The model's context window in tokens, the budget the engine compacts towards (the
+    /// keep-recent budget and reserve scale down to a quarter of a small window each);
+    /// 128,000 by default, as `pincer run` and `pincer serve`.
+    #[arg(long, value_name = "TOKENS", default_value_t = 128_000)]
+    context_window: u64,
+    /// What the summary should focus on (`/compact <text>`).
+    #[arg(long, value_name = "TEXT")]
+    instructions: Option<String>,
+    /// Another folder to discover plugins in (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugins_dirs: Vec<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `pincer compact`.
+pub fn run(home: PincerHome, args: CompactArgs) -> ExitCode {
+    let resolved = match session_arg(&home, &args.agent, &args.session) {
+        Ok(summary) => summary,
+        Err(code) => return code,
+    };
+    let runtime = match open(home, args.plugins_dirs, Some((args.engine, None))) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let request = CompactCommand {
+        agent: &args.agent,
+        session: &resolved,
+        context_window: Some(args.context_window),
+        instructions: args.instructions.as_deref(),
+        json: args.json,
+    };
+    let code = compact_command(&runtime, &request);
+    runtime.shutdown();
+    code
+}
+
+/// What `pincer compact` was asked.
+struct CompactCommand<'a> {
+    agent: &'a AgentId,
+    session: &'a SessionSummary,
+    context_window: Option<u64>,
+    instructions: Option<&'a str>,
+    json: bool,
+}
+
+/// `pincer compact`: the selected engine's guarded `compact`, forced, over a session.
+fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode {
+    let session = command.session;
+    let path = &session.session_file;
+    let working = crate::progress::Working::start(
+        format!(
+            "compacting session {}{}",
+            path.display(),
+            file_size_note(path)
+        ),
+        crate::progress::drawable(command.json),
+    );
+    let tree = match SessionTree::read(path) {
+        Ok(tree) => tree,
+        Err(err) => return fail(err, 2),
+    };
+    working.suspend(|| warn_long_lines(path, &tree));
+    let context = build_session_context(&tree, None);
+    let resolved = match runtime.resolve() {
+        Ok(r) => r,
+        Err(err) => return fail(err, 1),
+    };
+    let Some(host) = HostDescriptor::find(&runtime.config().config, "pincer-embedded") else {
+        return fail("the embedded host descriptor is missing", 1);
+    };
+    // A manual compaction: checked against the engine's `manual-compact` requirements first.
+    if let Err(err) = resolved
+        .engine
+        .check_host(HostOperation::ManualCompact, &host)
+    {
+        return fail(err, 1);
+    }
+    let entry_ids: Vec<EntryId> = context.entry_ids.iter().map(EntryId::new).collect();
+    let host_inputs = HostInputs {
+        session_key: session.session_key.as_deref().map(Arc::from),
+        session_target: Some(Arc::new(SessionTargetInput {
+            agent_id: Some(Arc::from(command.agent.as_str())),
+            session_id: Some(Arc::from(session.session_id.as_str())),
+            session_key: session.session_key.as_deref().map(Arc::from),
+            ..SessionTargetInput::default()
+        })),
+        runtime_settings: Some(runtime.runtime_settings(
+            &resolved.resolution,
+            &host,
+            command.context_window,
+        )),
+        ..HostInputs::default()
+    };
+    let mut request = CompactRequest::manual(
+        Arc::from(session.session_id.as_str()),
+        Arc::from(path.display().to_string()),
+        Arc::from(context.messages),
+        Arc::from(entry_ids),
+        host_inputs,
+    );
+    request.agent_id = Some(Arc::from(command.agent.as_str()));
+    request.token_budget = command.context_window;
+    request.custom_instructions = command.instructions.map(Arc::from);
+    let outcome = resolved
+        .engine
+        .compact(Arc::new(request), Arc::new(AbortController::new()));
+    drop(working);
+    let guarded = match outcome {
+        Ok(guarded) => guarded,
+        Err(err) => {
+            if command.json {
+                let out = serde_json::json!({
+                    "sessionFile": path,
+                    "contextEngine": resolved.resolution,
+                    "ok": false,
+                    "compacted": false,
+                    "error": {"code": err.code(), "message": err.to_string()},
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&out).expect("serializes")
+                );
+            }
+            return fail(err, 1);
+        }
+    };
+    let result = &guarded.value;
+    let details = result.result.as_ref().into_option();
+    // An engine's `compacted` whose tokens did not go down is reported as no compaction.
+    let not_smaller = details.filter(|_| result.compacted).and_then(|d| {
+        engine_not_smaller(
+            guarded.answer.answered_by.as_str(),
+            d.tokens_before,
+            d.tokens_after.into_option(),
+        )
+    });
+    let compacted = result.compacted && not_smaller.is_none();
+    if compacted {
+        let key = session
+            .session_key
+            .as_deref()
+            .and_then(|key| SessionKey::parse_for(key, command.agent).ok());
+        if let Some(key) = key {
+            if let Err(err) = store_of(runtime).record(&key, CounterUpdate::Compaction) {
+                tracing::warn!(%err, "compactionCount not updated in the session index");
+            }
+        }
+    }
+    let reason =
+        not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
+    if command.json {
+        let out = serde_json::json!({
+            "sessionFile": path,
+            "sessionId": session.session_id,
+            "sessionKey": session.session_key,
+            "contextEngine": resolved.resolution,
+            "answeredBy": guarded.answer.answered_by,
+            "ok": result.ok,
+            "compacted": compacted,
+            "reason": reason,
+            "result": details.map(|d| serde_json::json!({
+                "summary": d.summary.as_ref().map(|s| s.to_string()).into_option(),
+                "firstKeptEntryId": d.first_kept_entry_id.as_ref().map(|s| s.to_string()).into_option(),
+                "tokensBefore": d.tokens_before,
+                "tokensAfter": d.tokens_after.into_option(),
+                "details": d.details_json.as_ref().into_option()
+                    .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok()),
+            })),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serializes")
+        );
+    } else {
+        print_resolution(&resolved.resolution);
+        match (compacted, details) {
+            (true, Some(d)) => {
+                println!(
+                    "compacted {}: {} -> {} tokens, {}",
+                    path.display(),
+                    d.tokens_before,
+                    d.tokens_after
+                        .map_or_else(|| "?".to_owned(), |t| t.to_string()),
+                    d.first_kept_entry_id.as_ref().into_option().map_or_else(
+                        // An engine that keeps its own history (lossless) cuts no entry.
+                        || "nothing cut from the session file (the engine keeps its own summaries)"
+                            .to_owned(),
+                        |id| format!("kept from entry {id}"),
+                    ),
+                );
+                if let Some(summary) = d.summary.as_ref().into_option() {
+                    println!("summary:\n{summary}");
+                }
+            }
+            _ => println!(
+                "not compacted: {}",
+                reason.as_deref().unwrap_or("the engine gave no reason")
+            ),
+        }
+    }
+    if result.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
