@@ -11,6 +11,7 @@ use std::sync::Arc;
 use pincer_plugin_api::prelude::*;
 use pincer_plugin_api::{into_engine_box, optional_fns};
 
+use crate::engines::backend::InProcess;
 use crate::engines::instance::{EngineCallError, EngineInstance, EngineOrigin};
 use crate::engines::services::HostServices;
 use crate::types::LEGACY_ENGINE_ID;
@@ -77,10 +78,12 @@ pub fn create_legacy(services: HostServices) -> Result<EngineInstance, EngineCal
     let engine = LegacyEngine {
         host: Host::from_services(services.into_abi()),
     };
-    EngineInstance::new(
-        into_engine_box(engine, optional_fns!(LegacyEngine)),
+    EngineInstance::with_backend(
+        Box::new(InProcess::new(
+            into_engine_box(engine, optional_fns!(LegacyEngine)),
+            None,
+        )),
         EngineOrigin::Builtin,
-        None,
     )
 }
 

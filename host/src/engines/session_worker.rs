@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::latest::AbortController;
 
-use crate::engines::bounded::{Overrun, MAX_WINDOW, MAX_WINDOWS};
-use crate::engines::instance::EngineCallError;
+use crate::engines::deadline::{Overrun, MAX_WINDOW, MAX_WINDOWS};
+use crate::engines::error::EngineCallError;
 use crate::types::Method;
 
 /// How often the watchdog looks at the session workers' calls.
@@ -789,7 +789,7 @@ mod tests {
                 engine_id: "test".into(),
                 operation: method,
                 error: EngineCallError::new(
-                    crate::engines::instance::CallErrorKind::TimedOut,
+                    crate::engines::error::CallErrorKind::TimedOut,
                     format!("{overrun:?}"),
                 ),
             }

@@ -942,7 +942,9 @@ impl Harness {
         // Finalize: afterTurn, else ingestBatch, else ingest per message.
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
-            if engine.info().turn_maintenance_mode == "background" {
+            if engine.info().turn_maintenance_mode
+                == pincer_plugin_api::abi::latest::TurnMaintenanceMode::Background
+            {
                 // Deferred: the turn returns now; the next engine call on this session waits.
                 let engine = Arc::clone(&engine);
                 let request = self.maintain_request(session, "turn");

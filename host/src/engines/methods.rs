@@ -1,0 +1,302 @@
+//! The method table: every engine method the host knows, declared once.
+//!
+//! Two views of the same table live here:
+//!
+//! - [`for_each_engine_method!`], the rows the layers generate their per-method code from: the
+//!   method's name, its ABI params and result types, its owned request type (see
+//!   [`super::request`]), and its guard row (the optional-method bit and the canned result when
+//!   `legacy` lacks it, the contract check of its result, whether `legacy`'s same method is its
+//!   fallback). The [`EngineBackend`](super::backend::EngineBackend) declarations, the
+//!   in-process backend's forwards, [`EngineInstance`](super::instance::EngineInstance)'s
+//!   forwards and the guard's impls and named calls (`slot::guarded`) are expanded from it.
+//! - [`METHODS`], the typed facts of each method as data: optional or required, how it is
+//!   bounded and guarded ([`GuardPolicy`]), the API minor it appeared in and whether the host
+//!   calls it yet; and [`HOST_SERVICES`], the same for the services engines call back.
+//!
+//! Adding an engine method means a row in each view (plus the ABI and the author API); the
+//! methods whose calls are not one shape (`prepareSubagentSpawn` returns a rollback handle,
+//! `dispose` runs once) are written by hand beside the generated ones.
+
+use pincer_plugin_api::abi::latest::OptionalMethods;
+
+use crate::types::Method;
+
+/// Calls `$callback!` with every engine method whose call has the common shape, one row each:
+///
+/// ```text
+/// name(Params) -> Result {
+///     variant: Method, request: Request,
+///     optional: [BIT => canned result when legacy lacks it] (empty: required),
+///     check: [contract check of the result] (empty: none),
+///     fallback: legacy | custom,
+/// }
+/// ```
+///
+/// Tokens of a row are resolved where the callback expands: the guard names its own checks,
+/// and every expanding file has `abi` as `pincer_plugin_api::abi::latest` in scope.
+macro_rules! for_each_engine_method {
+    ($callback:ident) => {
+        $callback! {
+            // Params are named in `pincer_plugin_api::abi::latest`; results are paths
+            // (`abi::` is that module).
+            ingest(IngestParams) -> abi::IngestResult {
+                variant: Ingest, request: IngestRequest,
+                optional: [], check: [], fallback: legacy,
+            }
+            assemble(AssembleParams) -> abi::AssembleResult {
+                variant: Assemble, request: AssembleRequest,
+                optional: [], check: [check_assemble], fallback: legacy,
+            }
+            compact(CompactParams) -> abi::CompactResult {
+                variant: Compact, request: CompactRequest,
+                optional: [], check: [check_compact], fallback: legacy,
+            }
+            bootstrap(BootstrapParams) -> abi::BootstrapResult {
+                variant: Bootstrap, request: BootstrapRequest,
+                optional: [BOOTSTRAP => BootstrapResult {
+                    bootstrapped: false,
+                    imported_messages: ROption::RNone,
+                    reason: ROption::RSome(DOWNGRADED_REASON.into()),
+                }],
+                check: [check_bootstrap], fallback: legacy,
+            }
+            ingest_batch(IngestBatchParams) -> abi::IngestBatchResult {
+                variant: IngestBatch, request: IngestBatchRequest,
+                optional: [INGEST_BATCH => IngestBatchResult { ingested_count: 0 }],
+                check: [], fallback: legacy,
+            }
+            after_turn(AfterTurnParams) -> () {
+                variant: AfterTurn, request: AfterTurnRequest,
+                optional: [AFTER_TURN => ()], check: [], fallback: legacy,
+            }
+            maintain(MaintainParams) -> abi::MaintainResult {
+                variant: Maintain, request: MaintainRequest,
+                optional: [MAINTAIN => MaintainResult {
+                    changed: false,
+                    bytes_freed: 0,
+                    rewritten_entries: 0,
+                    reason: ROption::RSome(DOWNGRADED_REASON.into()),
+                }],
+                check: [check_maintain], fallback: legacy,
+            }
+            call_tool(ToolCallParams) -> abi::ToolCallResult {
+                variant: CallTool, request: ToolCallRequest,
+                optional: [CALL_TOOL => ()], check: [check_tool_result], fallback: custom,
+            }
+            on_subagent_ended(SubagentEndedParams) -> () {
+                variant: OnSubagentEnded, request: SubagentEndedRequest,
+                optional: [ON_SUBAGENT_ENDED => ()], check: [], fallback: custom,
+            }
+        }
+    };
+}
+pub(crate) use for_each_engine_method;
+
+/// An API version `1.minor`: when a method, parameter or service appeared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ApiMinor(pub u32);
+
+/// What a failure of the configured engine leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// `legacy`'s same method (or the canned result) answers instead.
+    Open,
+    /// The original error returns to the caller.
+    Closed,
+}
+
+/// Which deadline window bounds a call (see `slot::guarded::Timeouts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutKey {
+    /// The method's own `callTimeoutsMs` entry, else `callTimeoutsMs.default`.
+    PerCall,
+    /// The compaction safety timeout, always.
+    Compaction,
+    /// Its own `callTimeoutsMs` entry when named, else the compaction safety timeout.
+    PerCallElseCompaction,
+}
+
+/// How the guard treats a method's failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardPolicy {
+    /// Its deadline window.
+    pub timeout: TimeoutKey,
+    /// Fail open or closed.
+    pub fail: FailMode,
+    /// Whether a failure or an overrun quarantines the engine.
+    pub quarantines: bool,
+    /// Whether running past its deadline counts as a failure (`compact`'s overrun is an abort).
+    pub overrun_counts: bool,
+}
+
+impl GuardPolicy {
+    const OPEN: GuardPolicy = GuardPolicy {
+        timeout: TimeoutKey::PerCall,
+        fail: FailMode::Open,
+        quarantines: true,
+        overrun_counts: true,
+    };
+    const CLOSED: GuardPolicy = GuardPolicy {
+        fail: FailMode::Closed,
+        ..GuardPolicy::OPEN
+    };
+}
+
+/// One row of [`METHODS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MethodSpec {
+    /// The method (its contract and JSON name: [`Method::as_str`]).
+    pub method: Method,
+    /// Its [`OptionalMethods`] bit; `None`: every engine has it.
+    pub optional: Option<u32>,
+    /// How the guard bounds it and treats its failures.
+    pub guard: GuardPolicy,
+    /// The API minor it appeared in.
+    pub since: ApiMinor,
+    /// Whether the host calls it (a method can be in the ABI before the host uses it).
+    pub offered: bool,
+}
+
+const fn row(method: Method, optional: Option<u32>, guard: GuardPolicy) -> MethodSpec {
+    MethodSpec {
+        method,
+        optional,
+        guard,
+        since: ApiMinor(0),
+        offered: true,
+    }
+}
+
+/// Every operation the host runs against an engine, in [`Method::ALL`]'s order.
+pub const METHODS: [MethodSpec; Method::ALL.len()] = [
+    row(Method::Factory, None, GuardPolicy::CLOSED),
+    row(Method::Info, None, GuardPolicy::CLOSED),
+    row(
+        Method::Bootstrap,
+        Some(OptionalMethods::BOOTSTRAP),
+        GuardPolicy {
+            timeout: TimeoutKey::PerCallElseCompaction,
+            ..GuardPolicy::OPEN
+        },
+    ),
+    row(Method::Ingest, None, GuardPolicy::OPEN),
+    row(
+        Method::IngestBatch,
+        Some(OptionalMethods::INGEST_BATCH),
+        GuardPolicy::OPEN,
+    ),
+    row(
+        Method::AfterTurn,
+        Some(OptionalMethods::AFTER_TURN),
+        GuardPolicy::OPEN,
+    ),
+    row(Method::Assemble, None, GuardPolicy::OPEN),
+    row(
+        Method::Compact,
+        None,
+        GuardPolicy {
+            timeout: TimeoutKey::Compaction,
+            overrun_counts: false,
+            ..GuardPolicy::CLOSED
+        },
+    ),
+    row(
+        Method::Maintain,
+        Some(OptionalMethods::MAINTAIN),
+        GuardPolicy {
+            timeout: TimeoutKey::PerCallElseCompaction,
+            ..GuardPolicy::OPEN
+        },
+    ),
+    row(
+        Method::PrepareSubagentSpawn,
+        Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
+        GuardPolicy::CLOSED,
+    ),
+    row(
+        Method::OnSubagentEnded,
+        Some(OptionalMethods::ON_SUBAGENT_ENDED),
+        GuardPolicy::OPEN,
+    ),
+    row(Method::Rollback, None, GuardPolicy::CLOSED),
+    row(
+        Method::CallTool,
+        Some(OptionalMethods::CALL_TOOL),
+        GuardPolicy::OPEN,
+    ),
+    MethodSpec {
+        offered: false,
+        ..row(
+            Method::CommitTurn,
+            Some(OptionalMethods::COMMIT_TURN),
+            GuardPolicy::OPEN,
+        )
+    },
+    row(
+        Method::Dispose,
+        Some(OptionalMethods::DISPOSE),
+        GuardPolicy::CLOSED,
+    ),
+];
+
+/// The row of `method`.
+pub const fn spec(method: Method) -> &'static MethodSpec {
+    &METHODS[method as usize]
+}
+
+/// A service the host offers engines (the `HostServices` of the ABI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostServiceSpec {
+    /// Its name in the contract.
+    pub name: &'static str,
+    /// The API minor it appeared in.
+    pub since: ApiMinor,
+}
+
+/// Every host service, in the ABI's order (`HostServicesAbi`).
+pub const HOST_SERVICES: [HostServiceSpec; 6] = [
+    HostServiceSpec {
+        name: "log",
+        since: ApiMinor(0),
+    },
+    HostServiceSpec {
+        name: "maxLogLevel",
+        since: ApiMinor(0),
+    },
+    HostServiceSpec {
+        name: "llmComplete",
+        since: ApiMinor(0),
+    },
+    HostServiceSpec {
+        name: "delegateCompactionToRuntime",
+        since: ApiMinor(0),
+    },
+    HostServiceSpec {
+        name: "estimateTokens",
+        since: ApiMinor(0),
+    },
+    HostServiceSpec {
+        name: "extension",
+        since: ApiMinor(0),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_one_row_per_method_in_order() {
+        for (row, method) in METHODS.iter().zip(Method::ALL) {
+            assert_eq!(row.method, method);
+        }
+    }
+
+    #[test]
+    fn every_optional_bit_of_the_abi_is_a_row() {
+        for (bit, name) in OptionalMethods::ALL {
+            let method = Method::from_name(name).expect("a method of the table");
+            assert_eq!(spec(method).optional, Some(bit), "{name}");
+        }
+    }
+}
