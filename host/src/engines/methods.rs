@@ -4,8 +4,8 @@
 //!
 //! - [`for_each_engine_method!`], the rows the layers generate their per-method code from: the
 //!   method's name, its ABI params and result types, its owned request type (see
-//!   [`super::request`]), and its guard row (the optional-method bit and the canned result when
-//!   `legacy` lacks it, the contract check of its result, whether `legacy`'s same method is its
+//!   [`super::request`]), and its guard row (whether it is optional and the canned result when `legacy`
+//!   lacks it, the contract check of its result, whether `legacy`'s same method is its
 //!   fallback). The [`EngineBackend`](super::backend::EngineBackend) declarations, the
 //!   in-process backend's forwards, [`EngineInstance`](super::instance::EngineInstance)'s
 //!   forwards and the guard's impls and named calls (`slot::guarded`) are expanded from it.
@@ -26,7 +26,8 @@ use crate::types::Method;
 /// ```text
 /// name(Params) -> Result {
 ///     variant: Method, request: Request,
-///     optional: [BIT => canned result when legacy lacks it] (empty: required),
+///     optional: yes | no (its bit: `METHODS`),
+///     canned: [the result when legacy lacks it] (empty: none, or a custom fallback),
 ///     check: [contract check of the result] (empty: none),
 ///     fallback: legacy | custom,
 /// }
@@ -41,19 +42,19 @@ macro_rules! for_each_engine_method {
             // (`abi::` is that module).
             ingest(IngestParams) -> abi::IngestResult {
                 variant: Ingest, request: IngestRequest,
-                optional: [], check: [], fallback: legacy,
+                optional: no, canned: [], check: [], fallback: legacy,
             }
             assemble(AssembleParams) -> abi::AssembleResult {
                 variant: Assemble, request: AssembleRequest,
-                optional: [], check: [check_assemble], fallback: legacy,
+                optional: no, canned: [], check: [check_assemble], fallback: legacy,
             }
             compact(CompactParams) -> abi::CompactResult {
                 variant: Compact, request: CompactRequest,
-                optional: [], check: [check_compact], fallback: legacy,
+                optional: no, canned: [], check: [check_compact], fallback: legacy,
             }
             bootstrap(BootstrapParams) -> abi::BootstrapResult {
                 variant: Bootstrap, request: BootstrapRequest,
-                optional: [BOOTSTRAP => BootstrapResult {
+                optional: yes, canned: [abi::BootstrapResult {
                     bootstrapped: false,
                     imported_messages: ROption::RNone,
                     reason: ROption::RSome(DOWNGRADED_REASON.into()),
@@ -62,16 +63,16 @@ macro_rules! for_each_engine_method {
             }
             ingest_batch(IngestBatchParams) -> abi::IngestBatchResult {
                 variant: IngestBatch, request: IngestBatchRequest,
-                optional: [INGEST_BATCH => IngestBatchResult { ingested_count: 0 }],
+                optional: yes, canned: [abi::IngestBatchResult { ingested_count: 0 }],
                 check: [], fallback: legacy,
             }
             after_turn(AfterTurnParams) -> () {
                 variant: AfterTurn, request: AfterTurnRequest,
-                optional: [AFTER_TURN => ()], check: [], fallback: legacy,
+                optional: yes, canned: [()], check: [], fallback: legacy,
             }
             maintain(MaintainParams) -> abi::MaintainResult {
                 variant: Maintain, request: MaintainRequest,
-                optional: [MAINTAIN => MaintainResult {
+                optional: yes, canned: [abi::MaintainResult {
                     changed: false,
                     bytes_freed: 0,
                     rewritten_entries: 0,
@@ -81,11 +82,11 @@ macro_rules! for_each_engine_method {
             }
             call_tool(ToolCallParams) -> abi::ToolCallResult {
                 variant: CallTool, request: ToolCallRequest,
-                optional: [CALL_TOOL => ()], check: [check_tool_result], fallback: custom,
+                optional: yes, canned: [], check: [check_tool_result], fallback: custom,
             }
             on_subagent_ended(SubagentEndedParams) -> () {
                 variant: OnSubagentEnded, request: SubagentEndedRequest,
-                optional: [ON_SUBAGENT_ENDED => ()], check: [], fallback: custom,
+                optional: yes, canned: [], check: [], fallback: custom,
             }
         }
     };
