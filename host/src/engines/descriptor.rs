@@ -5,6 +5,7 @@
 use pincer_plugin_api::abi::latest::{OptionalMethods, TurnMaintenanceMode};
 use serde::Serialize;
 
+use super::methods::OPTIONAL_METHODS;
 use crate::plugins::library::LoadedLibrary;
 use crate::types::{HostRequirement, HostRequirements, Method};
 
@@ -58,23 +59,6 @@ pub struct EngineDescriptor {
     #[serde(skip)]
     methods: OptionalMethods,
 }
-
-/// The ABI's optional-method bits and the methods they stand for, in the ABI's order
-/// ([`OptionalMethods::ALL`]).
-const OPTIONAL_METHODS: [(u32, Method); 9] = [
-    (OptionalMethods::BOOTSTRAP, Method::Bootstrap),
-    (OptionalMethods::INGEST_BATCH, Method::IngestBatch),
-    (OptionalMethods::AFTER_TURN, Method::AfterTurn),
-    (OptionalMethods::MAINTAIN, Method::Maintain),
-    (
-        OptionalMethods::PREPARE_SUBAGENT_SPAWN,
-        Method::PrepareSubagentSpawn,
-    ),
-    (OptionalMethods::ON_SUBAGENT_ENDED, Method::OnSubagentEnded),
-    (OptionalMethods::DISPOSE, Method::Dispose),
-    (OptionalMethods::CALL_TOOL, Method::CallTool),
-    (OptionalMethods::COMMIT_TURN, Method::CommitTurn),
-];
 
 impl EngineDescriptor {
     /// The host-owned copy of an engine's `info` (already checked, see [`super::checked`]).
@@ -162,19 +146,5 @@ impl EngineOrigin {
             plugin_id: library.manifest().id.clone(),
             library: library.copy_path().display().to_string(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn optional_method_bits_name_the_abis_methods_in_its_order() {
-        let ours: Vec<(u32, &str)> = OPTIONAL_METHODS
-            .iter()
-            .map(|(bit, method)| (*bit, method.as_str()))
-            .collect();
-        assert_eq!(ours, OptionalMethods::ALL.to_vec());
     }
 }

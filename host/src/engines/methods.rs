@@ -245,6 +245,41 @@ pub const fn spec(method: Method) -> &'static MethodSpec {
     &METHODS[method as usize]
 }
 
+/// How many optional methods the table has.
+const OPTIONAL_COUNT: usize = {
+    let mut count = 0;
+    let mut i = 0;
+    while i < METHODS.len() {
+        if METHODS[i].optional.is_some() {
+            count += 1;
+        }
+        i += 1;
+    }
+    count
+};
+
+/// The ABI's optional-method bits and the methods they stand for, in the ABI's order
+/// ([`OptionalMethods::ALL`]: ascending bits), taken from [`METHODS`].
+pub const OPTIONAL_METHODS: [(u32, Method); OPTIONAL_COUNT] = {
+    let mut out = [(0, Method::Factory); OPTIONAL_COUNT];
+    let mut filled = 0;
+    let mut bit = 0;
+    while bit < u32::BITS {
+        let mut i = 0;
+        while i < METHODS.len() {
+            if let Some(b) = METHODS[i].optional {
+                if b == 1 << bit {
+                    out[filled] = (b, METHODS[i].method);
+                    filled += 1;
+                }
+            }
+            i += 1;
+        }
+        bit += 1;
+    }
+    out
+};
+
 /// A service the host offers engines (the `HostServices` of the ABI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostServiceSpec {
@@ -291,6 +326,15 @@ mod tests {
         for (row, method) in METHODS.iter().zip(Method::ALL) {
             assert_eq!(row.method, method);
         }
+    }
+
+    #[test]
+    fn optional_method_bits_name_the_abis_methods_in_its_order() {
+        let ours: Vec<(u32, &str)> = OPTIONAL_METHODS
+            .iter()
+            .map(|(bit, method)| (*bit, method.as_str()))
+            .collect();
+        assert_eq!(ours, OptionalMethods::ALL.to_vec());
     }
 
     #[test]

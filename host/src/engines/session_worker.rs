@@ -99,6 +99,17 @@ pub enum WorkError {
     Unavailable(String),
 }
 
+impl WorkError {
+    /// A stable snake_case code for machines (`engine_call_stuck`,
+    /// `session_worker_unavailable`).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            WorkError::Stuck { .. } => "engine_call_stuck",
+            WorkError::Unavailable(_) => "session_worker_unavailable",
+        }
+    }
+}
+
 /// What the watchdog asks of a call whose worker is stuck: the error the submitter gets. The
 /// guard applies its quarantine rules here (it runs on the watchdog thread).
 pub trait OnStuck: Sync {

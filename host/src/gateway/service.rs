@@ -821,7 +821,9 @@ fn serve_session(
             let request = Arc::new(MaintainRequest {
                 session_id,
                 session_file,
-                reason: Arc::from(params.str("reason")?.unwrap_or("manual")),
+                reason: crate::engines::request::MaintainReason::from(
+                    params.str("reason")?.unwrap_or("manual"),
+                ),
                 host: host(None),
             });
             let answer = engine

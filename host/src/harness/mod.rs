@@ -1188,7 +1188,7 @@ impl Harness {
         Arc::new(MaintainRequest {
             session_id: Self::session_id(session),
             session_file: Self::session_file(session),
-            reason: Arc::from(reason),
+            reason: crate::engines::request::MaintainReason::from(reason),
             host: self.host_inputs(session, None),
         })
     }

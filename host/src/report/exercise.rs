@@ -13,7 +13,8 @@ use serde::Serialize;
 
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
+    IngestBatchRequest, IngestRequest, MaintainReason, MaintainRequest, SubagentEndedRequest,
+    SubagentSpawnRequest,
 };
 
 use crate::engines::instance::EngineCallError;
@@ -200,7 +201,7 @@ pub fn exercise_engine(
     let maintain = MaintainRequest {
         session_id: Arc::clone(&session),
         session_file: Arc::clone(&file),
-        reason: Arc::from("turn"),
+        reason: MaintainReason::Turn,
         host: host.clone(),
     };
     record.guarded(

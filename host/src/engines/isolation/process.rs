@@ -517,6 +517,16 @@ pub enum ProbeError {
     Failed(String),
 }
 
+impl ProbeError {
+    /// A stable snake_case code for machines (`probe_unavailable`, `probe_failed`).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            ProbeError::Unavailable(_) => "probe_unavailable",
+            ProbeError::Failed(_) => "probe_failed",
+        }
+    }
+}
+
 /// The probe the runtime installs in its loader ([`crate::plugins::library::LibraryProbe`]):
 /// [`probe_library`], in a worker confined as `entries` asks for the plugin (its
 /// `sandbox.readPaths` and `sandbox.env`). It fails closed: a library whose probe cannot run
