@@ -64,3 +64,30 @@ pub enum Overrun {
     /// The caller's abort signal fired while it waited.
     Aborted,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_windows_are_capped_instead_of_overflowing() {
+        let d = Deadline::new(Duration::from_secs(u64::MAX));
+        d.refresh();
+        assert_eq!(d.window(), MAX_WINDOW);
+    }
+
+    #[test]
+    fn refresh_extends_but_never_past_ten_windows() {
+        let d = Deadline::new(Duration::from_millis(10));
+        let first = d.until();
+        std::thread::sleep(Duration::from_millis(5));
+        d.refresh();
+        assert!(d.until() > first);
+        let d = Deadline::new(Duration::from_millis(1));
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(1));
+            d.refresh();
+        }
+        assert!(d.until() <= d.start + Duration::from_millis(10));
+    }
+}
