@@ -11,7 +11,6 @@ use std::sync::Arc;
 use pincer_plugin_api::prelude::*;
 use pincer_plugin_api::{into_engine_box, optional_fns};
 
-use crate::engines::backend::InProcess;
 use crate::engines::instance::{EngineCallError, EngineInstance, EngineOrigin};
 use crate::engines::services::HostServices;
 use crate::types::LEGACY_ENGINE_ID;
@@ -78,12 +77,10 @@ pub fn create_legacy(services: HostServices) -> Result<EngineInstance, EngineCal
     let engine = LegacyEngine {
         host: Host::from_services(services.into_abi()),
     };
-    EngineInstance::with_backend(
-        Box::new(InProcess::new(
-            into_engine_box(engine, optional_fns!(LegacyEngine)),
-            None,
-        )),
+    EngineInstance::new(
+        into_engine_box(engine, optional_fns!(LegacyEngine)),
         EngineOrigin::Builtin,
+        None,
     )
 }
 

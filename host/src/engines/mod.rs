@@ -21,6 +21,7 @@ pub mod fatal_signal;
 pub mod instance;
 pub mod isolation;
 pub mod legacy;
+pub mod make;
 pub mod methods;
 pub mod output_cap;
 pub mod request;

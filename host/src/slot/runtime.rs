@@ -14,11 +14,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::Serialize;
 
 use crate::config::{ConfigError, DisabledBy, FallbackPolicy, Isolation, LoadedConfig, PincerHome};
-use crate::engines::backend::InProcess;
 use crate::engines::bounded::{self, Deadline, Overrun};
 use crate::engines::crash_journal::JournalTag;
-use crate::engines::instance::{EngineCallError, EngineInstance, EngineOrigin};
-use crate::engines::isolation::process::ProcessBackend;
+use crate::engines::instance::{EngineCallError, EngineInstance};
 use crate::engines::legacy::create_legacy;
 use crate::engines::services::{HostServices, ModelClient, NoRuntimeCompaction, RuntimeCompactor};
 use crate::plugins::catalog::plugin_roots;
@@ -1054,31 +1052,25 @@ impl Runtime {
                         let confinement =
                             self.confinement_of(&library.manifest().id, &dirs, &engine_id);
                         Box::new(move || {
-                            EngineInstance::with_backend_limited(
-                                Box::new(ProcessBackend::from_library(
-                                    &library,
-                                    &engine_id,
-                                    &config,
-                                    &dirs,
-                                    services.into_abi(),
-                                    confinement,
-                                )?),
-                                EngineOrigin::of_library(&library),
+                            EngineInstance::from_isolated_library(
+                                &library,
+                                &engine_id,
+                                &config,
+                                &dirs,
+                                services.into_abi(),
+                                confinement,
                                 &limits,
                             )
                         })
                     } else {
                         Box::new(move || {
                             let _in_call = trust.enter(Method::Factory);
-                            EngineInstance::with_backend_limited(
-                                Box::new(InProcess::from_library(
-                                    &library,
-                                    &engine_id,
-                                    &config,
-                                    &dirs,
-                                    services.into_abi(),
-                                )?),
-                                EngineOrigin::of_library(&library),
+                            EngineInstance::from_library(
+                                &library,
+                                &engine_id,
+                                &config,
+                                &dirs,
+                                services.into_abi(),
                                 &limits,
                             )
                         })
