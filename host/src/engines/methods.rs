@@ -143,6 +143,140 @@ impl GuardPolicy {
     };
 }
 
+/// A parameter of a method (or a host parameter): its contract name, the API minor it appeared
+/// in, and whether the host passes it (a parameter can be in the ABI before the host fills it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamSpec {
+    /// Its contract name.
+    pub name: &'static str,
+    /// The API minor it appeared in.
+    pub since: ApiMinor,
+    /// Whether the host passes it (else it is always empty).
+    pub offered: bool,
+}
+
+const fn param(name: &'static str) -> ParamSpec {
+    ParamSpec {
+        name,
+        since: ApiMinor(0),
+        offered: true,
+    }
+}
+
+const fn unoffered(name: &'static str) -> ParamSpec {
+    ParamSpec {
+        offered: false,
+        ..param(name)
+    }
+}
+
+const BOOTSTRAP_PARAMS: &[ParamSpec] = &[param("sessionId"), param("sessionFile"), param("host")];
+
+const INGEST_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("message"),
+    param("entryId"),
+    param("isHeartbeat"),
+    param("host"),
+];
+
+const INGEST_BATCH_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("messages"),
+    param("entryIds"),
+    param("isHeartbeat"),
+    param("host"),
+];
+
+const AFTER_TURN_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("sessionFile"),
+    param("messages"),
+    param("entryIds"),
+    param("prePromptMessageCount"),
+    param("autoCompactionSummary"),
+    param("isHeartbeat"),
+    param("tokenBudget"),
+    param("host"),
+];
+
+const ASSEMBLE_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("messages"),
+    param("entryIds"),
+    param("tokenBudget"),
+    unoffered("availableTools"),
+    unoffered("citationsMode"),
+    unoffered("model"),
+    param("host"),
+];
+
+const COMPACT_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("sessionFile"),
+    param("agentId"),
+    param("messages"),
+    param("entryIds"),
+    param("tokenBudget"),
+    param("force"),
+    param("forceReason"),
+    param("currentTokenCount"),
+    param("compactionTarget"),
+    param("customInstructions"),
+    param("host"),
+];
+
+const MAINTAIN_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("sessionFile"),
+    param("reason"),
+    param("host"),
+];
+
+const PREPARE_SUBAGENT_SPAWN_PARAMS: &[ParamSpec] = &[
+    param("parentSessionKey"),
+    param("childSessionKey"),
+    param("contextMode"),
+    param("parentSessionId"),
+    param("parentSessionFile"),
+    param("childSessionId"),
+    param("childSessionFile"),
+    param("ttlMs"),
+];
+
+const ON_SUBAGENT_ENDED_PARAMS: &[ParamSpec] = &[param("childSessionKey"), param("reason")];
+
+const CALL_TOOL_PARAMS: &[ParamSpec] = &[
+    param("sessionId"),
+    param("toolName"),
+    param("argumentsJson"),
+    param("host"),
+];
+
+const COMMIT_TURN_PARAMS: &[ParamSpec] = &[
+    unoffered("sessionId"),
+    unoffered("advancementKey"),
+    unoffered("logicalTurnId"),
+    unoffered("admission"),
+    unoffered("terminal"),
+    unoffered("messages"),
+    unoffered("entryIds"),
+    unoffered("isHeartbeat"),
+    unoffered("host"),
+];
+
+/// The host parameters every call with `host` carries (`HostParams`; the engine's
+/// `acceptedHostParams` projects them).
+pub const HOST_PARAMS: &[ParamSpec] = &[
+    param("sessionKey"),
+    param("prompt"),
+    param("runtimeSettings"),
+    param("sessionTarget"),
+    param("runtimeContext"),
+    param("abortSignal"),
+    param("promptCache"),
+];
+
 /// One row of [`METHODS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MethodSpec {
@@ -156,22 +290,30 @@ pub struct MethodSpec {
     pub since: ApiMinor,
     /// Whether the host calls it (a method can be in the ABI before the host uses it).
     pub offered: bool,
+    /// Its parameters, in the ABI's order (`host`: [`HOST_PARAMS`]).
+    pub params: &'static [ParamSpec],
 }
 
-const fn row(method: Method, optional: Option<u32>, guard: GuardPolicy) -> MethodSpec {
+const fn row(
+    method: Method,
+    optional: Option<u32>,
+    guard: GuardPolicy,
+    params: &'static [ParamSpec],
+) -> MethodSpec {
     MethodSpec {
         method,
         optional,
         guard,
         since: ApiMinor(0),
         offered: true,
+        params,
     }
 }
 
 /// Every operation the host runs against an engine, in [`Method::ALL`]'s order.
 pub const METHODS: [MethodSpec; Method::ALL.len()] = [
-    row(Method::Factory, None, GuardPolicy::CLOSED),
-    row(Method::Info, None, GuardPolicy::CLOSED),
+    row(Method::Factory, None, GuardPolicy::CLOSED, &[]),
+    row(Method::Info, None, GuardPolicy::CLOSED, &[]),
     row(
         Method::Bootstrap,
         Some(OptionalMethods::BOOTSTRAP),
@@ -179,19 +321,22 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             timeout: TimeoutKey::PerCallElseCompaction,
             ..GuardPolicy::OPEN
         },
+        BOOTSTRAP_PARAMS,
     ),
-    row(Method::Ingest, None, GuardPolicy::OPEN),
+    row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS),
     row(
         Method::IngestBatch,
         Some(OptionalMethods::INGEST_BATCH),
         GuardPolicy::OPEN,
+        INGEST_BATCH_PARAMS,
     ),
     row(
         Method::AfterTurn,
         Some(OptionalMethods::AFTER_TURN),
         GuardPolicy::OPEN,
+        AFTER_TURN_PARAMS,
     ),
-    row(Method::Assemble, None, GuardPolicy::OPEN),
+    row(Method::Assemble, None, GuardPolicy::OPEN, ASSEMBLE_PARAMS),
     row(
         Method::Compact,
         None,
@@ -200,6 +345,7 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             overrun_counts: false,
             ..GuardPolicy::CLOSED
         },
+        COMPACT_PARAMS,
     ),
     row(
         Method::Maintain,
@@ -208,22 +354,26 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             timeout: TimeoutKey::PerCallElseCompaction,
             ..GuardPolicy::OPEN
         },
+        MAINTAIN_PARAMS,
     ),
     row(
         Method::PrepareSubagentSpawn,
         Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
         GuardPolicy::CLOSED,
+        PREPARE_SUBAGENT_SPAWN_PARAMS,
     ),
     row(
         Method::OnSubagentEnded,
         Some(OptionalMethods::ON_SUBAGENT_ENDED),
         GuardPolicy::OPEN,
+        ON_SUBAGENT_ENDED_PARAMS,
     ),
-    row(Method::Rollback, None, GuardPolicy::CLOSED),
+    row(Method::Rollback, None, GuardPolicy::CLOSED, &[]),
     row(
         Method::CallTool,
         Some(OptionalMethods::CALL_TOOL),
         GuardPolicy::OPEN,
+        CALL_TOOL_PARAMS,
     ),
     MethodSpec {
         offered: false,
@@ -231,12 +381,14 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             Method::CommitTurn,
             Some(OptionalMethods::COMMIT_TURN),
             GuardPolicy::OPEN,
+            COMMIT_TURN_PARAMS,
         )
     },
     row(
         Method::Dispose,
         Some(OptionalMethods::DISPOSE),
         GuardPolicy::CLOSED,
+        &[],
     ),
 ];
 
@@ -335,6 +487,13 @@ mod tests {
             .map(|(bit, method)| (*bit, method.as_str()))
             .collect();
         assert_eq!(ours, OptionalMethods::ALL.to_vec());
+    }
+
+    #[test]
+    fn a_method_the_host_does_not_call_gets_no_parameter_from_it() {
+        for row in METHODS.iter().filter(|row| !row.offered) {
+            assert!(row.params.iter().all(|p| !p.offered), "{}", row.method);
+        }
     }
 
     #[test]

@@ -1242,7 +1242,7 @@ impl Harness {
         for item in result.items.iter() {
             match item {
                 AssembledItem::Input { start, end } => {
-                    for i in *start as usize..(*end as usize).min(messages.len()) {
+                    for i in *start as usize..*end as usize {
                         out.push((messages[i].clone(), Some(entry_ids[i].clone())));
                     }
                 }

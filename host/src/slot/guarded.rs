@@ -30,12 +30,15 @@
 //! abandoned. Anywhere else a call hands off to a pooled worker ([`bounded::run`]), as before.
 //!
 //! **One mechanism.** Every guarded method is a request type implementing [`GuardedMethod`]
-//! (its contract method, whether it fails closed, the optional-method bit, the engine's call and
-//! legacy's fallback or canned result); [`GuardedEngine::call`] is the one path they all take,
-//! and the named methods (`assemble`, `ingest`, …) are one-line wrappers around it. Nothing is
-//! cloned per call: the request and the controller are borrowed inline (the hand-off clones
-//! their `Arc`s), who answered is a shared [`EngineName`], and the deadline windows and the
-//! projection mask are worked out when the guard is built.
+//! (its contract method, the engine's call and legacy's fallback or canned result, its result's
+//! contract check); [`GuardedEngine::call`] is the one path they all take, and the named
+//! methods (`assemble`, `ingest`, …) are one-line wrappers around it. The impls and the named
+//! methods are expanded from the method table ([`crate::engines::methods`]), which also gives
+//! each method's fail mode, optional bit, deadline window and whether an overrun counts; only
+//! the methods of another shape (`callTool`'s error result, the subagent calls) are written
+//! here. Nothing is cloned per call: the request and the controller are borrowed inline (the
+//! hand-off clones their `Arc`s), who answered is a shared [`EngineName`], and the deadline
+//! windows and the projection mask are worked out when the guard is built.
 
 use std::sync::Arc;
 
