@@ -113,6 +113,29 @@ fn refuse_weak(protections: &confine::Protections, allow_weak: bool) -> Result<S
     Ok(line)
 }
 
+/// Makes this program a worker when it was started as one, else records that it can start
+/// workers from itself and returns. Call it first in `main`, before anything else runs (no
+/// threads, no logging): a worker's process is the engine's, confined before the library
+/// opens.
+///
+/// ```no_run
+/// // The first statement of the embedder's `main`:
+/// pincer_host::isolation::serve_worker_if_requested();
+/// ```
+///
+/// When `argv[1]` is `engine-worker`, this never returns: the worker serves its host and the
+/// process exits with the worker's status.
+pub fn serve_worker_if_requested() {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == settings::WORKER_ARG)
+    {
+        let status = worker::main();
+        std::process::exit(status);
+    }
+    settings::record_serves_workers();
+}
+
 #[cfg(test)]
 mod tests {
     use super::confine::{Protection, Protections};
@@ -147,27 +170,4 @@ mod tests {
             "{accepted}"
         );
     }
-}
-
-/// Makes this program a worker when it was started as one, else records that it can start
-/// workers from itself and returns. Call it first in `main`, before anything else runs (no
-/// threads, no logging): a worker's process is the engine's, confined before the library
-/// opens.
-///
-/// ```no_run
-/// // The first statement of the embedder's `main`:
-/// pincer_host::isolation::serve_worker_if_requested();
-/// ```
-///
-/// When `argv[1]` is `engine-worker`, this never returns: the worker serves its host and the
-/// process exits with the worker's status.
-pub fn serve_worker_if_requested() {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == settings::WORKER_ARG)
-    {
-        let status = worker::main();
-        std::process::exit(status);
-    }
-    settings::record_serves_workers();
 }
