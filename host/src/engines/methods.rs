@@ -10,8 +10,12 @@
 //!   in-process backend's forwards, [`EngineInstance`](super::instance::EngineInstance)'s
 //!   forwards and the guard's impls and named calls (`slot::guarded`) are expanded from it.
 //! - [`METHODS`], the typed facts of each method as data: optional or required, how it is
-//!   bounded and guarded ([`GuardPolicy`]), the API minor it appeared in and whether the host
-//!   calls it yet; and [`HOST_SERVICES`], the same for the services engines call back.
+//!   bounded and guarded ([`GuardPolicy`]: deadline window, fail mode, quarantine, whether an
+//!   overrun counts), its parameters ([`ParamSpec`]), whether the gateway answers it, the API
+//!   minor it appeared in and whether the host calls it yet; [`HOST_PARAMS`] and
+//!   [`HOST_SERVICES`], the same for the host parameters and the services engines call back.
+//!   The guard reads its policy here, the descriptor its optional-method list
+//!   ([`OPTIONAL_METHODS`]), the gateway which engine methods it answers.
 //!
 //! Adding an engine method means a row in each view (plus the ABI and the author API); the
 //! methods whose calls are not one shape (`prepareSubagentSpawn` returns a rollback handle,
@@ -292,6 +296,9 @@ pub struct MethodSpec {
     pub offered: bool,
     /// Its parameters, in the ABI's order (`host`: [`HOST_PARAMS`]).
     pub params: &'static [ParamSpec],
+    /// Whether the gateway answers it as a call of its own, by its contract name
+    /// (`gateway::protocol`).
+    pub gateway: bool,
 }
 
 const fn row(
@@ -307,6 +314,15 @@ const fn row(
         since: ApiMinor(0),
         offered: true,
         params,
+        gateway: false,
+    }
+}
+
+/// `row`, answered by the gateway too.
+const fn at_gateway(spec: MethodSpec) -> MethodSpec {
+    MethodSpec {
+        gateway: true,
+        ..spec
     }
 }
 
@@ -323,21 +339,26 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
         },
         BOOTSTRAP_PARAMS,
     ),
-    row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS),
-    row(
+    at_gateway(row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS)),
+    at_gateway(row(
         Method::IngestBatch,
         Some(OptionalMethods::INGEST_BATCH),
         GuardPolicy::OPEN,
         INGEST_BATCH_PARAMS,
-    ),
-    row(
+    )),
+    at_gateway(row(
         Method::AfterTurn,
         Some(OptionalMethods::AFTER_TURN),
         GuardPolicy::OPEN,
         AFTER_TURN_PARAMS,
-    ),
-    row(Method::Assemble, None, GuardPolicy::OPEN, ASSEMBLE_PARAMS),
-    row(
+    )),
+    at_gateway(row(
+        Method::Assemble,
+        None,
+        GuardPolicy::OPEN,
+        ASSEMBLE_PARAMS,
+    )),
+    at_gateway(row(
         Method::Compact,
         None,
         GuardPolicy {
@@ -346,8 +367,8 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             ..GuardPolicy::CLOSED
         },
         COMPACT_PARAMS,
-    ),
-    row(
+    )),
+    at_gateway(row(
         Method::Maintain,
         Some(OptionalMethods::MAINTAIN),
         GuardPolicy {
@@ -355,26 +376,26 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             ..GuardPolicy::OPEN
         },
         MAINTAIN_PARAMS,
-    ),
-    row(
+    )),
+    at_gateway(row(
         Method::PrepareSubagentSpawn,
         Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
         GuardPolicy::CLOSED,
         PREPARE_SUBAGENT_SPAWN_PARAMS,
-    ),
-    row(
+    )),
+    at_gateway(row(
         Method::OnSubagentEnded,
         Some(OptionalMethods::ON_SUBAGENT_ENDED),
         GuardPolicy::OPEN,
         ON_SUBAGENT_ENDED_PARAMS,
-    ),
+    )),
     row(Method::Rollback, None, GuardPolicy::CLOSED, &[]),
-    row(
+    at_gateway(row(
         Method::CallTool,
         Some(OptionalMethods::CALL_TOOL),
         GuardPolicy::OPEN,
         CALL_TOOL_PARAMS,
-    ),
+    )),
     MethodSpec {
         offered: false,
         ..row(
