@@ -2,11 +2,11 @@
 //!
 //! Two views of the same table live here:
 //!
-//! - [`for_each_engine_method!`], the rows the layers generate their per-method code from: the
+//! - `for_each_engine_method!`, the rows the layers generate their per-method code from: the
 //!   method's name, its ABI params and result types, its owned request type (see
-//!   [`super::request`]), and its guard row (whether it is optional and the canned result when `legacy`
-//!   lacks it, the contract check of its result, whether `legacy`'s same method is its
-//!   fallback). The [`EngineBackend`](super::backend::EngineBackend) declarations, the
+//!   [`super::request`]), and its guard row (whether it is optional and the canned result when
+//!   `legacy` lacks it, the contract check of its result, whether `legacy`'s same method is
+//!   its fallback). The [`EngineBackend`](super::backend::EngineBackend) declarations, the
 //!   in-process backend's forwards, [`EngineInstance`](super::instance::EngineInstance)'s
 //!   forwards and the guard's impls and named calls (`slot::guarded`) are expanded from it.
 //! - [`METHODS`], the typed facts of each method as data: optional or required, how it is
@@ -17,9 +17,12 @@
 //!   The guard reads its policy here, the descriptor its optional-method list
 //!   ([`OPTIONAL_METHODS`]), the gateway which engine methods it answers.
 //!
-//! Adding an engine method means a row in each view (plus the ABI and the author API); the
-//! methods whose calls are not one shape (`prepareSubagentSpawn` returns a rollback handle,
-//! `dispose` runs once) are written by hand beside the generated ones.
+//! Adding an engine method means a row in each view, plus (besides the ABI and the author API)
+//! its [`Method`] variant, its owned request type, its isolation wire variant
+//! (`isolation::{protocol, worker, process}`), the string check of a new result type
+//! ([`super::checked`]) and its step in `check-engine` (`report::exercise`): those are still
+//! written by hand. So are the methods whose calls are not one shape (`prepareSubagentSpawn`
+//! returns a rollback handle, `dispose` runs once), beside the generated ones.
 
 use pincer_plugin_api::abi::latest::OptionalMethods;
 
