@@ -302,6 +302,21 @@ pub struct MethodSpec {
     /// Whether the gateway answers it as a call of its own, by its contract name
     /// (`gateway::protocol`).
     pub gateway: bool,
+    /// How `check-engine` exercises it (`report::exercise`).
+    pub exercise: Exercise,
+}
+
+/// How `check-engine` calls a method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exercise {
+    /// Through the guard, like the host calls it.
+    Guarded,
+    /// Directly (outside the guard's routing): a rollback handle, when `prepareSubagentSpawn`
+    /// gave one, and `dispose`.
+    Direct,
+    /// Not called: it needs what a conversation does not give (a tool call, the runtime's
+    /// factory), or the host does not call it yet.
+    No,
 }
 
 const fn row(
@@ -318,7 +333,13 @@ const fn row(
         offered: true,
         params,
         gateway: false,
+        exercise: Exercise::Guarded,
     }
+}
+
+/// `row`, which `check-engine` calls as `exercise` says.
+const fn exercised(exercise: Exercise, spec: MethodSpec) -> MethodSpec {
+    MethodSpec { exercise, ..spec }
 }
 
 /// `row`, answered by the gateway too.
@@ -331,8 +352,14 @@ const fn at_gateway(spec: MethodSpec) -> MethodSpec {
 
 /// Every operation the host runs against an engine, in [`Method::ALL`]'s order.
 pub const METHODS: [MethodSpec; Method::ALL.len()] = [
-    row(Method::Factory, None, GuardPolicy::CLOSED, &[]),
-    row(Method::Info, None, GuardPolicy::CLOSED, &[]),
+    exercised(
+        Exercise::No,
+        row(Method::Factory, None, GuardPolicy::CLOSED, &[]),
+    ),
+    exercised(
+        Exercise::No,
+        row(Method::Info, None, GuardPolicy::CLOSED, &[]),
+    ),
     row(
         Method::Bootstrap,
         Some(OptionalMethods::BOOTSTRAP),
@@ -392,27 +419,39 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
         GuardPolicy::OPEN,
         ON_SUBAGENT_ENDED_PARAMS,
     )),
-    row(Method::Rollback, None, GuardPolicy::CLOSED, &[]),
-    at_gateway(row(
-        Method::CallTool,
-        Some(OptionalMethods::CALL_TOOL),
-        GuardPolicy::OPEN,
-        CALL_TOOL_PARAMS,
-    )),
+    exercised(
+        Exercise::Direct,
+        row(Method::Rollback, None, GuardPolicy::CLOSED, &[]),
+    ),
+    exercised(
+        Exercise::No,
+        at_gateway(row(
+            Method::CallTool,
+            Some(OptionalMethods::CALL_TOOL),
+            GuardPolicy::OPEN,
+            CALL_TOOL_PARAMS,
+        )),
+    ),
     MethodSpec {
         offered: false,
-        ..row(
-            Method::CommitTurn,
-            Some(OptionalMethods::COMMIT_TURN),
-            GuardPolicy::OPEN,
-            COMMIT_TURN_PARAMS,
+        ..exercised(
+            Exercise::No,
+            row(
+                Method::CommitTurn,
+                Some(OptionalMethods::COMMIT_TURN),
+                GuardPolicy::OPEN,
+                COMMIT_TURN_PARAMS,
+            ),
         )
     },
-    row(
-        Method::Dispose,
-        Some(OptionalMethods::DISPOSE),
-        GuardPolicy::CLOSED,
-        &[],
+    exercised(
+        Exercise::Direct,
+        row(
+            Method::Dispose,
+            Some(OptionalMethods::DISPOSE),
+            GuardPolicy::CLOSED,
+            &[],
+        ),
     ),
 ];
 
