@@ -23,7 +23,7 @@ pub mod fatal_signal;
 pub mod instance;
 pub mod isolation;
 pub mod legacy;
-pub mod make;
+mod make;
 pub mod methods;
 pub mod output_cap;
 pub mod request;
