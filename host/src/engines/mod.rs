@@ -1,6 +1,6 @@
 //! Engines as the host runs them: the method table every engine layer is expanded from
 //! ([`methods`]), one live [`EngineInstance`] behind the [`EngineBackend`] seam (in process,
-//! or in a worker process: [`isolation`]; built by [`make`]), the leaf types every layer shares
+//! or in a worker process: [`isolation`]; built by `make`), the leaf types every layer shares
 //! (call errors: [`error`], the host's copy of `info`: [`descriptor`], deadlines: [`deadline`]),
 //! owned requests a bounded call can borrow from, bounded calls themselves (handed off to a
 //! pooled worker, or inline on a session worker under one watchdog), the host services
