@@ -412,7 +412,7 @@ fn canned_results_answer_methods_legacy_lacks() {
             Arc::new(MaintainRequest {
                 session_id: id.clone(),
                 session_file: file,
-                reason: Arc::from("turn"),
+                reason: "turn".into(),
                 host: HostInputs::default(),
             }),
             Arc::new(AbortController::new()),

@@ -27,19 +27,51 @@
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
+use pincer_plugin_api::abi::latest as abi;
 use pincer_plugin_api::abi::latest::{
-    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CompactParams, CompactResult, EngineBox, EngineError, EngineInfo, IngestBatchParams,
-    IngestBatchResult, IngestParams, IngestResult, MaintainParams, MaintainResult,
-    SpawnRollbackBox, SubagentEndedParams, SubagentSpawnParams, ToolCallParams, ToolCallResult,
+    AbortSignal, EngineBox, EngineError, EngineInfo, HostServicesArc, SpawnRollbackBox,
+    SubagentSpawnParams,
 };
 use pincer_plugin_api::abi::RResult;
 
 use super::checked::{check_info_all, checked};
-use super::instance::{EngineCallError, EngineDescriptor};
+use super::descriptor::EngineDescriptor;
+use super::error::EngineCallError;
+use super::methods::for_each_engine_method;
 use crate::config::ResultLimits;
-use crate::plugins::library::LoadedLibrary;
+use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::types::Method;
+
+/// The [`EngineBackend`] declaration of each engine method of the table.
+macro_rules! backend_methods {
+    ($($name:ident($params:ident) -> $result:ty { variant: $variant:ident, $($row:tt)* })*) => {
+        $(
+            #[doc = concat!("`", stringify!($variant), "` (see [`Method::", stringify!($variant), "`]).")]
+            ///
+            /// # Errors
+            /// The engine's error; `NotImplemented` when it lacks an optional method.
+            fn $name(
+                &self,
+                params: &pincer_plugin_api::abi::latest::$params<'_>,
+            ) -> Result<$result, EngineCallError>;
+        )*
+    };
+}
+
+/// [`InProcess`]'s call of each engine method of the table: checked, and copied into host
+/// memory from a closable library.
+macro_rules! in_process_methods {
+    ($($name:ident($params:ident) -> $result:ty { variant: $variant:ident, $($row:tt)* })*) => {
+        $(
+            fn $name(
+                &self,
+                params: &pincer_plugin_api::abi::latest::$params<'_>,
+            ) -> Result<$result, EngineCallError> {
+                checked(Method::$variant, self.object.$name(params)).map(|r| self.owned(r))
+            }
+        )*
+    };
+}
 
 /// Where an engine's code runs, as the host calls it. Results are host-owned or owned
 /// next to whatever keeps the engine's code valid; errors are host memory.
@@ -50,44 +82,7 @@ pub trait EngineBackend: Send + Sync + 'static {
     /// # Errors
     /// When `info` fails or panics, or breaks the checks (a contract failure).
     fn describe(&self, limits: &ResultLimits) -> Result<EngineDescriptor, EngineCallError>;
-    /// `ingest`.
-    ///
-    /// # Errors
-    /// The engine's error.
-    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError>;
-    /// `assemble` (unchecked: the instance checks the indices).
-    ///
-    /// # Errors
-    /// The engine's error.
-    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError>;
-    /// `compact`.
-    ///
-    /// # Errors
-    /// The engine's error.
-    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError>;
-    /// `bootstrap`.
-    ///
-    /// # Errors
-    /// The engine's error; `NotImplemented` when it has none.
-    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError>;
-    /// `ingestBatch`.
-    ///
-    /// # Errors
-    /// The engine's error; `NotImplemented` when it has none.
-    fn ingest_batch(
-        &self,
-        params: &IngestBatchParams<'_>,
-    ) -> Result<IngestBatchResult, EngineCallError>;
-    /// `afterTurn`.
-    ///
-    /// # Errors
-    /// The engine's error; `NotImplemented` when it has none.
-    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError>;
-    /// `maintain`.
-    ///
-    /// # Errors
-    /// The engine's error; `NotImplemented` when it has none.
-    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError>;
+    for_each_engine_method!(backend_methods);
     /// `prepareSubagentSpawn`.
     ///
     /// # Errors
@@ -96,21 +91,16 @@ pub trait EngineBackend: Send + Sync + 'static {
         &self,
         params: &SubagentSpawnParams<'_>,
     ) -> Result<Option<Rollback>, EngineCallError>;
-    /// `onSubagentEnded`.
-    ///
-    /// # Errors
-    /// The engine's error; `NotImplemented` when it has none.
-    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError>;
-    /// `callTool`.
-    ///
-    /// # Errors
-    /// The engine's error; `NotImplemented` when it has none.
-    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError>;
     /// `dispose` (the instance makes sure it runs at most once).
     ///
     /// # Errors
     /// The engine's error.
     fn dispose(&self) -> Result<(), EngineCallError>;
+    /// The library of an in-process engine when it is closed once nothing from it is alive
+    /// (`plugins.entries.<id>.unloadOnReload`); `None` when it stays mapped, or out of process.
+    fn closable_library(&self) -> Option<&Arc<LoadedLibrary>> {
+        None
+    }
     /// The worker process, for an isolated engine; `None` in process.
     fn isolation(&self) -> Option<WorkerInfo> {
         None
@@ -276,6 +266,22 @@ impl InProcess {
         }
     }
 
+    /// Creates engine `engine_id` of a verified `library` with `config` (already validated
+    /// against the manifest's schema by the caller) and the host's services.
+    ///
+    /// # Errors
+    /// The factory's error or panic.
+    pub fn from_library(
+        library: &Arc<LoadedLibrary>,
+        engine_id: &str,
+        config: &serde_json::Value,
+        dirs: &EngineDirs,
+        host: HostServicesArc,
+    ) -> Result<Self, EngineCallError> {
+        let object = library.new_engine_object(engine_id, config, dirs, host)?;
+        Ok(InProcess::new(object, Some(Arc::clone(library))))
+    }
+
     /// `result`, or — from a closable library — its copy in host memory (`Clone` of the
     /// `abi_stable` types allocates with the host's allocator and vtables; the library's
     /// value is freed here, while the library is certainly open).
@@ -304,36 +310,7 @@ impl EngineBackend for InProcess {
         Ok(EngineDescriptor::from_abi(&info))
     }
 
-    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
-        checked(Method::Ingest, self.object.ingest(params)).map(|r| self.owned(r))
-    }
-
-    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
-        checked(Method::Assemble, self.object.assemble(params)).map(|r| self.owned(r))
-    }
-
-    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
-        checked(Method::Compact, self.object.compact(params)).map(|r| self.owned(r))
-    }
-
-    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
-        checked(Method::Bootstrap, self.object.bootstrap(params)).map(|r| self.owned(r))
-    }
-
-    fn ingest_batch(
-        &self,
-        params: &IngestBatchParams<'_>,
-    ) -> Result<IngestBatchResult, EngineCallError> {
-        checked(Method::IngestBatch, self.object.ingest_batch(params)).map(|r| self.owned(r))
-    }
-
-    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
-        checked(Method::AfterTurn, self.object.after_turn(params))
-    }
-
-    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
-        checked(Method::Maintain, self.object.maintain(params)).map(|r| self.owned(r))
-    }
+    for_each_engine_method!(in_process_methods);
 
     fn prepare_subagent_spawn(
         &self,
@@ -349,18 +326,11 @@ impl EngineBackend for InProcess {
         })
     }
 
-    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
-        checked(
-            Method::OnSubagentEnded,
-            self.object.on_subagent_ended(params),
-        )
-    }
-
-    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
-        checked(Method::CallTool, self.object.call_tool(params)).map(|r| self.owned(r))
-    }
-
     fn dispose(&self) -> Result<(), EngineCallError> {
         checked(Method::Dispose, self.object.dispose())
+    }
+
+    fn closable_library(&self) -> Option<&Arc<LoadedLibrary>> {
+        self.library.as_ref().filter(|_| self.copy_results)
     }
 }

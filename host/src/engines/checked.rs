@@ -29,7 +29,7 @@ use pincer_plugin_api::abi::latest::{
 };
 use pincer_plugin_api::abi::{ROption, RResult, RStr, RString};
 
-use super::instance::{CallErrorKind, EngineCallError};
+use super::error::{CallErrorKind, EngineCallError};
 use crate::config::ResultLimits;
 use crate::types::Method;
 

@@ -297,7 +297,21 @@ pub fn open_global(state_dir: &Path) -> Option<&'static CrashJournal> {
             }
         })
         .as_ref()
-        .inspect(|_| crate::engines::fatal_signal::install())
+        .inspect(|journal| crate::engines::fatal_signal::install(*journal))
+}
+
+impl crate::engines::fatal_signal::SignalJournal for CrashJournal {
+    fn record_signal(&self, number: i32, library: usize, in_library_code: bool, address: u64) {
+        CrashJournal::record_signal(self, number, library, in_library_code, address);
+    }
+
+    fn owned_by_this_process(&self) -> bool {
+        CrashJournal::owned_by_this_process(self)
+    }
+
+    fn name_engines_in_flight(&self) {
+        CrashJournal::name_engines_in_flight(self);
+    }
 }
 
 /// This process's journal, if one was opened.

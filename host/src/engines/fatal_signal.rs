@@ -16,15 +16,31 @@
 //!
 //! `SIGABRT` also names the engines in flight on stderr, as before.
 //!
-//! [`CrashJournal::record_signal`]: crate::engines::crash_journal::CrashJournal::record_signal
+//! The journal reaches the handler as a [`SignalJournal`] handed to [`install`] (the crash
+//! journal installs the handler when it opens), so this file names no other engine module.
+//!
+//! [`CrashJournal::record_signal`]: SignalJournal::record_signal
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, Once, OnceLock};
 
-use crate::engines::crash_journal;
+/// What the handler writes a fatal signal into (the crash journal). Every method is called
+/// from the signal handler: plain stores, reads and `write(2)` only.
+pub trait SignalJournal: Sync {
+    /// Records fatal signal `number`, attributed to library `library` (an index of the
+    /// library table), whose code was running (`in_library_code`) or on the stack.
+    fn record_signal(&self, number: i32, library: usize, in_library_code: bool, address: u64);
+    /// Whether the journal is this process's (not a parent's inherited mapping).
+    fn owned_by_this_process(&self) -> bool;
+    /// Names on stderr every engine this process is calling (the process is aborting).
+    fn name_engines_in_flight(&self);
+}
+
+/// The journal the handler records into (set once, by [`install`]).
+static JOURNAL: OnceLock<&'static dyn SignalJournal> = OnceLock::new();
 
 /// How much of the interrupted stack is scanned for return addresses.
 pub const STACK_SCAN_BYTES: usize = 64 * 1024;
@@ -203,7 +219,7 @@ extern "C" fn on_fatal(
     info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
-    if let Some(journal) = crash_journal::global() {
+    if let Some(journal) = JOURNAL.get() {
         if !HANDLING.swap(true, Ordering::AcqRel) {
             // SAFETY: the kernel's ucontext for this SA_SIGINFO handler.
             let (ip, sp, lr) = unsafe { registers(context) };
@@ -259,9 +275,10 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_
     }
 }
 
-/// Installs the handler for every fatal signal, once per process, keeping the actions
-/// installed before (Rust's stack-overflow handler) to chain to.
-pub fn install() {
+/// Installs the handler for every fatal signal, once per process, recording into `journal`
+/// and keeping the actions installed before (Rust's stack-overflow handler) to chain to.
+pub fn install(journal: &'static dyn SignalJournal) {
+    let _ = JOURNAL.set(journal);
     INSTALL.call_once(|| {
         for (index, &signal) in SIGNALS.iter().enumerate() {
             // SAFETY: reading the current action into our storage, then installing a handler

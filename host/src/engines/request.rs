@@ -274,6 +274,58 @@ impl BootstrapRequest {
     }
 }
 
+/// Why the host calls `maintain`: the contract's reasons, or the one a gateway caller gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaintainReason {
+    /// After `bootstrap` imported a transcript.
+    Bootstrap,
+    /// After a turn.
+    Turn,
+    /// After a compaction (in the contract; the host does not produce it yet:
+    /// [`MaintainReason::is_produced`]).
+    Compaction,
+    /// Asked for by an operator (the gateway's default).
+    Manual,
+    /// A reason a gateway caller named, passed on as given.
+    Other(Arc<str>),
+}
+
+impl MaintainReason {
+    /// The reason as the engine reads it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            MaintainReason::Bootstrap => "bootstrap",
+            MaintainReason::Turn => "turn",
+            MaintainReason::Compaction => "compaction",
+            MaintainReason::Manual => "manual",
+            MaintainReason::Other(reason) => reason,
+        }
+    }
+
+    /// Whether the host itself calls `maintain` with this reason (`compaction`: not yet).
+    pub const fn is_produced(&self) -> bool {
+        matches!(self, MaintainReason::Bootstrap | MaintainReason::Turn)
+    }
+}
+
+impl From<&str> for MaintainReason {
+    fn from(reason: &str) -> Self {
+        match reason {
+            "bootstrap" => MaintainReason::Bootstrap,
+            "turn" => MaintainReason::Turn,
+            "compaction" => MaintainReason::Compaction,
+            "manual" => MaintainReason::Manual,
+            other => MaintainReason::Other(Arc::from(other)),
+        }
+    }
+}
+
+impl std::fmt::Display for MaintainReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `maintain`.
 #[derive(Debug, Clone)]
 pub struct MaintainRequest {
@@ -281,8 +333,8 @@ pub struct MaintainRequest {
     pub session_id: Arc<str>,
     /// The transcript file.
     pub session_file: Arc<str>,
-    /// `bootstrap` or `turn`.
-    pub reason: Arc<str>,
+    /// Why the host asks.
+    pub reason: MaintainReason,
     /// Host parameters.
     pub host: HostInputs,
 }
@@ -299,7 +351,7 @@ impl MaintainRequest {
             f(&MaintainParams {
                 session_id: RStr::from_str(&self.session_id),
                 session_file: RStr::from_str(&self.session_file),
-                reason: RStr::from_str(&self.reason),
+                reason: RStr::from_str(self.reason.as_str()),
                 host: project(host),
             })
         })

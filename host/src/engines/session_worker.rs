@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use pincer_plugin_api::abi::latest::AbortController;
 
-use crate::engines::bounded::{Overrun, MAX_WINDOW, MAX_WINDOWS};
-use crate::engines::instance::EngineCallError;
+use crate::engines::deadline::{Overrun, MAX_WINDOW, MAX_WINDOWS};
+use crate::engines::error::EngineCallError;
 use crate::types::Method;
 
 /// How often the watchdog looks at the session workers' calls.
@@ -97,6 +97,17 @@ pub enum WorkError {
     /// No worker thread could be started.
     #[error("cannot start a session worker: {0}")]
     Unavailable(String),
+}
+
+impl WorkError {
+    /// A stable snake_case code for machines (`engine_call_stuck`,
+    /// `session_worker_unavailable`).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            WorkError::Stuck { .. } => "engine_call_stuck",
+            WorkError::Unavailable(_) => "session_worker_unavailable",
+        }
+    }
 }
 
 /// What the watchdog asks of a call whose worker is stuck: the error the submitter gets. The
@@ -789,7 +800,7 @@ mod tests {
                 engine_id: "test".into(),
                 operation: method,
                 error: EngineCallError::new(
-                    crate::engines::instance::CallErrorKind::TimedOut,
+                    crate::engines::error::CallErrorKind::TimedOut,
                     format!("{overrun:?}"),
                 ),
             }

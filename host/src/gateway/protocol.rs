@@ -89,6 +89,13 @@ impl GatewayMethod {
         Self::ALL.into_iter().find(|m| m.as_str() == name)
     }
 
+    /// The engine method a call of this method is, when it is one (the method table's rows
+    /// answered at the gateway: [`crate::engines::methods::MethodSpec::gateway`]).
+    pub fn engine_method(self) -> Option<crate::types::Method> {
+        crate::types::Method::from_name(self.as_str())
+            .filter(|method| crate::engines::methods::spec(*method).gateway)
+    }
+
     /// Whether the method works on a session (and so needs `session`).
     pub fn needs_session(self) -> bool {
         !matches!(
@@ -415,4 +422,32 @@ pub fn parse_call(bytes: &[u8]) -> Result<(GatewayMethod, CallRequest), GatewayE
 pub fn session_key(key: &str) -> Result<SessionKey, GatewayError> {
     SessionKey::parse(key)
         .map_err(|err| GatewayError::bad_request("invalid_session", err.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::methods::METHODS;
+
+    #[test]
+    fn the_engine_methods_a_gateway_answers_are_the_method_tables() {
+        let ours: Vec<_> = GatewayMethod::ALL
+            .into_iter()
+            .filter_map(GatewayMethod::engine_method)
+            .collect();
+        let table: Vec<_> = METHODS
+            .iter()
+            .filter(|row| row.gateway)
+            .map(|row| row.method)
+            .collect();
+        let mut sorted = ours.clone();
+        sorted.sort();
+        assert_eq!(sorted, table);
+        for method in ours {
+            assert_eq!(
+                GatewayMethod::parse(method.as_str()).and_then(GatewayMethod::engine_method),
+                Some(method)
+            );
+        }
+    }
 }

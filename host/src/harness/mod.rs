@@ -975,7 +975,9 @@ impl Harness {
         // Finalize: afterTurn, else the messages handed over (one batch, else one by one).
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
-            if engine.info().turn_maintenance_mode == "background" {
+            if engine.info().turn_maintenance_mode
+                == pincer_plugin_api::abi::latest::TurnMaintenanceMode::Background
+            {
                 // Deferred: the turn returns now; the next engine call on this session waits.
                 let engine = Arc::clone(&engine);
                 let request = self.maintain_request(session, "turn");
@@ -1219,7 +1221,7 @@ impl Harness {
         Arc::new(MaintainRequest {
             session_id: Self::session_id(session),
             session_file: Self::session_file(session),
-            reason: Arc::from(reason),
+            reason: crate::engines::request::MaintainReason::from(reason),
             host: self.host_inputs(session, None),
         })
     }
@@ -1273,7 +1275,7 @@ impl Harness {
         for item in result.items.iter() {
             match item {
                 AssembledItem::Input { start, end } => {
-                    for i in *start as usize..(*end as usize).min(messages.len()) {
+                    for i in *start as usize..*end as usize {
                         out.push((messages[i].clone(), Some(entry_ids[i].clone())));
                     }
                 }

@@ -324,7 +324,7 @@ impl Session<'_> {
         let request = Arc::new(MaintainRequest {
             session_id: self.session_id(),
             session_file: self.session_file(),
-            reason: Arc::from(reason),
+            reason: crate::engines::request::MaintainReason::from(reason),
             host: self.host(None),
         });
         Ok(engine.maintain(request, abort())?)

@@ -13,7 +13,8 @@ use serde::Serialize;
 
 use crate::engines::request::{
     AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest,
+    IngestBatchRequest, IngestRequest, MaintainReason, MaintainRequest, SubagentEndedRequest,
+    SubagentSpawnRequest,
 };
 
 use crate::engines::instance::EngineCallError;
@@ -200,7 +201,7 @@ pub fn exercise_engine(
     let maintain = MaintainRequest {
         session_id: Arc::clone(&session),
         session_file: Arc::clone(&file),
-        reason: Arc::from("turn"),
+        reason: MaintainReason::Turn,
         host: host.clone(),
     };
     record.guarded(
@@ -273,4 +274,42 @@ pub fn exercise_engine(
         });
     }
     record.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FallbackPolicy;
+    use crate::engines::legacy::shared_legacy;
+    use crate::engines::methods::{Exercise, METHODS};
+    use crate::engines::services::{HostServices, NoRuntimeCompaction};
+    use pincer_plugin_api::abi::latest::Message;
+
+    #[test]
+    fn check_engine_calls_what_the_method_table_says_it_exercises() {
+        let services = HostServices::new("legacy", Arc::new(NoRuntimeCompaction), None);
+        let legacy = shared_legacy(services).unwrap();
+        let quarantine = Arc::new(Quarantine::new(None));
+        let engine = GuardedEngine::new(
+            "legacy",
+            None,
+            Arc::clone(&legacy),
+            legacy,
+            Arc::clone(&quarantine),
+            FallbackPolicy::Legacy,
+        );
+        let transcript = Transcript::new(vec![Message::user("hello")]);
+        let mut called: Vec<Method> = exercise_engine(&engine, &quarantine, &transcript)
+            .into_iter()
+            .map(|outcome| outcome.method)
+            .collect();
+        called.sort();
+        // `legacy` has no `prepareSubagentSpawn`, so no rollback handle to run.
+        let table: Vec<Method> = METHODS
+            .iter()
+            .filter(|row| row.exercise != Exercise::No && row.method != Method::Rollback)
+            .map(|row| row.method)
+            .collect();
+        assert_eq!(called, table);
+    }
 }

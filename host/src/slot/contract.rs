@@ -31,6 +31,32 @@ use crate::engines::request::{
 };
 use crate::types::Method;
 
+/// What broke the contract: the reason an engine's result was refused (and the engine
+/// quarantined). Reads as its text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ContractViolation(String);
+
+impl ContractViolation {
+    /// A stable snake_case code for machines.
+    pub const fn code(&self) -> &'static str {
+        "contract_violation"
+    }
+
+    /// The reason, as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for ContractViolation {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// What a guard needs to hold an engine to the contract: the result caps, and the crash
 /// journal tag of a plugin engine (none for the default engine).
 #[derive(Debug, Clone, Default)]
@@ -58,7 +84,7 @@ pub fn check_assemble(
     request: &AssembleRequest,
     result: &mut AssembleResult,
     limits: &ResultLimits,
-) -> Result<(), String> {
+) -> Result<(), ContractViolation> {
     let input = request.messages.len() as u64;
     let mut next = 0u64;
     let mut new_messages = 0u64;
@@ -67,42 +93,42 @@ pub fn check_assemble(
         match item {
             AssembledItem::Input { start, end } => {
                 if start > end || *end > input {
-                    return Err(format!(
+                    return Err(ContractViolation(format!(
                         "the assemble result references input messages {start}..{end}, but the input has {input}: an engine may keep only messages it was given"
-                    ));
+                    )));
                 }
                 if start < end && *start < next {
-                    return Err(format!(
+                    return Err(ContractViolation(format!(
                         "the assemble result references input messages {start}..{end} after already using up to {next}: each input message may be referenced at most once, in order"
-                    ));
+                    )));
                 }
                 next = next.max(*end);
             }
             AssembledItem::New(message) => {
                 new_messages += 1;
                 if new_messages > limits.max_new_messages {
-                    return Err(format!(
+                    return Err(ContractViolation(format!(
                         "the assemble result adds more than {} new messages (plugins.resultLimits.maxNewMessages)",
                         limits.max_new_messages
-                    ));
+                    )));
                 }
                 new_chars = new_chars.saturating_add(estimate_message_tokens(message) * 4);
                 if new_chars > limits.max_new_message_chars {
-                    return Err(format!(
+                    return Err(ContractViolation(format!(
                         "the assemble result's new messages hold more than {} characters (plugins.resultLimits.maxNewMessageChars)",
                         limits.max_new_message_chars
-                    ));
+                    )));
                 }
             }
         }
     }
     if let ROption::RSome(addition) = &result.system_prompt_addition {
         if addition.len() as u64 > limits.max_system_prompt_addition_bytes {
-            return Err(format!(
+            return Err(ContractViolation(format!(
                 "the assemble result's systemPromptAddition is {} bytes, more than {} (plugins.resultLimits.maxSystemPromptAdditionBytes)",
                 addition.len(),
                 limits.max_system_prompt_addition_bytes
-            ));
+            )));
         }
     }
     if let (ROption::RSome(estimate), Some(budget)) =
@@ -155,13 +181,13 @@ pub fn check_tool_result(
     request: &ToolCallRequest,
     result: &mut ToolCallResult,
     limits: &ResultLimits,
-) -> Result<(), String> {
+) -> Result<(), ContractViolation> {
     let bytes = result.content.len() as u64;
     if bytes > limits.max_tool_result_bytes {
-        return Err(format!(
+        return Err(ContractViolation(format!(
             "tool {} returned {bytes} bytes, more than plugins.resultLimits.maxToolResultBytes ({}): page large results (raise the cap in pincer.json only for an engine you trust)",
             request.tool_name, limits.max_tool_result_bytes
-        ));
+        )));
     }
     Ok(())
 }
@@ -174,7 +200,7 @@ pub fn check_compact(
     _request: &CompactRequest,
     result: &mut CompactResult,
     limits: &ResultLimits,
-) -> Result<(), String> {
+) -> Result<(), ContractViolation> {
     check_reason("compact", &result.reason)?;
     let summary = result
         .result
@@ -183,23 +209,25 @@ pub fn check_compact(
         .and_then(|details| details.summary.as_ref().into_option());
     if let Some(summary) = summary {
         if summary.len() as u64 > limits.max_new_message_chars {
-            return Err(format!(
+            return Err(ContractViolation(format!(
                 "the compaction summary is {} bytes, more than plugins.resultLimits.maxNewMessageChars ({})",
                 summary.len(),
                 limits.max_new_message_chars
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// `reason` of a `method` result within [`MAX_REASON_BYTES`].
-fn check_reason(method: &str, reason: &ROption<RString>) -> Result<(), String> {
+fn check_reason(method: &str, reason: &ROption<RString>) -> Result<(), ContractViolation> {
     match reason {
-        ROption::RSome(reason) if reason.len() > MAX_REASON_BYTES => Err(format!(
-            "the {method} result's reason is {} bytes, more than {MAX_REASON_BYTES}",
-            reason.len()
-        )),
+        ROption::RSome(reason) if reason.len() > MAX_REASON_BYTES => {
+            Err(ContractViolation(format!(
+                "the {method} result's reason is {} bytes, more than {MAX_REASON_BYTES}",
+                reason.len()
+            )))
+        }
         _ => Ok(()),
     }
 }
@@ -212,7 +240,7 @@ pub fn check_bootstrap(
     _request: &BootstrapRequest,
     result: &mut BootstrapResult,
     _limits: &ResultLimits,
-) -> Result<(), String> {
+) -> Result<(), ContractViolation> {
     check_reason("bootstrap", &result.reason)
 }
 
@@ -224,7 +252,7 @@ pub fn check_maintain(
     _request: &MaintainRequest,
     result: &mut MaintainResult,
     _limits: &ResultLimits,
-) -> Result<(), String> {
+) -> Result<(), ContractViolation> {
     check_reason("maintain", &result.reason)
 }
 

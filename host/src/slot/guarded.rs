@@ -30,21 +30,22 @@
 //! abandoned. Anywhere else a call hands off to a pooled worker ([`bounded::run`]), as before.
 //!
 //! **One mechanism.** Every guarded method is a request type implementing [`GuardedMethod`]
-//! (its contract method, whether it fails closed, the optional-method bit, the engine's call and
-//! legacy's fallback or canned result); [`GuardedEngine::call`] is the one path they all take,
-//! and the named methods (`assemble`, `ingest`, …) are one-line wrappers around it. Nothing is
-//! cloned per call: the request and the controller are borrowed inline (the hand-off clones
-//! their `Arc`s), who answered is a shared [`EngineName`], and the deadline windows and the
-//! projection mask are worked out when the guard is built.
+//! (its contract method, the engine's call and legacy's fallback or canned result, its result's
+//! contract check); [`GuardedEngine::call`] is the one path they all take, and the named
+//! methods (`assemble`, `ingest`, …) are one-line wrappers around it. The impls and the named
+//! methods are expanded from the method table ([`crate::engines::methods`]), which also gives
+//! each method's fail mode, optional bit, deadline window and whether an overrun counts; only
+//! the methods of another shape (`callTool`'s error result, the subagent calls) are written
+//! here. Nothing is cloned per call: the request and the controller are borrowed inline (the
+//! hand-off clones their `Arc`s), who answered is a shared [`EngineName`], and the deadline
+//! windows and the projection mask are worked out when the guard is built.
 
 use std::sync::Arc;
 
 use std::time::Duration;
 
-use pincer_plugin_api::abi::latest::{
-    AbortController, AbortSignal, AssembleResult, BootstrapResult, CompactResult,
-    IngestBatchResult, IngestResult, MaintainResult, OptionalMethods, ToolCallResult,
-};
+use pincer_plugin_api::abi::latest as abi;
+use pincer_plugin_api::abi::latest::{AbortController, AbortSignal, ToolCallResult};
 use pincer_plugin_api::abi::ROption;
 use serde::Serialize;
 
@@ -56,14 +57,13 @@ use crate::engines::crash_journal::JournalTag;
 use crate::engines::instance::{
     CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, Rollback,
 };
-use crate::engines::request::{
-    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, IngestBatchRequest,
-    IngestRequest, MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
-};
+use crate::engines::methods::{for_each_engine_method, spec, FailMode, TimeoutKey};
+use crate::engines::request::{SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest};
 use crate::engines::session_worker::{self, OnStuck, WorkError};
 use crate::plugins::library::LoadedLibrary;
 use crate::slot::contract::{
     check_assemble, check_bootstrap, check_compact, check_maintain, check_tool_result, CallTrust,
+    ContractViolation,
 };
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
@@ -88,12 +88,14 @@ impl Timeouts {
     /// `maintain` and `bootstrap` unless `callTimeoutsMs` names them; else the per-call one.
     pub fn for_method(&self, method: Method) -> Duration {
         let compaction = self.compact.unwrap_or(DEFAULT_COMPACTION_TIMEOUT);
-        match method {
-            Method::Compact => compaction,
-            Method::Maintain | Method::Bootstrap if !self.calls.0.contains_key(method.as_str()) => {
+        match spec(method).guard.timeout {
+            TimeoutKey::Compaction => compaction,
+            TimeoutKey::PerCallElseCompaction if !self.calls.0.contains_key(method.as_str()) => {
                 compaction
             }
-            _ => self.calls.for_method(method),
+            TimeoutKey::PerCallElseCompaction | TimeoutKey::PerCall => {
+                self.calls.for_method(method)
+            }
         }
     }
 
@@ -216,11 +218,11 @@ pub trait GuardedMethod: Send + Sync + 'static {
     /// The contract method.
     const METHOD: Method;
     /// Whether a failure returns the original error instead of falling back (`compact`,
-    /// `prepareSubagentSpawn`).
-    const FAIL_CLOSED: bool = false;
-    /// The [`OptionalMethods`] bit of an optional method: skipped (`Ok(None)`) when the engine
-    /// lacks it.
-    const OPTIONAL: Option<u32> = None;
+    /// `prepareSubagentSpawn`): the method table's.
+    const FAIL_CLOSED: bool = matches!(spec(Self::METHOD).guard.fail, FailMode::Closed);
+    /// The `OptionalMethods` bit of an optional method: skipped (`Ok(None)`) when the engine
+    /// lacks it (the method table's).
+    const OPTIONAL: Option<u32> = spec(Self::METHOD).optional;
 
     /// Calls the configured engine, with its host parameters projected through `mask`.
     ///
@@ -252,7 +254,7 @@ pub trait GuardedMethod: Send + Sync + 'static {
         &self,
         _output: &mut Self::Output,
         _limits: &ResultLimits,
-    ) -> Result<(), String> {
+    ) -> Result<(), ContractViolation> {
         Ok(())
     }
 }
@@ -283,18 +285,22 @@ fn trusted_call<R: GuardedMethod>(
     Ok(output)
 }
 
-/// Implements [`GuardedMethod`] for a request whose engine method and legacy fallback share a
-/// name; `canned` answers when legacy lacks an optional method.
-macro_rules! guarded_method {
-    ($request:ty => $output:ty, $method:ident, $engine_fn:ident
-        $(, fail_closed: $fail_closed:expr)?
-        $(, optional: $bit:expr, canned: $canned:expr)?
-        $(, check: $check:path)?) => {
-        impl GuardedMethod for $request {
+/// Implements [`GuardedMethod`] for each method of the table whose fallback is `legacy`'s
+/// same method; its canned result answers when legacy lacks an optional one.
+macro_rules! guarded_methods {
+    ($($name:ident($params:ident) -> $output:ty {
+        variant: $method:ident, request: $request:ident, optional: $optional:ident,
+        canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+    })*) => {
+        $(guarded_methods!(@one $fallback $name $output, $method, $request,
+            [$($canned)?], [$($check)?]);)*
+    };
+    (@one custom $($rest:tt)*) => {};
+    (@one legacy $name:ident $output:ty, $method:ident, $request:ident,
+        [$($canned:expr)?], [$($check:path)?]) => {
+        impl GuardedMethod for crate::engines::request::$request {
             type Output = $output;
             const METHOD: Method = Method::$method;
-            $(const FAIL_CLOSED: bool = $fail_closed;)?
-            $(const OPTIONAL: Option<u32> = Some($bit);)?
 
             fn call(
                 &self,
@@ -303,7 +309,7 @@ macro_rules! guarded_method {
                 mask: HostParamMask,
             ) -> Result<$output, EngineCallError> {
                 self.with_abi(abort, |host| mask.apply(Method::$method, &host), |p| {
-                    engine.$engine_fn(p)
+                    engine.$name(p)
                 })
             }
 
@@ -312,56 +318,68 @@ macro_rules! guarded_method {
                 legacy: &EngineInstance,
                 abort: &AbortSignal,
             ) -> Result<$output, EngineCallError> {
-                $(if !legacy.descriptor().has($bit) {
+                $(if Self::OPTIONAL.is_some_and(|bit| !legacy.descriptor().has(bit)) {
                     return Ok($canned);
                 })?
-                self.with_abi(abort, |host| host, |p| legacy.$engine_fn(p))
+                self.with_abi(abort, |host| host, |p| legacy.$name(p))
             }
 
             $(fn check_result(
                 &self,
                 output: &mut $output,
                 limits: &ResultLimits,
-            ) -> Result<(), String> {
+            ) -> Result<(), ContractViolation> {
                 $check(self, output, limits)
             })?
         }
     };
 }
 
-guarded_method!(AssembleRequest => AssembleResult, Assemble, assemble, check: check_assemble);
-guarded_method!(IngestRequest => IngestResult, Ingest, ingest);
-guarded_method!(CompactRequest => CompactResult, Compact, compact, fail_closed: true,
-    check: check_compact);
-guarded_method!(BootstrapRequest => BootstrapResult, Bootstrap, bootstrap,
-optional: OptionalMethods::BOOTSTRAP,
-canned: BootstrapResult {
-    bootstrapped: false,
-    imported_messages: ROption::RNone,
-    reason: ROption::RSome(DOWNGRADED_REASON.into()),
-},
-check: check_bootstrap);
-guarded_method!(IngestBatchRequest => IngestBatchResult, IngestBatch, ingest_batch,
-    optional: OptionalMethods::INGEST_BATCH,
-    canned: IngestBatchResult { ingested_count: 0 });
-guarded_method!(AfterTurnRequest => (), AfterTurn, after_turn,
-    optional: OptionalMethods::AFTER_TURN,
-    canned: ());
-guarded_method!(MaintainRequest => MaintainResult, Maintain, maintain,
-optional: OptionalMethods::MAINTAIN,
-canned: MaintainResult {
-    changed: false,
-    bytes_freed: 0,
-    rewritten_entries: 0,
-    reason: ROption::RSome(DOWNGRADED_REASON.into()),
-},
-check: check_maintain);
+for_each_engine_method!(guarded_methods);
+
+/// [`GuardedEngine`]'s named call of each method of the table that takes an abort signal:
+/// a required method answers (`run`), an optional one is skipped when the engine lacks it
+/// (`call`).
+macro_rules! guarded_calls {
+    ($($name:ident($params:ident) -> $output:ty {
+        variant: $method:ident, request: $request:ident, optional: $optional:ident,
+        canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+    })*) => {
+        $(guarded_calls!(@one $name $optional $output, $method, $request);)*
+    };
+    (@one on_subagent_ended $($rest:tt)*) => {};
+    (@one $name:ident no $output:ty, $method:ident, $request:ident) => {
+        #[doc = concat!("`", stringify!($method), "`, guarded (see [`GuardedEngine::call`]).")]
+        ///
+        /// # Errors
+        /// An abort, strict policy, a fail-closed failure, or both engines failing.
+        pub fn $name(
+            &self,
+            request: Arc<crate::engines::request::$request>,
+            abort: Arc<AbortController>,
+        ) -> Result<Guarded<$output>, GuardError> {
+            self.run(&request, &abort)
+        }
+    };
+    (@one $name:ident yes $output:ty, $method:ident, $request:ident) => {
+        #[doc = concat!("`", stringify!($method), "`, guarded; `Ok(None)` when the engine has none.")]
+        ///
+        /// # Errors
+        /// An abort, strict policy, or both engines failing.
+        pub fn $name(
+            &self,
+            request: Arc<crate::engines::request::$request>,
+            abort: Arc<AbortController>,
+        ) -> Result<Option<Guarded<$output>>, GuardError> {
+            self.call(&request, &abort)
+        }
+    };
+}
 
 /// `callTool`: `legacy` declares no tools, so the model gets an error result.
 impl GuardedMethod for ToolCallRequest {
     type Output = ToolCallResult;
     const METHOD: Method = Method::CallTool;
-    const OPTIONAL: Option<u32> = Some(OptionalMethods::CALL_TOOL);
 
     fn call(
         &self,
@@ -380,7 +398,7 @@ impl GuardedMethod for ToolCallRequest {
         &self,
         output: &mut ToolCallResult,
         limits: &ResultLimits,
-    ) -> Result<(), String> {
+    ) -> Result<(), ContractViolation> {
         check_tool_result(self, output, limits)
     }
 
@@ -404,8 +422,6 @@ impl GuardedMethod for ToolCallRequest {
 impl GuardedMethod for SubagentSpawnRequest {
     type Output = Option<Rollback>;
     const METHOD: Method = Method::PrepareSubagentSpawn;
-    const FAIL_CLOSED: bool = true;
-    const OPTIONAL: Option<u32> = Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN);
 
     fn call(
         &self,
@@ -429,7 +445,6 @@ impl GuardedMethod for SubagentSpawnRequest {
 impl GuardedMethod for SubagentEndedRequest {
     type Output = ();
     const METHOD: Method = Method::OnSubagentEnded;
-    const OPTIONAL: Option<u32> = Some(OptionalMethods::ON_SUBAGENT_ENDED);
 
     fn call(
         &self,
@@ -443,6 +458,15 @@ impl GuardedMethod for SubagentEndedRequest {
     fn fallback(&self, _: &EngineInstance, _: &AbortSignal) -> Result<(), EngineCallError> {
         Ok(())
     }
+}
+
+/// Which engine of a guard a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Callee {
+    /// The configured engine (its result held to the contract, its failures quarantined).
+    Primary,
+    /// `legacy`, answering for it.
+    Fallback,
 }
 
 /// The configured engine behind quarantine, with `legacy` as its fallback.
@@ -618,10 +642,11 @@ impl GuardedEngine {
     /// inline on a session worker, else handed off to a pooled worker.
     fn bounded<R: GuardedMethod>(
         &self,
-        primary: bool,
+        callee: Callee,
         request: &Arc<R>,
         abort: &Arc<AbortController>,
     ) -> Result<R::Output, EngineCallError> {
+        let primary = callee == Callee::Primary;
         let window = self.window(R::METHOD);
         let mask = self.mask;
         let engine = if primary {
@@ -767,7 +792,7 @@ impl GuardedEngine {
         }
         if self.is_default() {
             return self
-                .bounded(true, request, abort)
+                .bounded(Callee::Primary, request, abort)
                 .map_err(fail)
                 .map(|value| Guarded {
                     value,
@@ -787,14 +812,14 @@ impl GuardedEngine {
                 )));
             }
             return self
-                .bounded(false, request, abort)
+                .bounded(Callee::Fallback, request, abort)
                 .map_err(fail)
                 .map(|value| Guarded {
                     value,
                     answer: answer(&self.fallback_id, None, true),
                 });
         }
-        match self.bounded(true, request, abort) {
+        match self.bounded(Callee::Primary, request, abort) {
             Ok(value) => Ok(Guarded {
                 value,
                 answer: answer(&self.id, None, false),
@@ -804,7 +829,10 @@ impl GuardedEngine {
             }
             // A compaction past its safety timeout is an abort, as in OpenClaw: the caller
             // gets `Compaction timed out`, and the engine stays in service.
-            Err(error) if operation == Method::Compact && error.kind == CallErrorKind::TimedOut => {
+            Err(error)
+                if !spec(operation).guard.overrun_counts
+                    && error.kind == CallErrorKind::TimedOut =>
+            {
                 Err(fail(error))
             }
             Err(mut error) => {
@@ -819,17 +847,19 @@ impl GuardedEngine {
                         ),
                     );
                 }
-                self.quarantine.record(
-                    &self.id,
-                    self.owner.as_ref(),
-                    operation.as_str(),
-                    &error.message,
-                );
+                if spec(operation).guard.quarantines {
+                    self.quarantine.record(
+                        &self.id,
+                        self.owner.as_ref(),
+                        operation.as_str(),
+                        &error.message,
+                    );
+                }
                 if R::FAIL_CLOSED || self.policy == FallbackPolicy::Strict {
                     return Err(fail(error));
                 }
                 // The fallback gets a fresh signal: the primary's may have fired on timeout.
-                match self.bounded(false, request, &Arc::new(AbortController::new())) {
+                match self.bounded(Callee::Fallback, request, &Arc::new(AbortController::new())) {
                     Ok(value) => Ok(Guarded {
                         value,
                         answer: answer(&self.fallback_id, Some(error), false),
@@ -841,103 +871,7 @@ impl GuardedEngine {
         }
     }
 
-    /// `assemble`, falling back to legacy's pass-through.
-    ///
-    /// # Errors
-    /// An abort, strict policy, a timeout with strict policy, or both engines failing.
-    pub fn assemble(
-        &self,
-        request: Arc<AssembleRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Guarded<AssembleResult>, GuardError> {
-        self.run(&request, &abort)
-    }
-
-    /// `ingest`, falling back to legacy (`{ingested:false}`).
-    ///
-    /// # Errors
-    /// As [`GuardedEngine::assemble`].
-    pub fn ingest(
-        &self,
-        request: Arc<IngestRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Guarded<IngestResult>, GuardError> {
-        self.run(&request, &abort)
-    }
-
-    /// `compact`: bounded by the compaction safety timeout, fails closed.
-    ///
-    /// # Errors
-    /// The engine's original error (it is also quarantined), `Compaction timed out`, or an abort.
-    pub fn compact(
-        &self,
-        request: Arc<CompactRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Guarded<CompactResult>, GuardError> {
-        self.run(&request, &abort)
-    }
-
-    /// `bootstrap`; `Ok(None)` when the engine has none.
-    ///
-    /// # Errors
-    /// As [`GuardedEngine::assemble`].
-    pub fn bootstrap(
-        &self,
-        request: Arc<BootstrapRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Option<Guarded<BootstrapResult>>, GuardError> {
-        self.call(&request, &abort)
-    }
-
-    /// `ingestBatch`; `Ok(None)` when the engine has none.
-    ///
-    /// # Errors
-    /// As [`GuardedEngine::assemble`].
-    pub fn ingest_batch(
-        &self,
-        request: Arc<IngestBatchRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Option<Guarded<IngestBatchResult>>, GuardError> {
-        self.call(&request, &abort)
-    }
-
-    /// `afterTurn`; `Ok(None)` when the engine has none.
-    ///
-    /// # Errors
-    /// As [`GuardedEngine::assemble`].
-    pub fn after_turn(
-        &self,
-        request: Arc<AfterTurnRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Option<Guarded<()>>, GuardError> {
-        self.call(&request, &abort)
-    }
-
-    /// `maintain`; `Ok(None)` when the engine has none.
-    ///
-    /// # Errors
-    /// As [`GuardedEngine::assemble`].
-    pub fn maintain(
-        &self,
-        request: Arc<MaintainRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Option<Guarded<MaintainResult>>, GuardError> {
-        self.call(&request, &abort)
-    }
-
-    /// `callTool` of a tool the engine declared; `Ok(None)` when the engine has no `callTool`.
-    /// When the engine fails (and is quarantined), the model gets an error result: `legacy`
-    /// declares no tools.
-    ///
-    /// # Errors
-    /// As [`GuardedEngine::assemble`].
-    pub fn call_tool(
-        &self,
-        request: Arc<ToolCallRequest>,
-        abort: Arc<AbortController>,
-    ) -> Result<Option<Guarded<ToolCallResult>>, GuardError> {
-        self.call(&request, &abort)
-    }
+    for_each_engine_method!(guarded_calls);
 
     /// `prepareSubagentSpawn`: fails closed. `Ok(None)` when the engine has none.
     ///
@@ -968,7 +902,7 @@ impl GuardedEngine {
 impl OnStuck for GuardedEngine {
     fn on_stuck(&self, method: Method, primary: bool, overrun: &Overrun) -> WorkError {
         let error = overrun_error(method, overrun);
-        if primary && method != Method::Compact && error.kind == CallErrorKind::TimedOut {
+        if primary && spec(method).guard.overrun_counts && error.kind == CallErrorKind::TimedOut {
             self.quarantine.record(
                 &self.id,
                 self.owner.as_ref(),

@@ -26,7 +26,7 @@ pub mod wire;
 pub mod worker;
 
 pub use confine::{SANDBOX_VIOLATION_PREFIX, SANDBOX_VIOLATION_STATUS};
-pub use settings::{serve_worker_if_requested, set_worker_program, worker_program};
+pub use settings::{set_worker_program, worker_program};
 
 /// How long either side looks for the other's next frame before it sleeps in the kernel: a
 /// wake-up from a blocking read or `poll` costs tens of µs on an idle machine, more than a
@@ -111,6 +111,29 @@ fn refuse_weak(protections: &confine::Protections, allow_weak: bool) -> Result<S
         line.push_str("\nweak: accepted by sandbox.allowWeak");
     }
     Ok(line)
+}
+
+/// Makes this program a worker when it was started as one, else records that it can start
+/// workers from itself and returns. Call it first in `main`, before anything else runs (no
+/// threads, no logging): a worker's process is the engine's, confined before the library
+/// opens.
+///
+/// ```no_run
+/// // The first statement of the embedder's `main`:
+/// pincer_host::isolation::serve_worker_if_requested();
+/// ```
+///
+/// When `argv[1]` is `engine-worker`, this never returns: the worker serves its host and the
+/// process exits with the worker's status.
+pub fn serve_worker_if_requested() {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == settings::WORKER_ARG)
+    {
+        let status = worker::main();
+        std::process::exit(status);
+    }
+    settings::record_serves_workers();
 }
 
 #[cfg(test)]

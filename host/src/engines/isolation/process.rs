@@ -52,8 +52,10 @@ use super::protocol::{
 use super::settings::{Confinement, WorkerSettings};
 use super::wire;
 use crate::engines::backend::{current_call_abort, EngineBackend, Rollback};
-use crate::engines::instance::{CallErrorKind, EngineCallError, EngineDescriptor};
+use crate::engines::descriptor::EngineDescriptor;
+use crate::engines::error::{CallErrorKind, EngineCallError};
 use crate::engines::output_cap::{OutputCap, Stream, Verdict};
+use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::types::Method;
 
 /// How many sessions' messages a worker holds at most (the least recently used go first).
@@ -297,6 +299,41 @@ fn during(method: Method) -> String {
 }
 
 impl ProcessBackend {
+    /// Creates engine `engine_id` of an isolated `library` in a worker process of its own,
+    /// confined by `confinement`, with the worker settings of the environment.
+    ///
+    /// # Errors
+    /// The worker could not start, or the factory failed (its error, or how the worker died).
+    pub fn from_library(
+        library: &Arc<LoadedLibrary>,
+        engine_id: &str,
+        config: &serde_json::Value,
+        dirs: &EngineDirs,
+        host: HostServicesArc,
+        confinement: Confinement,
+    ) -> Result<Self, EngineCallError> {
+        let start = WorkerStart {
+            request: StartRequest {
+                agent_dir: dirs.agent_dir.clone(),
+                workspace_dir: dirs.workspace_dir.clone(),
+                plugin_dir: Some(library.manifest().dir.to_string_lossy().into_owned()),
+                state_dir: dirs
+                    .engine_state_dir(engine_id)
+                    .map(|d| d.to_string_lossy().into_owned()),
+                ..StartRequest::new(
+                    library.copy_path(),
+                    library.facts().into(),
+                    engine_id.to_owned(),
+                    config.to_string(),
+                    &confinement,
+                )
+            },
+            settings: WorkerSettings::from_environment()
+                .map_err(|e| EngineCallError::new(CallErrorKind::Failed, e))?,
+        };
+        Self::start(start, host)
+    }
+
     /// Starts a worker and its engine; `services` answers the engine's host services.
     ///
     /// # Errors
@@ -478,6 +515,16 @@ pub enum ProbeError {
     /// The library crashed or failed its checks in the worker.
     #[error("{0}")]
     Failed(String),
+}
+
+impl ProbeError {
+    /// A stable snake_case code for machines (`probe_unavailable`, `probe_failed`).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            ProbeError::Unavailable(_) => "probe_unavailable",
+            ProbeError::Failed(_) => "probe_failed",
+        }
+    }
 }
 
 /// The probe the runtime installs in its loader ([`crate::plugins::library::LibraryProbe`]):

@@ -633,6 +633,19 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+impl FrameError {
+    /// A stable snake_case code for machines (`frame_closed`, `frame_too_large`,
+    /// `frame_malformed`, `frame_io`).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            FrameError::Closed => "frame_closed",
+            FrameError::TooLarge(_) => "frame_too_large",
+            FrameError::Malformed(_) => "frame_malformed",
+            FrameError::Io(_) => "frame_io",
+        }
+    }
+}
+
 /// Encodes `frame` (length prefix included) into `out`, which is cleared first.
 ///
 /// # Errors

@@ -4,7 +4,7 @@
 //! **The worker program is the host itself.** A worker is this very executable, started again
 //! through `/proc/self/exe` (the file the kernel mapped at start, whatever is now at its
 //! path), as `<exe> engine-worker` — never a file found by name beside the binary or on `PATH`.
-//! A `main` becomes able to serve workers by calling [`serve_worker_if_requested`] first (the
+//! A `main` becomes able to serve workers by calling [`serve_worker_if_requested`](super::serve_worker_if_requested) first (the
 //! `pincer` binary does; an embedder's binary does the same). A program that cannot call it (a
 //! test harness) names an explicit worker program with [`set_worker_program`]: an absolute
 //! path, checked like a plugin's files. A program that did neither has no worker program:
@@ -94,7 +94,7 @@ impl WorkerSettings {
     /// The defaults, with the program of [`worker_program`].
     ///
     /// # Errors
-    /// No worker program: this process's `main` did not call [`serve_worker_if_requested`]
+    /// No worker program: this process's `main` did not call [`serve_worker_if_requested`](super::serve_worker_if_requested)
     /// and none was named with [`set_worker_program`].
     pub fn from_environment() -> Result<Self, String> {
         Ok(WorkerSettings {
@@ -106,28 +106,14 @@ impl WorkerSettings {
     }
 }
 
-/// Makes this program a worker when it was started as one, else records that it can start
-/// workers from itself and returns. Call it first in `main`, before anything else runs (no
-/// threads, no logging): a worker's process is the engine's, confined before the library
-/// opens.
-///
-/// ```no_run
-/// // The first statement of the embedder's `main`:
-/// pincer_host::isolation::serve_worker_if_requested();
-/// ```
-///
-/// When `argv[1]` is `engine-worker`, this never returns: the worker serves its host and the
-/// process exits with the worker's status.
-pub fn serve_worker_if_requested() {
-    if std::env::args_os().nth(1).is_some_and(|a| a == WORKER_ARG) {
-        let status = super::worker::main();
-        std::process::exit(status);
-    }
+/// Records that this program's `main` serves workers (see
+/// [`serve_worker_if_requested`](super::serve_worker_if_requested)(super::serve_worker_if_requested)).
+pub(super) fn record_serves_workers() {
     SERVES_WORKERS.store(true, Ordering::Release);
 }
 
 /// Names an explicit worker program, for a process whose `main` cannot call
-/// [`serve_worker_if_requested`] (a test harness): an absolute path to a regular, executable
+/// [`serve_worker_if_requested`](super::serve_worker_if_requested) (a test harness): an absolute path to a regular, executable
 /// file, owned by root or this user and writable by nobody else, as plugin files are checked.
 /// It is run as `<program> engine-worker` and must be a build of this host (the handshake
 /// checks the protocol). Once set it stays; setting the same path again is accepted.
@@ -187,7 +173,7 @@ fn check_worker_program(program: &Path) -> Result<(), String> {
 }
 
 /// The worker program: the one named with [`set_worker_program`]; else this executable
-/// ([`SELF_EXE`]) when `main` called [`serve_worker_if_requested`].
+/// ([`SELF_EXE`]) when `main` called [`serve_worker_if_requested`](super::serve_worker_if_requested).
 ///
 /// # Errors
 /// Neither: what the embedder must do.
