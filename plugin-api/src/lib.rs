@@ -153,36 +153,51 @@
 #![allow(non_local_definitions)] // emitted by abi_stable's derives on current rustc
 #![warn(missing_docs)]
 
-pub mod abi;
 mod author;
-pub mod extension;
 pub mod interop;
-pub mod loading;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tokens;
 
+/// The ABI layer (the `pincer-plugin-abi` crate), for the export machinery and for hosts that
+/// still reach it through this crate. Not part of the authoring API: an engine never needs it.
+#[doc(hidden)]
+pub use pincer_plugin_abi as abi;
+
+/// The ABI's checked extension point (`pincer_plugin_abi::extension`). Not part of the
+/// authoring API.
+#[doc(hidden)]
+pub use pincer_plugin_abi::extension;
+
 pub use abi::v1::{
     AbortSignal, BlockKind, CommitTurnStatus, CompactionTarget, Content, ContentBlock, Cost,
-    EngineError, EntryId, HostOperation, IngestBatchResult, IngestResult, Message, MessageError,
+    EntryId, HostOperation, IngestBatchResult, IngestResult, Message, MessageError,
     PromptAuthority, ReasonCode, Role, RuntimeMode, SelectionSource, SubagentContextMode,
     SubagentEndReason, ToolCallRef, TurnMaintenanceMode, Usage,
 };
 pub use author::{
-    into_engine_box, AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap,
+    AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap,
     BootstrapParams, BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult,
-    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineInfo, EntryIds, FactoryContext,
+    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineError, EngineInfo, EntryIds,
+    ErrorKind, FactoryContext,
     Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest, Maintain,
-    MaintainParams, MaintainReason, MaintainResult, ModelRef, OptionalFns, PromptCache,
+    MaintainParams, MaintainReason, MaintainResult, ModelRef, PromptCache,
     RuntimeSettings, SessionTarget, SpawnRollback, SubagentEnded, SubagentEndedParams,
     SubagentSpawn, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolNames, ToolSpec, Tools,
     TranscriptAnchor,
 };
 
-/// The version of this crate, compiled into every plugin's manifest.
-pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// How a host links an engine statically (pincer's built-in `legacy`, benchmarks, tests): the
+/// ABI object a plugin library would return for it. Not part of the authoring API.
+#[doc(hidden)]
+pub use author::{into_engine_box, OptionalFns};
+
+/// The version of the engine contract, compiled into every plugin's manifest: this crate's
+/// version, which `pincer-plugin-abi` shares (the two are released in lockstep).
+pub const API_VERSION: &str = pincer_plugin_abi::API_VERSION;
 
 /// The abi_stable version the ABI layer is built on.
-pub const ABI_STABLE_VERSION: &str = "0.11.3";
+pub const ABI_STABLE_VERSION: &str = pincer_plugin_abi::ABI_STABLE_VERSION;
 
 /// Everything an engine author needs, in one import.
 pub mod prelude {
@@ -190,7 +205,7 @@ pub mod prelude {
         AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap, BootstrapParams,
         BootstrapResult, CommitTurn, CommitTurnParams, CommitTurnStatus, CompactParams,
         CompactResult, Compaction, Content, ContentBlock, ContextBuilder, Dispose, Engine,
-        EngineError, EngineInfo, FactoryContext, Host, HostOperation, IngestBatch,
+        EngineError, EngineInfo, ErrorKind, FactoryContext, Host, HostOperation, IngestBatch,
         IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmRequest, Maintain,
         MaintainParams, MaintainReason, MaintainResult, Message, Role, SpawnRollback,
         SubagentEnded, SubagentEndedParams, SubagentSpawn, SubagentSpawnParams, ToolCallParams,
@@ -201,11 +216,11 @@ pub mod prelude {
 /// Implementation details of the macros. Not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use pincer_plugin_abi as abi;
+
     pub use crate::author::export::{make_engine, new_engine_entry, EngineMaker, Exported};
 
-    /// The bytes that open the manifest record a library embeds (see
-    /// [`crate::loading::read_embedded_manifest`]).
-    pub const MANIFEST_MAGIC: &str = "\u{0}PINCER-LIBRARY-MANIFEST\u{0}v1\u{0}";
+    pub use pincer_plugin_abi::MANIFEST_MAGIC;
 
     /// The length of the record made of `parts`, with its closing NUL.
     pub const fn record_len(parts: &[&str]) -> usize {

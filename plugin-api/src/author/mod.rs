@@ -10,6 +10,7 @@
 //! **Stability:** additive within 1.x (new optional traits, new helpers); no ABI here.
 
 mod assemble;
+mod error;
 pub(crate) mod export;
 pub(crate) mod log_forward;
 mod params;
@@ -19,9 +20,10 @@ use std::path::Path;
 
 use crate::abi::v1 as abi;
 use crate::abi::{ROption, RSlice, RStr};
-use crate::{AbortSignal, CommitTurnStatus, EngineError, IngestBatchResult, IngestResult, Message};
+use crate::{AbortSignal, CommitTurnStatus, IngestBatchResult, IngestResult, Message};
 
 pub use assemble::{AssembleResult, ContextBuilder, ContextItem};
+pub use error::{EngineError, ErrorKind};
 pub use export::{into_engine_box, OptionalFns, SpawnRollback};
 pub use params::{
     AfterTurnParams, AssembleParams, BootstrapParams, CommitTurnParams, CompactParams, EntryIds,
@@ -348,7 +350,7 @@ impl Clone for Host {
 
 /// Another handle to the same host services (a reference-count increment).
 pub(crate) fn share_host(services: &abi::HostServicesArc) -> abi::HostServicesArc {
-    abi::HostServicesAbi_TO::from_sabi(services.obj.shallow_clone())
+    pincer_plugin_abi::objects::share_host_services(services)
 }
 
 impl std::fmt::Debug for Host {
@@ -363,7 +365,9 @@ impl Host {
     }
 
     /// Wraps a host's services object: for hosts that link an engine statically (pincer's
-    /// built-in `legacy`, benchmarks) and so create it without a library's factory.
+    /// built-in `legacy`, benchmarks) and so create it without a library's factory. Not part of
+    /// the authoring API.
+    #[doc(hidden)]
     pub fn from_services(services: abi::HostServicesArc) -> Self {
         Host { services }
     }
@@ -381,6 +385,7 @@ impl Host {
             .delegate_compaction_to_runtime(params.raw)
             .into_result()
             .map(CompactResult::from_abi)
+            .map_err(EngineError::from_abi)
     }
 
     /// Completes with the host's model; the answer is an assistant message.
@@ -399,6 +404,7 @@ impl Host {
             .llm_complete(&raw)
             .into_result()
             .map(|r| r.message)
+            .map_err(EngineError::from_abi)
     }
 
     /// The host's token estimate of `messages` (§9.5).

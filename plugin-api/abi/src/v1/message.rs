@@ -1246,8 +1246,10 @@ fn exact_i64(value: &Value) -> Option<i64> {
     }
 }
 
-/// An optional FFI string as `Option<&str>`.
-pub(crate) fn opt_text(value: &ROption<RString>) -> Option<&str> {
+/// An optional FFI string as `Option<&str>`. For the authoring crate's views; not part of the
+/// API.
+#[doc(hidden)]
+pub fn opt_text(value: &ROption<RString>) -> Option<&str> {
     match value {
         ROption::RSome(s) => Some(s.as_str()),
         ROption::RNone => None,
