@@ -31,7 +31,7 @@ use pincer_plugin_api::abi::latest::{
     SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
 };
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
-use pincer_plugin_api::loading::{host_services, open_library};
+use crate::plugins::loading::{host_services, open_library};
 
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
