@@ -176,12 +176,11 @@ pub use abi::v1::{
     SubagentEndReason, ToolCallRef, TurnMaintenanceMode, Usage,
 };
 pub use author::{
-    AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap,
-    BootstrapParams, BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult,
-    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineError, EngineInfo, EntryIds,
-    ErrorKind, FactoryContext,
-    Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest, Maintain,
-    MaintainParams, MaintainReason, MaintainResult, ModelRef, PromptCache,
+    AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap, BootstrapParams,
+    BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult, Compaction,
+    ContextBuilder, ContextItem, Dispose, Engine, EngineError, EngineInfo, EntryIds, ErrorKind,
+    FactoryContext, Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest,
+    Maintain, MaintainParams, MaintainReason, MaintainResult, ModelRef, PromptCache,
     RuntimeSettings, SessionTarget, SpawnRollback, SubagentEnded, SubagentEndedParams,
     SubagentSpawn, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolNames, ToolSpec, Tools,
     TranscriptAnchor,

@@ -543,7 +543,8 @@ impl TestEngine {
         };
         self.engine
             .compact(&params)
-            .into_result().map_err(EngineError::from_abi)
+            .into_result()
+            .map_err(EngineError::from_abi)
             .map(CompactResult::from_abi)
     }
 
@@ -565,7 +566,10 @@ impl TestEngine {
             is_heartbeat: false,
             host: self.host_params(&abort),
         };
-        self.engine.ingest(&params).into_result().map_err(EngineError::from_abi)
+        self.engine
+            .ingest(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `ingestBatch` of `conversation`.
@@ -584,7 +588,10 @@ impl TestEngine {
             is_heartbeat: false,
             host: self.host_params(&abort),
         };
-        self.engine.ingest_batch(&params).into_result().map_err(EngineError::from_abi)
+        self.engine
+            .ingest_batch(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `afterTurn` with `conversation` as the snapshot, of which the first
@@ -609,7 +616,10 @@ impl TestEngine {
             token_budget: ROption::RNone,
             host: self.host_params(&abort),
         };
-        self.engine.after_turn(&params).into_result().map_err(EngineError::from_abi)
+        self.engine
+            .after_turn(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `bootstrap`.
@@ -625,7 +635,8 @@ impl TestEngine {
         };
         self.engine
             .bootstrap(&params)
-            .into_result().map_err(EngineError::from_abi)
+            .into_result()
+            .map_err(EngineError::from_abi)
             .map(BootstrapResult::from_abi)
     }
 
@@ -643,7 +654,8 @@ impl TestEngine {
         };
         self.engine
             .maintain(&params)
-            .into_result().map_err(EngineError::from_abi)
+            .into_result()
+            .map_err(EngineError::from_abi)
             .map(MaintainResult::from_abi)
     }
 
@@ -666,7 +678,8 @@ impl TestEngine {
         };
         self.engine
             .call_tool(&params)
-            .into_result().map_err(EngineError::from_abi)
+            .into_result()
+            .map_err(EngineError::from_abi)
             .map(|r| (r.content.into_string(), r.is_error))
     }
 
@@ -683,7 +696,10 @@ impl TestEngine {
             child_session_key: RStr::from_str(child_session_key),
             reason,
         };
-        self.engine.on_subagent_ended(&params).into_result().map_err(EngineError::from_abi)
+        self.engine
+            .on_subagent_ended(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `commitTurn` of `conversation` as one accepted turn with `advancement_key`.
@@ -719,7 +735,10 @@ impl TestEngine {
             is_heartbeat: false,
             host: self.host_params(&abort),
         };
-        self.engine.commit_turn(&params).into_result().map_err(EngineError::from_abi)
+        self.engine
+            .commit_turn(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `dispose`.
@@ -727,7 +746,10 @@ impl TestEngine {
     /// # Errors
     /// The engine's error.
     pub fn dispose(&self) -> Result<(), EngineError> {
-        self.engine.dispose().into_result().map_err(EngineError::from_abi)
+        self.engine
+            .dispose()
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 }
 

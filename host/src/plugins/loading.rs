@@ -23,7 +23,7 @@ use pincer_plugin_abi::v1::{
 };
 use pincer_plugin_abi::API_VERSION;
 
-pub use pincer_plugin_abi::objects::{host_services, host_spawn_rollback, share_host_services};
+pub use pincer_plugin_abi::objects::{host_services, host_spawn_rollback};
 
 /// Why a library could not be opened as a pincer plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -154,7 +154,11 @@ mod tests {
         let cases = [
             (EngineError::failed("x"), ErrorKind::Failed, "x"),
             (EngineError::aborted("y"), ErrorKind::Aborted, "y"),
-            (EngineError::invalid_config("z"), ErrorKind::InvalidConfig, "z"),
+            (
+                EngineError::invalid_config("z"),
+                ErrorKind::InvalidConfig,
+                "z",
+            ),
             (
                 EngineError::not_implemented("maintain"),
                 ErrorKind::NotImplemented,

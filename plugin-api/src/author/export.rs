@@ -30,12 +30,12 @@ use super::{
 };
 use crate::abi::v1 as abi;
 use crate::abi::v1::EngineError as AbiError;
-use crate::EngineError;
 use crate::abi::v1::{
     CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, ExtensionRef, FactoryParams,
     HostServicesArc, IngestBatchResult, IngestResult, OptionalMethods, SpawnRollbackAbi,
     SpawnRollbackAbi_TO, SpawnRollbackBox,
 };
+use crate::EngineError;
 
 /// Runs `f`, turning a panic into [`EngineError::Panicked`] that names `method`.
 pub fn guard<T, E: Into<AbiError>>(
@@ -526,10 +526,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         })
     }
 
-    fn assemble(
-        &self,
-        params: &abi::AssembleParams<'_>,
-    ) -> RResult<abi::AssembleResult, AbiError> {
+    fn assemble(&self, params: &abi::AssembleParams<'_>) -> RResult<abi::AssembleResult, AbiError> {
         let _scope = self.scope();
         guard("assemble", || {
             self.engine
@@ -583,10 +580,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         )
     }
 
-    fn maintain(
-        &self,
-        params: &abi::MaintainParams<'_>,
-    ) -> RResult<abi::MaintainResult, AbiError> {
+    fn maintain(&self, params: &abi::MaintainParams<'_>) -> RResult<abi::MaintainResult, AbiError> {
         let _scope = self.scope();
         optional(
             "maintain",
@@ -722,8 +716,7 @@ pub trait Exported: Engine {
 
 /// One engine a library exports: its id and how to make it.
 #[doc(hidden)]
-pub type EngineMaker =
-    fn(&FactoryParams<'_>, HostServicesArc, bool) -> Result<EngineBox, AbiError>;
+pub type EngineMaker = fn(&FactoryParams<'_>, HostServicesArc, bool) -> Result<EngineBox, AbiError>;
 
 /// The exported factory's body: install the panic hook and log forwarder, find the engine by
 /// id, create it under [`guard`].
