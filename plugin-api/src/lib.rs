@@ -29,6 +29,7 @@
 //! /// Keeps the newest `keep` messages.
 //! struct Newest {
 //!     keep: usize,
+//!     host: Host,
 //! }
 //!
 //! #[derive(serde::Deserialize)]
@@ -39,9 +40,12 @@
 //! impl Engine for Newest {
 //!     const ID: &'static str = "newest";
 //!
-//!     fn create(ctx: FactoryContext<'_>, _host: Host) -> Result<Self, EngineError> {
+//!     fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
 //!         let config: Config = ctx.config()?;
-//!         Ok(Newest { keep: config.keep })
+//!         if config.keep == 0 {
+//!             return Err(EngineError::invalid_config("`keep` must be at least 1"));
+//!         }
+//!         Ok(Newest { keep: config.keep, host })
 //!     }
 //!
 //!     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -58,8 +62,10 @@
 //!         Ok(ContextBuilder::new().keep_range(n.saturating_sub(self.keep)..n).finish())
 //!     }
 //!
-//!     fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-//!         Ok(CompactResult::nothing_to_do("nothing stored"))
+//!     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+//!         // It does not own compaction: the runtime's keeps `/compact` and overflow recovery
+//!         // working (see `Engine::compact`).
+//!         self.host.delegate_compaction_to_runtime(params)
 //!     }
 //! }
 //!
@@ -67,12 +73,22 @@
 //! # fn main() {}
 //! ```
 //!
+//! Errors are [`EngineError`]s: an opaque value built with its constructors
+//! ([`EngineError::failed`], [`EngineError::invalid_config`], …) and read with
+//! [`EngineError::kind`] and [`EngineError::message`].
+//!
 //! Optional methods are traits ([`AfterTurn`], [`Bootstrap`], [`CommitTurn`], [`Dispose`], …):
 //! implement the ones you need and the host sees exactly those (the contract's lifecycle
 //! depends on it).
 //!
-//! [`testing`] lets you test an engine the way the host will drive it — through the entry
-//! point your library exports — without a host.
+//! `testing` (the `testing` cargo feature, for your dev-dependencies) lets you test an engine
+//! the way the host will drive it — through the entry point your library exports — without a
+//! host:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! pincer-plugin-api = { version = "1", features = ["testing"] }
+//! ```
 //!
 //! ## Messages
 //!

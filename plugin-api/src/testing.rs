@@ -7,13 +7,15 @@
 //! use pincer_plugin_api::prelude::*;
 //! use pincer_plugin_api::testing::{Conversation, TestEngine, TestHost};
 //!
-//! struct LastTwo;
+//! struct LastTwo {
+//!     host: Host,
+//! }
 //!
 //! impl Engine for LastTwo {
 //!     const ID: &'static str = "last-two";
-//!     fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> {
+//!     fn create(_: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
 //!         tracing::info!("last-two created");
-//!         Ok(LastTwo)
+//!         Ok(LastTwo { host })
 //!     }
 //!     fn info(&self) -> Result<EngineInfo, EngineError> {
 //!         Ok(EngineInfo::new("Last two", "0.1.0"))
@@ -25,8 +27,9 @@
 //!         let n = p.messages.len();
 //!         Ok(ContextBuilder::new().keep_range(n.saturating_sub(2)..n).finish())
 //!     }
-//!     fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-//!         Ok(CompactResult::nothing_to_do("nothing stored"))
+//!     fn compact(&self, p: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+//!         // It does not own compaction: the runtime compacts.
+//!         self.host.delegate_compaction_to_runtime(p)
 //!     }
 //! }
 //!

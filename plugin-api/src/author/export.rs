@@ -423,14 +423,14 @@ probe!(
 ///
 /// ```
 /// # use pincer_plugin_api::prelude::*;
-/// # struct E;
+/// # struct E(Host);
 /// # impl Engine for E {
 /// #     const ID: &'static str = "e";
-/// #     fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> { Ok(E) }
+/// #     fn create(_: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> { Ok(E(host)) }
 /// #     fn info(&self) -> Result<EngineInfo, EngineError> { Ok(EngineInfo::new("E", "0.1.0")) }
 /// #     fn ingest(&self, _: &IngestParams<'_>) -> Result<IngestResult, EngineError> { Ok(IngestResult::default()) }
 /// #     fn assemble(&self, p: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> { Ok(AssembleResult::pass_through(p.messages.len())) }
-/// #     fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> { Ok(CompactResult::nothing_to_do("")) }
+/// #     fn compact(&self, p: &CompactParams<'_>) -> Result<CompactResult, EngineError> { self.0.delegate_compaction_to_runtime(p) }
 /// # }
 /// impl Dispose for E {
 ///     fn dispose(&self) -> Result<(), EngineError> { Ok(()) }

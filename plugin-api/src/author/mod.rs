@@ -42,13 +42,15 @@ pub use results::{
 /// use pincer_plugin_api::prelude::*;
 ///
 /// /// Keeps every message: the smallest engine that honours the contract.
-/// struct KeepAll;
+/// struct KeepAll {
+///     host: Host,
+/// }
 ///
 /// impl Engine for KeepAll {
 ///     const ID: &'static str = "keep-all";
 ///
-///     fn create(_ctx: FactoryContext<'_>, _host: Host) -> Result<Self, EngineError> {
-///         Ok(KeepAll)
+///     fn create(_ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
+///         Ok(KeepAll { host })
 ///     }
 ///
 ///     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -63,8 +65,9 @@ pub use results::{
 ///         Ok(AssembleResult::pass_through(params.messages.len()))
 ///     }
 ///
-///     fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-///         Ok(CompactResult::nothing_to_do("keep-all never compacts"))
+///     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+///         // It does not own compaction: the runtime compacts.
+///         self.host.delegate_compaction_to_runtime(params)
 ///     }
 /// }
 ///

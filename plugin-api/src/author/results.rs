@@ -306,7 +306,9 @@ impl CompactResult {
         })
     }
 
-    /// `ok: true, compacted: false`: nothing needed compacting.
+    /// `ok: true, compacted: false`: nothing needed compacting. Only for an engine that owns
+    /// compaction (its [`EngineInfo::owns_compaction`]) and found nothing to compact; an engine
+    /// that does not own it answers with [`crate::Host::delegate_compaction_to_runtime`].
     pub fn nothing_to_do(reason: impl Into<String>) -> Self {
         CompactResult(abi::CompactResult {
             ok: true,

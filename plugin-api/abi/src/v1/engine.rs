@@ -151,7 +151,7 @@ impl AbortSignal {
 /// The host side of an [`AbortSignal`]: fires it and remembers that it did.
 ///
 /// ```
-/// use pincer_plugin_api::abi::latest::AbortController;
+/// use pincer_plugin_abi::latest::AbortController;
 /// let controller = AbortController::new();
 /// assert!(!controller.signal().is_aborted());
 /// controller.abort();
@@ -328,8 +328,8 @@ impl OptionalMethods {
 
 /// What an engine says about itself (`info`).
 ///
-/// Engines build it with the authoring `pincer_plugin_api::EngineInfo`; the adapter adds the id and the
-/// optional methods.
+/// Engines build it with the authoring `pincer_plugin_api::EngineInfo`; the adapter adds the id
+/// and the optional methods.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct EngineInfo {
@@ -908,7 +908,8 @@ pub trait SpawnRollbackAbi: Send + Sync {
 pub type SpawnRollbackBox = SpawnRollbackAbi_TO<'static, RBox<()>>;
 
 /// The engine object as it crosses the boundary. Engine authors never implement this: they
-/// implement `pincer_plugin_api::Engine` and let `pincer_plugin_api::export_engine!` adapt it, catching every panic.
+/// implement `pincer_plugin_api::Engine` and let `pincer_plugin_api::export_engine!` adapt it,
+/// catching every panic.
 ///
 /// Every method takes `&self`: the host may call one engine from several threads (one per
 /// session) at once.

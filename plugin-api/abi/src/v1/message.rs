@@ -599,7 +599,7 @@ impl<'a> Content<'a> {
 /// One message of a conversation, in OpenClaw's shape (see the module docs).
 ///
 /// ```
-/// use pincer_plugin_api::{Message, Role};
+/// use pincer_plugin_abi::latest::{Message, Role};
 /// let m = Message::user("Book me a flight to Seattle");
 /// assert_eq!(m.role(), Role::User);
 /// assert_eq!(m.plain_text(), "Book me a flight to Seattle");
