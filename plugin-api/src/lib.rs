@@ -1,22 +1,22 @@
 //! # pincer-plugin-api
 //!
 //! The engine contract of [pincer](https://example.invalid/pincer): everything a context
-//! engine plugin and the host agree on, in two layers.
+//! engine plugin's author writes against: a plain Rust [`Engine`] trait and one trait per
+//! optional method, whose parameters are borrowed views (`&str`, `&[Message]`, `Option<u64>`,
+//! plain enums) and whose results are built with builders ([`ContextBuilder`],
+//! [`CompactResult`], [`EngineInfo`]); errors are the opaque [`EngineError`].
+//! [`export_engine!`] adapts an engine to the ABI, catches every panic inside the plugin,
+//! forwards the plugin's `tracing` events to the host, and embeds the library's own manifest.
+//! Engine authors need nothing else, and see no FFI type.
 //!
-//! - **The authoring layer** (the crate root): a plain Rust [`Engine`] trait and one trait per
-//!   optional method, whose parameters are borrowed views (`&str`, `&[Message]`,
-//!   `Option<u64>`, plain enums) and whose results are built with builders
-//!   ([`ContextBuilder`], [`CompactResult`], [`EngineInfo`]); [`export_engine!`] adapts an
-//!   engine to the ABI, catches every panic inside the plugin, forwards the plugin's `tracing`
-//!   events to the host, and embeds the library's own manifest. Engine authors need nothing
-//!   else, and see no FFI type.
-//! - **The ABI layer** ([`abi`]): frozen `#[repr(C)]` types checked by `abi_stable` at load
-//!   time — messages, parameters and results of every engine method, `runtimeSettings` v1,
-//!   the engine and host-services trait objects, and the root module a plugin exports.
-//!   **API Boundary**: what third-party binaries are compiled against. Hosts use it through
-//!   [`abi::latest`].
+//! The crates of the contract, after nushell's plugin crates:
 //!
-//! This is the only crate that names `abi_stable`; plugins and the host use its re-exports.
+//! - `pincer-plugin-api` (this crate): the authoring API. Its `testing` feature adds
+//!   `testing`, the test support (a dev-dependency feature).
+//! - `pincer-plugin-abi`: the ABI layer — frozen `#[repr(C)]` types checked by `abi_stable` at
+//!   load time, the root module a plugin exports, the layout baseline. **API Boundary**: what
+//!   third-party binaries are compiled against; hosts depend on it directly. Authors never
+//!   name it: this crate's macros reach it themselves.
 //!
 //! ## Writing an engine
 //!
@@ -101,7 +101,7 @@
 //! ## Panics
 //!
 //! Every call is run under `catch_unwind` inside the plugin and a panic comes back to the host
-//! as [`EngineError::Panicked`] carrying the message and location; the host quarantines the
+//! as [`ErrorKind::Panicked`] carrying the message and location; the host quarantines the
 //! engine and keeps answering on `legacy`. This only works with `panic = "unwind"` (the
 //! default). A library built with `panic = "abort"` is refused before it is loaded: its
 //! embedded manifest says how it was built.
@@ -119,8 +119,8 @@
 //!
 //! [`export_engine!`] embeds the library's manifest — plugin id, version, api version, engine
 //! ids, `panic = "unwind"`, abi_stable version — as plain JSON data in a section of its own
-//! (`.pincer_manifest` on ELF), so a host reads it from the file's bytes
-//! ([`loading::read_embedded_manifest`]) before it runs any of the library's code. The root
+//! (`.pincer_manifest` on ELF), so a host reads it from the file's bytes before it runs any of
+//! the library's code. The root
 //! module returns the same manifest once loaded.
 //!
 //! ## Evolution
@@ -128,40 +128,16 @@
 //! The rule third parties can rely on: **a plugin built against 1.x loads in every host of
 //! 1.y with y ≥ x.**
 //!
-//! - The v1 ABI types never change layout. abi_stable checks layouts at load, and its check is
-//!   directional: a host compiled against a root module or vtable with more members refuses
-//!   plugins compiled with fewer. `cargo xtask abi-check` (also run by `cargo test`) compares
-//!   every frozen type's layout with the committed baseline and fails on any change.
-//! - So the root module ([`abi::v1::PluginModule`]), the engine object
-//!   ([`abi::v1::EngineAbi`]) and the host services ([`abi::v1::HostServicesAbi`]) each end in an
-//!   `extension(name)` member marked `#[sabi(last_prefix_field)]`. A later minor adds a
-//!   capability as a separately checked extension module (see [`extension`]); a host asks for it
-//!   by name and treats its absence as "older plugin".
-//! - The authoring layer may grow in a minor (new optional traits, new helpers, new fields of
-//!   the `#[non_exhaustive]` parameter views) without touching the ABI.
-//! - A change that cannot be expressed that way is a new major (`abi::v2`); hosts import
-//!   [`abi::latest`] and keep one adapter per older major.
+//! - This crate may grow in a minor (new optional traits, new helpers, new fields of the
+//!   `#[non_exhaustive]` parameter views) without touching the ABI.
+//! - The ABI underneath (the `pincer-plugin-abi` crate, released in lockstep with this one)
+//!   never changes layout in 1.x; new capabilities are separately checked extensions. Its
+//!   documentation has the rules, and why each of its enums is closed.
 //! - The library's manifest carries the api version it was built against; the host refuses a
 //!   different major, and a newer minor than its own only if the plugin declares it needs it
 //!   (`apiVersion` in `pincer.plugin.json`).
-//!
-//! ### Enums
-//!
-//! No ABI enum gains a variant in 1.x, and none uses abi_stable's `NonExhaustive`: a new
-//! variant changes the layout every 1.0 library was checked against (so old plugins would be
-//! refused), and `NonExhaustive` costs an indirection and an interface type on every value.
-//! Instead, each enum is either a closed set by the contract, or carries its open end inside:
-//!
-//! | enum | direction | why it is closed |
-//! |---|---|---|
-//! | [`Role`], [`BlockKind`], the private content representation | host → engine | OpenClaw adds roles and block types; they arrive as `Other`, with their name and JSON kept, so nothing is lost and nothing needs a new variant |
-//! | [`HostOperation`] | engine → host | the contract's three operations; a new one is a new host-requirements extension |
-//! | [`TurnMaintenanceMode`], [`abi::v1::PromptAuthority`] | engine → host | two values each, fixed by the contract |
-//! | [`CompactionTarget`], [`SubagentContextMode`], [`SubagentEndReason`] | host → engine | fixed by the contract; a new value would be unreadable to 1.0 engines, so it goes to an extension |
-//! | [`CommitTurnStatus`] | engine → host | the contract accepts exactly `committed` and `duplicate` |
-//! | [`EngineError`] | engine → host | its kinds decide the host's reaction (quarantine, abort, not implemented); new detail goes in the message |
-//! | `abi::v1::LogLevel`, `abi::v1::AssembledItem` | both | tracing's five levels; a context item is a reference or a new message |
-//! | `RuntimeMode`, `SelectionSource`, `ReasonCode` | host → engine | `runtimeSettings` schema version 1 (§7) fixes them |
+//! - What changed in each release, and how to migrate: `CHANGELOG.md` beside this crate's
+//!   `Cargo.toml`.
 //!
 //! Strings stay strings where the contract's set is open: capability names, `maintain`'s
 //! reason ([`MaintainReason::Other`]), `transcriptSemantics` values.

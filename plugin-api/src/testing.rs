@@ -392,7 +392,7 @@ impl TestEngine {
     /// ([`crate::export_engine!`] in the same crate), and reads its info.
     ///
     /// # Errors
-    /// What the factory or `info` returns (a panic comes back as [`EngineError::Panicked`]).
+    /// What the factory or `info` returns (a panic comes back as [`ErrorKind::Panicked`](crate::ErrorKind::Panicked)).
     pub fn new<E: Exported>(
         host: &TestHost,
         config: serde_json::Value,
@@ -578,7 +578,7 @@ impl TestEngine {
     /// `ingestBatch` of `conversation`.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn ingest_batch(
         &self,
         conversation: &Conversation,
@@ -601,7 +601,7 @@ impl TestEngine {
     /// `pre_prompt_message_count` existed before the turn.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn after_turn(
         &self,
         conversation: &Conversation,
@@ -628,7 +628,7 @@ impl TestEngine {
     /// `bootstrap`.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn bootstrap(&self) -> Result<BootstrapResult, EngineError> {
         let abort = self.controller();
         let params = abi::BootstrapParams {
@@ -646,7 +646,7 @@ impl TestEngine {
     /// `maintain` for `reason` (`bootstrap` or `turn`).
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn maintain(&self, reason: &str) -> Result<MaintainResult, EngineError> {
         let abort = self.controller();
         let params = abi::MaintainParams {
@@ -665,7 +665,7 @@ impl TestEngine {
     /// `callTool`: `(content, is_error)`.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn call_tool(
         &self,
         name: &str,

@@ -62,22 +62,22 @@ impl fmt::Display for ErrorKind {
 }
 
 impl EngineError {
-    /// An error of kind [`ErrorKind::Failed`] with the given message.
+    /// An error of kind [`ErrorKind::Failed`](crate::ErrorKind::Failed) with the given message.
     pub fn failed(message: impl Into<String>) -> Self {
         EngineError(abi::EngineError::failed(message))
     }
 
-    /// An error of kind [`ErrorKind::Aborted`] with the given message.
+    /// An error of kind [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) with the given message.
     pub fn aborted(message: impl Into<String>) -> Self {
         EngineError(abi::EngineError::aborted(message))
     }
 
-    /// An error of kind [`ErrorKind::InvalidConfig`] with the given message.
+    /// An error of kind [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) with the given message.
     pub fn invalid_config(message: impl Into<String>) -> Self {
         EngineError(abi::EngineError::invalid_config(message))
     }
 
-    /// An error of kind [`ErrorKind::NotImplemented`] naming the method: "`method` is not
+    /// An error of kind [`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) naming the method: "`method` is not
     /// implemented".
     pub fn not_implemented(method: &str) -> Self {
         EngineError(abi::EngineError::not_implemented(method))

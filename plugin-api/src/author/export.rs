@@ -2,7 +2,7 @@
 //!
 //! Every call into engine code goes through [`guard`], which runs it under `catch_unwind`
 //! *inside the plugin* (the only place a catch works: abi_stable turns an unwind that reaches
-//! its FFI shims into `exit(1)`), so a panic comes back as [`EngineError::Panicked`].
+//! its FFI shims into `exit(1)`), so a panic comes back as [`ErrorKind::Panicked`](crate::ErrorKind::Panicked).
 //!
 //! Which optional methods an engine has is found at compile time, in the plugin, by autoref
 //! specialisation on the concrete engine type (the `Probe` traits below): implementing
@@ -37,7 +37,7 @@ use crate::abi::v1::{
 };
 use crate::EngineError;
 
-/// Runs `f`, turning a panic into [`EngineError::Panicked`] that names `method`.
+/// Runs `f`, turning a panic into [`ErrorKind::Panicked`](crate::ErrorKind::Panicked) that names `method`.
 pub fn guard<T, E: Into<AbiError>>(
     method: &str,
     f: impl FnOnce() -> Result<T, E>,

@@ -245,7 +245,7 @@ impl<'a> FactoryContext<'a> {
     /// `configSchema`; this reads it into the engine's own type.
     ///
     /// # Errors
-    /// [`EngineError::InvalidConfig`] naming what serde rejected.
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming what serde rejected.
     pub fn config<T: serde::de::DeserializeOwned>(&self) -> Result<T, EngineError> {
         let text = if self.config_json().trim().is_empty() {
             "{}"

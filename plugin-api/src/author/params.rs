@@ -731,7 +731,7 @@ impl<'a> ToolCallParams<'a> {
     /// The arguments, deserialized into the tool's own type.
     ///
     /// # Errors
-    /// [`EngineError::Failed`] naming what serde rejected.
+    /// [`ErrorKind::Failed`](crate::ErrorKind::Failed) naming what serde rejected.
     pub fn arguments<T: serde::de::DeserializeOwned>(&self) -> Result<T, EngineError> {
         serde_json::from_str(self.arguments_json).map_err(|err| {
             EngineError::failed(format!("arguments of tool \"{}\": {err}", self.tool_name))
