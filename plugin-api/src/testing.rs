@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use abi_stable::std_types::{ROption, RResult, RSlice, RStr};
+use pincer_plugin_abi::abi_stable::std_types::{ROption, RResult, RSlice, RStr};
 
 use crate::abi::v1 as abi;
 use crate::abi::v1::{

@@ -68,6 +68,8 @@ pub mod objects;
 pub mod v1;
 
 #[doc(hidden)]
+pub mod fixtures;
+#[doc(hidden)]
 pub mod layout_report;
 
 pub use v1 as latest;

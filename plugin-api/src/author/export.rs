@@ -18,8 +18,8 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, Once};
 
-use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr};
+use pincer_plugin_abi::abi_stable::sabi_trait::TD_Opaque;
+use pincer_plugin_abi::abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr};
 
 use super::{
     AfterTurn, AfterTurnParams, AssembleParams, Bootstrap, BootstrapParams, BootstrapResult,
