@@ -138,7 +138,10 @@ impl AbortSignal {
         self.aborted.load(Ordering::Acquire)
     }
 
-    /// `Err(EngineError::Aborted)` once the signal fired: `signal.check()?` in a loop.
+    /// `Err(EngineError::Aborted)` once the signal fired, in the ABI's error. Hidden from the
+    /// documentation: engines use `pincer_plugin_api`'s `params.host.check_abort()?`, which
+    /// returns the authoring API's error.
+    #[doc(hidden)]
     pub fn check(&self) -> Result<(), EngineError> {
         if self.is_aborted() {
             Err(EngineError::aborted("Context engine operation aborted."))
