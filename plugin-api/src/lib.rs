@@ -380,3 +380,16 @@ pub mod __private {
         }
     }
 }
+
+/// What the authoring API no longer exposes (each must fail to compile):
+///
+/// the ABI's error variants (the error is opaque) —
+/// ```compile_fail
+/// let _ = pincer_plugin_api::EngineError::Failed("x".into());
+/// ```
+/// the host's loader (it is the host's own) —
+/// ```compile_fail
+/// use pincer_plugin_api::loading::open_library;
+/// ```
+#[cfg(doctest)]
+pub struct NoFfiInTheAuthoringApi;
