@@ -1,22 +1,22 @@
 //! # pincer-plugin-api
 //!
 //! The engine contract of [pincer](https://example.invalid/pincer): everything a context
-//! engine plugin and the host agree on, in two layers.
+//! engine plugin's author writes against: a plain Rust [`Engine`] trait and one trait per
+//! optional method, whose parameters are borrowed views (`&str`, `&[Message]`, `Option<u64>`,
+//! plain enums) and whose results are built with builders ([`ContextBuilder`],
+//! [`CompactResult`], [`EngineInfo`]); errors are the opaque [`EngineError`].
+//! [`export_engine!`] adapts an engine to the ABI, catches every panic inside the plugin,
+//! forwards the plugin's `tracing` events to the host, and embeds the library's own manifest.
+//! Engine authors need nothing else, and see no FFI type.
 //!
-//! - **The authoring layer** (the crate root): a plain Rust [`Engine`] trait and one trait per
-//!   optional method, whose parameters are borrowed views (`&str`, `&[Message]`,
-//!   `Option<u64>`, plain enums) and whose results are built with builders
-//!   ([`ContextBuilder`], [`CompactResult`], [`EngineInfo`]); [`export_engine!`] adapts an
-//!   engine to the ABI, catches every panic inside the plugin, forwards the plugin's `tracing`
-//!   events to the host, and embeds the library's own manifest. Engine authors need nothing
-//!   else, and see no FFI type.
-//! - **The ABI layer** ([`abi`]): frozen `#[repr(C)]` types checked by `abi_stable` at load
-//!   time — messages, parameters and results of every engine method, `runtimeSettings` v1,
-//!   the engine and host-services trait objects, and the root module a plugin exports.
-//!   **API Boundary**: what third-party binaries are compiled against. Hosts use it through
-//!   [`abi::latest`].
+//! The crates of the contract, after nushell's plugin crates:
 //!
-//! This is the only crate that names `abi_stable`; plugins and the host use its re-exports.
+//! - `pincer-plugin-api` (this crate): the authoring API. Its `testing` feature adds
+//!   `testing`, the test support (a dev-dependency feature).
+//! - `pincer-plugin-abi`: the ABI layer — frozen `#[repr(C)]` types checked by `abi_stable` at
+//!   load time, the root module a plugin exports, the layout baseline. **API Boundary**: what
+//!   third-party binaries are compiled against; hosts depend on it directly. Authors never
+//!   name it: this crate's macros reach it themselves.
 //!
 //! ## Writing an engine
 //!
@@ -29,6 +29,7 @@
 //! /// Keeps the newest `keep` messages.
 //! struct Newest {
 //!     keep: usize,
+//!     host: Host,
 //! }
 //!
 //! #[derive(serde::Deserialize)]
@@ -39,9 +40,12 @@
 //! impl Engine for Newest {
 //!     const ID: &'static str = "newest";
 //!
-//!     fn create(ctx: FactoryContext<'_>, _host: Host) -> Result<Self, EngineError> {
+//!     fn create(ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
 //!         let config: Config = ctx.config()?;
-//!         Ok(Newest { keep: config.keep })
+//!         if config.keep == 0 {
+//!             return Err(EngineError::invalid_config("`keep` must be at least 1"));
+//!         }
+//!         Ok(Newest { keep: config.keep, host })
 //!     }
 //!
 //!     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -58,8 +62,10 @@
 //!         Ok(ContextBuilder::new().keep_range(n.saturating_sub(self.keep)..n).finish())
 //!     }
 //!
-//!     fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-//!         Ok(CompactResult::nothing_to_do("nothing stored"))
+//!     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+//!         // It does not own compaction: the runtime's keeps `/compact` and overflow recovery
+//!         // working (see `Engine::compact`).
+//!         self.host.delegate_compaction_to_runtime(params)
 //!     }
 //! }
 //!
@@ -67,12 +73,22 @@
 //! # fn main() {}
 //! ```
 //!
+//! Errors are [`EngineError`]s: an opaque value built with its constructors
+//! ([`EngineError::failed`], [`EngineError::invalid_config`], …) and read with
+//! [`EngineError::kind`] and [`EngineError::message`].
+//!
 //! Optional methods are traits ([`AfterTurn`], [`Bootstrap`], [`CommitTurn`], [`Dispose`], …):
 //! implement the ones you need and the host sees exactly those (the contract's lifecycle
 //! depends on it).
 //!
-//! [`testing`] lets you test an engine the way the host will drive it — through the entry
-//! point your library exports — without a host.
+//! `testing` (the `testing` cargo feature, for your dev-dependencies) lets you test an engine
+//! the way the host will drive it — through the entry point your library exports — without a
+//! host:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! pincer-plugin-api = { version = "1", features = ["testing"] }
+//! ```
 //!
 //! ## Messages
 //!
@@ -85,7 +101,7 @@
 //! ## Panics
 //!
 //! Every call is run under `catch_unwind` inside the plugin and a panic comes back to the host
-//! as [`EngineError::Panicked`] carrying the message and location; the host quarantines the
+//! as [`ErrorKind::Panicked`] carrying the message and location; the host quarantines the
 //! engine and keeps answering on `legacy`. This only works with `panic = "unwind"` (the
 //! default). A library built with `panic = "abort"` is refused before it is loaded: its
 //! embedded manifest says how it was built.
@@ -103,8 +119,8 @@
 //!
 //! [`export_engine!`] embeds the library's manifest — plugin id, version, api version, engine
 //! ids, `panic = "unwind"`, abi_stable version — as plain JSON data in a section of its own
-//! (`.pincer_manifest` on ELF), so a host reads it from the file's bytes
-//! ([`loading::read_embedded_manifest`]) before it runs any of the library's code. The root
+//! (`.pincer_manifest` on ELF), so a host reads it from the file's bytes before it runs any of
+//! the library's code. The root
 //! module returns the same manifest once loaded.
 //!
 //! ## Evolution
@@ -112,77 +128,66 @@
 //! The rule third parties can rely on: **a plugin built against 1.x loads in every host of
 //! 1.y with y ≥ x.**
 //!
-//! - The v1 ABI types never change layout. abi_stable checks layouts at load, and its check is
-//!   directional: a host compiled against a root module or vtable with more members refuses
-//!   plugins compiled with fewer. `cargo xtask abi-check` (also run by `cargo test`) compares
-//!   every frozen type's layout with the committed baseline and fails on any change.
-//! - So the root module ([`abi::v1::PluginModule`]), the engine object
-//!   ([`abi::v1::EngineAbi`]) and the host services ([`abi::v1::HostServicesAbi`]) each end in an
-//!   `extension(name)` member marked `#[sabi(last_prefix_field)]`. A later minor adds a
-//!   capability as a separately checked extension module (see [`extension`]); a host asks for it
-//!   by name and treats its absence as "older plugin".
-//! - The authoring layer may grow in a minor (new optional traits, new helpers, new fields of
-//!   the `#[non_exhaustive]` parameter views) without touching the ABI.
-//! - A change that cannot be expressed that way is a new major (`abi::v2`); hosts import
-//!   [`abi::latest`] and keep one adapter per older major.
+//! - This crate may grow in a minor (new optional traits, new helpers, new fields of the
+//!   `#[non_exhaustive]` parameter views) without touching the ABI.
+//! - The ABI underneath (the `pincer-plugin-abi` crate, released in lockstep with this one)
+//!   never changes layout in 1.x; new capabilities are separately checked extensions. Its
+//!   documentation has the rules, and why each of its enums is closed.
 //! - The library's manifest carries the api version it was built against; the host refuses a
 //!   different major, and a newer minor than its own only if the plugin declares it needs it
 //!   (`apiVersion` in `pincer.plugin.json`).
-//!
-//! ### Enums
-//!
-//! No ABI enum gains a variant in 1.x, and none uses abi_stable's `NonExhaustive`: a new
-//! variant changes the layout every 1.0 library was checked against (so old plugins would be
-//! refused), and `NonExhaustive` costs an indirection and an interface type on every value.
-//! Instead, each enum is either a closed set by the contract, or carries its open end inside:
-//!
-//! | enum | direction | why it is closed |
-//! |---|---|---|
-//! | [`Role`], [`BlockKind`], the private content representation | host → engine | OpenClaw adds roles and block types; they arrive as `Other`, with their name and JSON kept, so nothing is lost and nothing needs a new variant |
-//! | [`HostOperation`] | engine → host | the contract's three operations; a new one is a new host-requirements extension |
-//! | [`TurnMaintenanceMode`], [`abi::v1::PromptAuthority`] | engine → host | two values each, fixed by the contract |
-//! | [`CompactionTarget`], [`SubagentContextMode`], [`SubagentEndReason`] | host → engine | fixed by the contract; a new value would be unreadable to 1.0 engines, so it goes to an extension |
-//! | [`CommitTurnStatus`] | engine → host | the contract accepts exactly `committed` and `duplicate` |
-//! | [`EngineError`] | engine → host | its kinds decide the host's reaction (quarantine, abort, not implemented); new detail goes in the message |
-//! | `abi::v1::LogLevel`, `abi::v1::AssembledItem` | both | tracing's five levels; a context item is a reference or a new message |
-//! | `RuntimeMode`, `SelectionSource`, `ReasonCode` | host → engine | `runtimeSettings` schema version 1 (§7) fixes them |
+//! - What changed in each release, and how to migrate: `CHANGELOG.md` beside this crate's
+//!   `Cargo.toml`.
 //!
 //! Strings stay strings where the contract's set is open: capability names, `maintain`'s
 //! reason ([`MaintainReason::Other`]), `transcriptSemantics` values.
 
-#![allow(non_local_definitions)] // emitted by abi_stable's derives on current rustc
 #![warn(missing_docs)]
 
-pub mod abi;
 mod author;
-pub mod extension;
 pub mod interop;
-pub mod loading;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tokens;
 
+/// The ABI layer (the `pincer-plugin-abi` crate), for the export machinery and for hosts that
+/// still reach it through this crate. Not part of the authoring API: an engine never needs it.
+#[doc(hidden)]
+pub use pincer_plugin_abi as abi;
+
+/// The ABI's checked extension point (`pincer_plugin_abi::extension`). Not part of the
+/// authoring API.
+#[doc(hidden)]
+pub use pincer_plugin_abi::extension;
+
 pub use abi::v1::{
     AbortSignal, BlockKind, CommitTurnStatus, CompactionTarget, Content, ContentBlock, Cost,
-    EngineError, EntryId, HostOperation, IngestBatchResult, IngestResult, Message, MessageError,
+    EntryId, HostOperation, IngestBatchResult, IngestResult, Message, MessageError,
     PromptAuthority, ReasonCode, Role, RuntimeMode, SelectionSource, SubagentContextMode,
     SubagentEndReason, ToolCallRef, TurnMaintenanceMode, Usage,
 };
 pub use author::{
-    into_engine_box, AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap,
-    BootstrapParams, BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult,
-    Compaction, ContextBuilder, ContextItem, Dispose, Engine, EngineInfo, EntryIds, FactoryContext,
-    Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest, Maintain,
-    MaintainParams, MaintainReason, MaintainResult, ModelRef, OptionalFns, PromptCache,
+    AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap, BootstrapParams,
+    BootstrapResult, CommitTurn, CommitTurnParams, CompactParams, CompactResult, Compaction,
+    ContextBuilder, ContextItem, Dispose, Engine, EngineError, EngineInfo, EntryIds, ErrorKind,
+    FactoryContext, Host, HostParams, IngestBatch, IngestBatchParams, IngestParams, LlmRequest,
+    Maintain, MaintainParams, MaintainReason, MaintainResult, ModelRef, PromptCache,
     RuntimeSettings, SessionTarget, SpawnRollback, SubagentEnded, SubagentEndedParams,
     SubagentSpawn, SubagentSpawnParams, ToolCallParams, ToolCallResult, ToolNames, ToolSpec, Tools,
     TranscriptAnchor,
 };
 
-/// The version of this crate, compiled into every plugin's manifest.
-pub const API_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// How a host links an engine statically (pincer's built-in `legacy`, benchmarks, tests): the
+/// ABI object a plugin library would return for it. Not part of the authoring API.
+#[doc(hidden)]
+pub use author::{into_engine_box, OptionalFns};
+
+/// The version of the engine contract, compiled into every plugin's manifest: this crate's
+/// version, which `pincer-plugin-abi` shares (the two are released in lockstep).
+pub const API_VERSION: &str = pincer_plugin_abi::API_VERSION;
 
 /// The abi_stable version the ABI layer is built on.
-pub const ABI_STABLE_VERSION: &str = "0.11.3";
+pub const ABI_STABLE_VERSION: &str = pincer_plugin_abi::ABI_STABLE_VERSION;
 
 /// Everything an engine author needs, in one import.
 pub mod prelude {
@@ -190,7 +195,7 @@ pub mod prelude {
         AfterTurn, AfterTurnParams, AssembleParams, AssembleResult, Bootstrap, BootstrapParams,
         BootstrapResult, CommitTurn, CommitTurnParams, CommitTurnStatus, CompactParams,
         CompactResult, Compaction, Content, ContentBlock, ContextBuilder, Dispose, Engine,
-        EngineError, EngineInfo, FactoryContext, Host, HostOperation, IngestBatch,
+        EngineError, EngineInfo, ErrorKind, FactoryContext, Host, HostOperation, IngestBatch,
         IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LlmRequest, Maintain,
         MaintainParams, MaintainReason, MaintainResult, Message, Role, SpawnRollback,
         SubagentEnded, SubagentEndedParams, SubagentSpawn, SubagentSpawnParams, ToolCallParams,
@@ -201,11 +206,11 @@ pub mod prelude {
 /// Implementation details of the macros. Not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use pincer_plugin_abi as abi;
+
     pub use crate::author::export::{make_engine, new_engine_entry, EngineMaker, Exported};
 
-    /// The bytes that open the manifest record a library embeds (see
-    /// [`crate::loading::read_embedded_manifest`]).
-    pub const MANIFEST_MAGIC: &str = "\u{0}PINCER-LIBRARY-MANIFEST\u{0}v1\u{0}";
+    pub use pincer_plugin_abi::MANIFEST_MAGIC;
 
     /// The length of the record made of `parts`, with its closing NUL.
     pub const fn record_len(parts: &[&str]) -> usize {
@@ -297,8 +302,8 @@ pub mod __private {
         }
         !bytes.is_empty()
     }
-    pub use abi_stable;
-    pub use abi_stable::library::{LibHeader, RootModuleResult};
+    pub use pincer_plugin_abi::abi_stable;
+    pub use pincer_plugin_abi::abi_stable::library::{LibHeader, RootModuleResult};
 
     /// The autoref-specialisation probes behind [`crate::optional_fns!`].
     pub mod probes {
@@ -362,95 +367,29 @@ pub mod __private {
         unsafe { LibHeader::from_constructor::<M>(constructor, CheckTypeLayout::Yes) }
     }
 
-    /// Test fixture only: a root module that claims to be pincer-plugin-api 2.0.0, exported by
-    /// `plugins/testing/future-api` to prove the host refuses another major.
-    pub mod future_api {
-        use abi_stable::library::RootModule;
-        use abi_stable::sabi_types::VersionStrings;
-        use abi_stable::std_types::RString;
-        use abi_stable::{declare_root_module_statics, StableAbi};
-
-        /// A v2 root module.
-        #[repr(C)]
-        #[derive(StableAbi)]
-        #[sabi(kind(Prefix(prefix_ref = FutureModuleRef)))]
-        #[sabi(missing_field(panic))]
-        pub struct FutureModule {
-            /// Something v1 does not have.
-            #[sabi(last_prefix_field)]
-            pub describe: extern "C" fn() -> RString,
-        }
-
-        impl RootModule for FutureModuleRef {
-            declare_root_module_statics! {FutureModuleRef}
-            const BASE_NAME: &'static str = "pincer_plugin";
-            const NAME: &'static str = "pincer plugin";
-            const VERSION_STRINGS: VersionStrings = VersionStrings {
-                version: abi_stable::std_types::RStr::from_str("2.0.0"),
-            };
-        }
-
-        /// Builds and leaks the v2 root module.
-        pub fn root_module(describe: extern "C" fn() -> RString) -> FutureModuleRef {
-            use abi_stable::prefix_type::PrefixTypeTrait;
-            FutureModule { describe }.leak_into_prefix()
-        }
-
-        /// Runs the constructor.
-        pub fn call_loader(f: fn() -> FutureModuleRef) -> super::RootModuleResult {
-            abi_stable::library::__call_root_module_loader(f)
-        }
-    }
-
-    /// Test fixture only: a root module that claims pincer-plugin-api 1.0.0 but whose layout
-    /// differs from [`PluginModule`] (its `manifest` returns a number), as a plugin built against
-    /// a tampered or mismatched copy of this crate would. Exported by
-    /// `plugins/testing/bad-layout` to prove the host refuses it with a one-line summary.
-    pub mod bad_layout {
-        use abi_stable::library::RootModule;
-        use abi_stable::sabi_types::VersionStrings;
-        use abi_stable::{declare_root_module_statics, StableAbi};
-
-        /// A root module with the wrong layout.
-        #[repr(C)]
-        #[derive(StableAbi)]
-        #[sabi(kind(Prefix(prefix_ref = BadLayoutModuleRef)))]
-        #[sabi(missing_field(panic))]
-        pub struct BadLayoutModule {
-            /// Returns a number where v1 returns a `LibraryManifest`.
-            #[sabi(last_prefix_field)]
-            pub manifest: extern "C" fn() -> u64,
-        }
-
-        impl RootModule for BadLayoutModuleRef {
-            declare_root_module_statics! {BadLayoutModuleRef}
-            const BASE_NAME: &'static str = "pincer_plugin";
-            const NAME: &'static str = "pincer plugin";
-            const VERSION_STRINGS: VersionStrings = VersionStrings {
-                version: abi_stable::std_types::RStr::from_str(crate::API_VERSION),
-            };
-        }
-
-        /// Builds and leaks the module.
-        pub fn root_module(manifest: extern "C" fn() -> u64) -> BadLayoutModuleRef {
-            use abi_stable::prefix_type::PrefixTypeTrait;
-            BadLayoutModule { manifest }.leak_into_prefix()
-        }
-
-        /// Runs the constructor.
-        pub fn call_loader(f: fn() -> BadLayoutModuleRef) -> super::RootModuleResult {
-            abi_stable::library::__call_root_module_loader(f)
-        }
-    }
+    pub use pincer_plugin_abi::fixtures::{bad_layout, future_api};
 
     #[cfg(test)]
     mod tests {
         #[test]
         fn exported_symbol_name_is_abi_stables() {
             assert_eq!(
-                abi_stable::library::ROOT_MODULE_LOADER_NAME,
+                super::abi_stable::library::ROOT_MODULE_LOADER_NAME,
                 "_1as_0lib_1header_0root_bmodule_bloader"
             );
         }
     }
 }
+
+/// What the authoring API no longer exposes (each must fail to compile):
+///
+/// the ABI's error variants (the error is opaque) —
+/// ```compile_fail
+/// let _ = pincer_plugin_api::EngineError::Failed("x".into());
+/// ```
+/// the host's loader (it is the host's own) —
+/// ```compile_fail
+/// use pincer_plugin_api::loading::open_library;
+/// ```
+#[cfg(doctest)]
+pub struct NoFfiInTheAuthoringApi;

@@ -7,13 +7,15 @@
 //! use pincer_plugin_api::prelude::*;
 //! use pincer_plugin_api::testing::{Conversation, TestEngine, TestHost};
 //!
-//! struct LastTwo;
+//! struct LastTwo {
+//!     host: Host,
+//! }
 //!
 //! impl Engine for LastTwo {
 //!     const ID: &'static str = "last-two";
-//!     fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> {
+//!     fn create(_: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
 //!         tracing::info!("last-two created");
-//!         Ok(LastTwo)
+//!         Ok(LastTwo { host })
 //!     }
 //!     fn info(&self) -> Result<EngineInfo, EngineError> {
 //!         Ok(EngineInfo::new("Last two", "0.1.0"))
@@ -25,8 +27,9 @@
 //!         let n = p.messages.len();
 //!         Ok(ContextBuilder::new().keep_range(n.saturating_sub(2)..n).finish())
 //!     }
-//!     fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-//!         Ok(CompactResult::nothing_to_do("nothing stored"))
+//!     fn compact(&self, p: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+//!         // It does not own compaction: the runtime compacts.
+//!         self.host.delegate_compaction_to_runtime(p)
 //!     }
 //! }
 //!
@@ -45,17 +48,17 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use abi_stable::std_types::{ROption, RResult, RSlice, RStr};
+use pincer_plugin_abi::abi_stable::std_types::{ROption, RResult, RSlice, RStr};
 
 use crate::abi::v1 as abi;
 use crate::abi::v1::{
-    AbortController, EngineBox, EngineError, EntryId, ExtensionRef, HostServicesAbi,
+    AbortController, EngineBox, EngineError as AbiError, EntryId, ExtensionRef, HostServicesAbi,
     HostServicesArc, LogLevel, LogRecord, Message,
 };
 use crate::author::export::Exported;
 use crate::{
-    BootstrapResult, CommitTurnStatus, CompactResult, CompactionTarget, ContentBlock, EngineInfo,
-    IngestBatchResult, IngestResult, MaintainResult, SubagentEndReason,
+    BootstrapResult, CommitTurnStatus, CompactResult, CompactionTarget, ContentBlock, EngineError,
+    EngineInfo, IngestBatchResult, IngestResult, MaintainResult, SubagentEndReason,
 };
 
 /// One log event an engine emitted.
@@ -120,7 +123,7 @@ impl HostServicesAbi for Services {
     fn llm_complete(
         &self,
         request: &abi::LlmCompleteRequest<'_>,
-    ) -> RResult<abi::LlmCompleteResponse, EngineError> {
+    ) -> RResult<abi::LlmCompleteResponse, AbiError> {
         if let Ok(mut requests) = self.0.model_requests.lock() {
             requests.push(request.messages.to_vec());
         }
@@ -132,8 +135,8 @@ impl HostServicesAbi for Services {
             .and_then(|mut r| r.pop_front());
         match reply {
             Some(Ok(message)) => RResult::ROk(abi::LlmCompleteResponse { message }),
-            Some(Err(error)) => RResult::RErr(EngineError::failed(error)),
-            None => RResult::RErr(EngineError::NotImplemented(
+            Some(Err(error)) => RResult::RErr(AbiError::failed(error)),
+            None => RResult::RErr(AbiError::NotImplemented(
                 "the test host's model has no reply queued (TestHost::reply_with)".into(),
             )),
         }
@@ -142,7 +145,7 @@ impl HostServicesAbi for Services {
     fn delegate_compaction_to_runtime(
         &self,
         _params: &abi::CompactParams<'_>,
-    ) -> RResult<abi::CompactResult, EngineError> {
+    ) -> RResult<abi::CompactResult, AbiError> {
         self.0.delegated_compactions.fetch_add(1, Ordering::SeqCst);
         RResult::ROk(
             CompactResult::nothing_to_do("the test host's runtime compacts nothing").into_abi(),
@@ -165,7 +168,7 @@ impl TestHost {
     }
 
     fn services(&self) -> HostServicesArc {
-        crate::loading::host_services(Services(Arc::clone(&self.state)))
+        pincer_plugin_abi::objects::host_services(Services(Arc::clone(&self.state)))
     }
 
     /// Queues the model's next answer: an assistant message with `text`.
@@ -389,7 +392,7 @@ impl TestEngine {
     /// ([`crate::export_engine!`] in the same crate), and reads its info.
     ///
     /// # Errors
-    /// What the factory or `info` returns (a panic comes back as [`EngineError::Panicked`]).
+    /// What the factory or `info` returns (a panic comes back as [`ErrorKind::Panicked`](crate::ErrorKind::Panicked)).
     pub fn new<E: Exported>(
         host: &TestHost,
         config: serde_json::Value,
@@ -544,6 +547,7 @@ impl TestEngine {
         self.engine
             .compact(&params)
             .into_result()
+            .map_err(EngineError::from_abi)
             .map(CompactResult::from_abi)
     }
 
@@ -565,13 +569,16 @@ impl TestEngine {
             is_heartbeat: false,
             host: self.host_params(&abort),
         };
-        self.engine.ingest(&params).into_result()
+        self.engine
+            .ingest(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `ingestBatch` of `conversation`.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn ingest_batch(
         &self,
         conversation: &Conversation,
@@ -584,14 +591,17 @@ impl TestEngine {
             is_heartbeat: false,
             host: self.host_params(&abort),
         };
-        self.engine.ingest_batch(&params).into_result()
+        self.engine
+            .ingest_batch(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `afterTurn` with `conversation` as the snapshot, of which the first
     /// `pre_prompt_message_count` existed before the turn.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn after_turn(
         &self,
         conversation: &Conversation,
@@ -609,13 +619,16 @@ impl TestEngine {
             token_budget: ROption::RNone,
             host: self.host_params(&abort),
         };
-        self.engine.after_turn(&params).into_result()
+        self.engine
+            .after_turn(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `bootstrap`.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn bootstrap(&self) -> Result<BootstrapResult, EngineError> {
         let abort = self.controller();
         let params = abi::BootstrapParams {
@@ -626,13 +639,14 @@ impl TestEngine {
         self.engine
             .bootstrap(&params)
             .into_result()
+            .map_err(EngineError::from_abi)
             .map(BootstrapResult::from_abi)
     }
 
     /// `maintain` for `reason` (`bootstrap` or `turn`).
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn maintain(&self, reason: &str) -> Result<MaintainResult, EngineError> {
         let abort = self.controller();
         let params = abi::MaintainParams {
@@ -644,13 +658,14 @@ impl TestEngine {
         self.engine
             .maintain(&params)
             .into_result()
+            .map_err(EngineError::from_abi)
             .map(MaintainResult::from_abi)
     }
 
     /// `callTool`: `(content, is_error)`.
     ///
     /// # Errors
-    /// The engine's error ([`EngineError::NotImplemented`] without the method).
+    /// The engine's error ([`ErrorKind::NotImplemented`](crate::ErrorKind::NotImplemented) without the method).
     pub fn call_tool(
         &self,
         name: &str,
@@ -667,6 +682,7 @@ impl TestEngine {
         self.engine
             .call_tool(&params)
             .into_result()
+            .map_err(EngineError::from_abi)
             .map(|r| (r.content.into_string(), r.is_error))
     }
 
@@ -683,7 +699,10 @@ impl TestEngine {
             child_session_key: RStr::from_str(child_session_key),
             reason,
         };
-        self.engine.on_subagent_ended(&params).into_result()
+        self.engine
+            .on_subagent_ended(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `commitTurn` of `conversation` as one accepted turn with `advancement_key`.
@@ -719,7 +738,10 @@ impl TestEngine {
             is_heartbeat: false,
             host: self.host_params(&abort),
         };
-        self.engine.commit_turn(&params).into_result()
+        self.engine
+            .commit_turn(&params)
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 
     /// `dispose`.
@@ -727,7 +749,10 @@ impl TestEngine {
     /// # Errors
     /// The engine's error.
     pub fn dispose(&self) -> Result<(), EngineError> {
-        self.engine.dispose().into_result()
+        self.engine
+            .dispose()
+            .into_result()
+            .map_err(EngineError::from_abi)
     }
 }
 
@@ -785,7 +810,9 @@ mod tests {
             .ingest(&conversation.messages()[0], None)
             .unwrap_err();
         assert!(
-            matches!(&err, EngineError::Panicked(m) if m.contains("ingest is broken") && m.contains("testing.rs")),
+            err.kind() == ErrorKind::Panicked
+                && err.message().contains("ingest is broken")
+                && err.message().contains("testing.rs"),
             "{err}"
         );
         engine.assemble(&conversation, None).unwrap();
@@ -799,7 +826,7 @@ mod tests {
         engine.abort_calls(true);
         assert!(matches!(
             engine.assemble(&conversation, None),
-            Err(EngineError::Aborted(_))
+            Err(err) if err.kind() == ErrorKind::Aborted
         ));
     }
 

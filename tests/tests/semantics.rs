@@ -927,7 +927,8 @@ impl RuntimeCompactor for RecordingCompactor {
     fn compact(
         &self,
         params: &pincer_plugin_api::abi::v1::CompactParams<'_>,
-    ) -> Result<pincer_plugin_api::abi::v1::CompactResult, pincer_plugin_api::EngineError> {
+    ) -> Result<pincer_plugin_api::abi::v1::CompactResult, pincer_plugin_api::abi::v1::EngineError>
+    {
         self.calls.lock().unwrap().push((
             params.session_id.as_str().to_owned(),
             params.messages.len(),

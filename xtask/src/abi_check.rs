@@ -1,5 +1,5 @@
 //! `cargo xtask abi-check [--bless]`: run the test that compares the layout of every frozen v1
-//! ABI type with the committed baseline (`plugin-api/abi/v1.layout.txt`). The same test runs in
+//! ABI type (crate `pincer-plugin-abi`) with the committed baseline (`plugin-api/abi/v1.layout.txt`). The same test runs in
 //! `cargo test`, so CI catches a layout change either way; this command is the short path, and
 //! `--bless` (only before 1.0 is published) rewrites the baseline.
 
@@ -13,7 +13,7 @@ pub(crate) fn run(bless: bool) -> Result<ExitCode> {
     command.args([
         "test",
         "-p",
-        "pincer-plugin-api",
+        "pincer-plugin-abi",
         "--lib",
         "abi_layouts_match_the_committed_baseline",
     ]);

@@ -178,6 +178,8 @@ serde = { workspace = true }
 tracing = { workspace = true }
 
 [dev-dependencies]
+# `pincer_plugin_api::testing`: drive the engine through its exported entry point.
+pincer-plugin-api = { workspace = true, features = ["testing"] }
 serde_json = { workspace = true }
 
 [lints]
@@ -204,6 +206,8 @@ serde = { version = "1", features = ["derive"] }
 tracing = "0.1"
 
 [dev-dependencies]
+# `pincer_plugin_api::testing`: drive the engine through its exported entry point.
+pincer-plugin-api = { path = "{{api_path}}", features = ["testing"] }
 serde_json = "1"
 
 # Its own workspace: it builds wherever it is, inside another workspace's folder or not.

@@ -2,7 +2,7 @@
 //!
 //! - Every plugin folder (a folder under `plugins/` with a `Cargo.toml`) has a `pincer.plugin.json`
 //!   with an `id`, and builds a `cdylib`.
-//! - Only `plugin-api/Cargo.toml` names `abi_stable` as a dependency: the ABI stays behind the API crate.
+//! - Only `plugin-api/abi/Cargo.toml` names `abi_stable` as a dependency: the ABI stays in the ABI crate.
 //! - Every `.rs` file of the crates and tests starts with a `//!` doc.
 //! - No `.rs` file has trailing whitespace.
 //! - The host's top-level modules depend one way (see [`HOST_LAYERS`]): a `crate::<module>`
@@ -60,7 +60,7 @@ const HOST_LAYERS: &[&str] = &[
 ];
 
 /// The only manifest allowed to depend on `abi_stable`.
-const ABI_STABLE_OWNER: &str = "plugin-api/Cargo.toml";
+const ABI_STABLE_OWNER: &str = "plugin-api/abi/Cargo.toml";
 
 #[test]
 fn tidy() {
@@ -170,7 +170,7 @@ fn check_abi_stable_is_confined(root: &Path, problems: &mut Vec<Problem>) {
                 root,
                 &cargo_toml,
                 line,
-                format!("only {ABI_STABLE_OWNER} may depend on abi_stable; use pincer-plugin-api"),
+                format!("only {ABI_STABLE_OWNER} may depend on abi_stable; use pincer-plugin-abi"),
             ));
         }
     }

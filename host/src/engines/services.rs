@@ -80,7 +80,7 @@ impl HostServices {
 
     /// The FFI object handed to the engine.
     pub fn into_abi(self) -> HostServicesArc {
-        pincer_plugin_api::loading::host_services(self)
+        crate::plugins::loading::host_services(self)
     }
 }
 

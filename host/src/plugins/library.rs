@@ -26,12 +26,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
-use pincer_plugin_api::abi::{ROption, RStr};
-use pincer_plugin_api::loading::{
+use crate::plugins::loading::{
     open_closable_library, open_library, read_embedded_manifest, EmbeddedManifest,
     EmbeddedManifestError, OpenError, OpenedLibrary,
 };
+use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
+use pincer_plugin_api::abi::{ROption, RStr};
 use serde::Serialize;
 
 use super::cache;

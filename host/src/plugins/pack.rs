@@ -15,7 +15,7 @@ use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use pincer_plugin_api::loading::{read_embedded_manifest, EmbeddedManifest};
+use crate::plugins::loading::{read_embedded_manifest, EmbeddedManifest};
 use serde_json::{Map, Value};
 
 use crate::plugins::install::{verify_folder, InstallError};

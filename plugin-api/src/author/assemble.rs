@@ -52,6 +52,7 @@ impl AssembleResult {
     }
 
     /// The ABI value.
+    #[doc(hidden)]
     pub fn into_abi(self) -> abi::AssembleResult {
         self.0
     }
@@ -64,25 +65,6 @@ pub enum ContextItem<'a> {
     Kept(Range<usize>),
     /// A message the engine made.
     New(&'a Message),
-}
-
-impl abi::AssembleResult {
-    /// The messages this result stands for, in prompt order: references into `input` for kept
-    /// messages (ranges clamped to it), references into the result for new ones. No copies.
-    pub fn resolve<'a>(&'a self, input: &'a [Message]) -> Vec<&'a Message> {
-        let mut out = Vec::new();
-        for item in self.items.iter() {
-            match item {
-                abi::AssembledItem::Input { start, end } => {
-                    let end = usize::try_from(*end).unwrap_or(usize::MAX).min(input.len());
-                    let start = usize::try_from(*start).unwrap_or(usize::MAX).min(end);
-                    out.extend(input[start..end].iter());
-                }
-                abi::AssembledItem::New(message) => out.push(&**message),
-            }
-        }
-        out
-    }
 }
 
 /// Builds the answer of `assemble`.

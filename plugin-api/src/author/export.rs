@@ -2,7 +2,7 @@
 //!
 //! Every call into engine code goes through [`guard`], which runs it under `catch_unwind`
 //! *inside the plugin* (the only place a catch works: abi_stable turns an unwind that reaches
-//! its FFI shims into `exit(1)`), so a panic comes back as [`EngineError::Panicked`].
+//! its FFI shims into `exit(1)`), so a panic comes back as [`ErrorKind::Panicked`](crate::ErrorKind::Panicked).
 //!
 //! Which optional methods an engine has is found at compile time, in the plugin, by autoref
 //! specialisation on the concrete engine type (the `Probe` traits below): implementing
@@ -18,8 +18,8 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, Once};
 
-use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr};
+use pincer_plugin_abi::abi_stable::sabi_trait::TD_Opaque;
+use pincer_plugin_abi::abi_stable::std_types::{RErr, ROk, ROption, RResult, RStr};
 
 use super::{
     AfterTurn, AfterTurnParams, AssembleParams, Bootstrap, BootstrapParams, BootstrapResult,
@@ -29,21 +29,23 @@ use super::{
     ToolCallResult, Tools,
 };
 use crate::abi::v1 as abi;
+use crate::abi::v1::EngineError as AbiError;
 use crate::abi::v1::{
-    CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, EngineError, ExtensionRef, FactoryParams,
+    CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, ExtensionRef, FactoryParams,
     HostServicesArc, IngestBatchResult, IngestResult, OptionalMethods, SpawnRollbackAbi,
     SpawnRollbackAbi_TO, SpawnRollbackBox,
 };
+use crate::EngineError;
 
-/// Runs `f`, turning a panic into [`EngineError::Panicked`] that names `method`.
-pub fn guard<T>(
+/// Runs `f`, turning a panic into [`ErrorKind::Panicked`](crate::ErrorKind::Panicked) that names `method`.
+pub fn guard<T, E: Into<AbiError>>(
     method: &str,
-    f: impl FnOnce() -> Result<T, EngineError>,
-) -> RResult<T, EngineError> {
+    f: impl FnOnce() -> Result<T, E>,
+) -> RResult<T, AbiError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(value)) => ROk(value),
-        Ok(Err(err)) => RErr(err),
-        Err(payload) => RErr(EngineError::Panicked(
+        Ok(Err(err)) => RErr(err.into()),
+        Err(payload) => RErr(AbiError::Panicked(
             format!("panicked in {method}: {}", contain_panic(payload)).into(),
         )),
     }
@@ -220,7 +222,7 @@ impl Drop for SpawnRollback {
 }
 
 impl SpawnRollbackAbi for SpawnRollback {
-    fn rollback(&self) -> RResult<(), EngineError> {
+    fn rollback(&self) -> RResult<(), AbiError> {
         let action = self.action.lock().map(|mut a| a.take()).unwrap_or(None);
         match action {
             Some(action) => guard("rollback", action),
@@ -421,14 +423,14 @@ probe!(
 ///
 /// ```
 /// # use pincer_plugin_api::prelude::*;
-/// # struct E;
+/// # struct E(Host);
 /// # impl Engine for E {
 /// #     const ID: &'static str = "e";
-/// #     fn create(_: FactoryContext<'_>, _: Host) -> Result<Self, EngineError> { Ok(E) }
+/// #     fn create(_: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> { Ok(E(host)) }
 /// #     fn info(&self) -> Result<EngineInfo, EngineError> { Ok(EngineInfo::new("E", "0.1.0")) }
 /// #     fn ingest(&self, _: &IngestParams<'_>) -> Result<IngestResult, EngineError> { Ok(IngestResult::default()) }
 /// #     fn assemble(&self, p: &AssembleParams<'_>) -> Result<AssembleResult, EngineError> { Ok(AssembleResult::pass_through(p.messages.len())) }
-/// #     fn compact(&self, _: &CompactParams<'_>) -> Result<CompactResult, EngineError> { Ok(CompactResult::nothing_to_do("")) }
+/// #     fn compact(&self, p: &CompactParams<'_>) -> Result<CompactResult, EngineError> { self.0.delegate_compaction_to_runtime(p) }
 /// # }
 /// impl Dispose for E {
 ///     fn dispose(&self) -> Result<(), EngineError> { Ok(()) }
@@ -502,32 +504,29 @@ fn optional<F, R, A>(
     f: Option<F>,
     call: impl FnOnce(F) -> Result<R, EngineError>,
     into_abi: impl FnOnce(R) -> A,
-) -> RResult<A, EngineError> {
+) -> RResult<A, AbiError> {
     match f {
         Some(f) => guard(name, || call(f).map(into_abi)),
-        None => RErr(EngineError::not_implemented(name)),
+        None => RErr(AbiError::not_implemented(name)),
     }
 }
 
 impl<E: Engine> EngineAbi for Adapter<E> {
-    fn info(&self) -> RResult<abi::EngineInfo, EngineError> {
+    fn info(&self) -> RResult<abi::EngineInfo, AbiError> {
         let _scope = self.scope();
         guard("info", || {
-            Ok(self.engine.info()?.into_abi(E::ID, self.fns.methods()))
+            Ok::<_, EngineError>(self.engine.info()?.into_abi(E::ID, self.fns.methods()))
         })
     }
 
-    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<IngestResult, EngineError> {
+    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<IngestResult, AbiError> {
         let _scope = self.scope();
         guard("ingest", || {
             self.engine.ingest(&IngestParams::from_abi(params))
         })
     }
 
-    fn assemble(
-        &self,
-        params: &abi::AssembleParams<'_>,
-    ) -> RResult<abi::AssembleResult, EngineError> {
+    fn assemble(&self, params: &abi::AssembleParams<'_>) -> RResult<abi::AssembleResult, AbiError> {
         let _scope = self.scope();
         guard("assemble", || {
             self.engine
@@ -536,7 +535,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         })
     }
 
-    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, EngineError> {
+    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, AbiError> {
         let _scope = self.scope();
         guard("compact", || {
             self.engine
@@ -548,7 +547,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn bootstrap(
         &self,
         params: &abi::BootstrapParams<'_>,
-    ) -> RResult<abi::BootstrapResult, EngineError> {
+    ) -> RResult<abi::BootstrapResult, AbiError> {
         let _scope = self.scope();
         optional(
             "bootstrap",
@@ -561,7 +560,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn ingest_batch(
         &self,
         params: &abi::IngestBatchParams<'_>,
-    ) -> RResult<IngestBatchResult, EngineError> {
+    ) -> RResult<IngestBatchResult, AbiError> {
         let _scope = self.scope();
         optional(
             "ingestBatch",
@@ -571,7 +570,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         )
     }
 
-    fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), EngineError> {
+    fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), AbiError> {
         let _scope = self.scope();
         optional(
             "afterTurn",
@@ -581,10 +580,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         )
     }
 
-    fn maintain(
-        &self,
-        params: &abi::MaintainParams<'_>,
-    ) -> RResult<abi::MaintainResult, EngineError> {
+    fn maintain(&self, params: &abi::MaintainParams<'_>) -> RResult<abi::MaintainResult, AbiError> {
         let _scope = self.scope();
         optional(
             "maintain",
@@ -597,7 +593,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn prepare_subagent_spawn(
         &self,
         params: &abi::SubagentSpawnParams<'_>,
-    ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
+    ) -> RResult<ROption<SpawnRollbackBox>, AbiError> {
         let _scope = self.scope();
         optional(
             "prepareSubagentSpawn",
@@ -610,7 +606,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         )
     }
 
-    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), EngineError> {
+    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), AbiError> {
         let _scope = self.scope();
         optional(
             "onSubagentEnded",
@@ -623,7 +619,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn call_tool(
         &self,
         params: &abi::ToolCallParams<'_>,
-    ) -> RResult<abi::ToolCallResult, EngineError> {
+    ) -> RResult<abi::ToolCallResult, AbiError> {
         let _scope = self.scope();
         optional(
             "callTool",
@@ -633,7 +629,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
         )
     }
 
-    fn dispose(&self) -> RResult<(), EngineError> {
+    fn dispose(&self) -> RResult<(), AbiError> {
         let _scope = self.scope();
         match self.fns.dispose {
             Some(f) => guard("dispose", || f(&self.engine)),
@@ -645,7 +641,7 @@ impl<E: Engine> EngineAbi for Adapter<E> {
     fn commit_turn(
         &self,
         params: &abi::CommitTurnParams<'_>,
-    ) -> RResult<CommitTurnStatus, EngineError> {
+    ) -> RResult<CommitTurnStatus, AbiError> {
         let _scope = self.scope();
         optional(
             "commitTurn",
@@ -681,14 +677,15 @@ pub fn make_engine<E: Engine>(
     host: HostServicesArc,
     fns: OptionalFns<E>,
     label_calls: bool,
-) -> Result<EngineBox, EngineError> {
+) -> Result<EngineBox, AbiError> {
     let engine = {
         // Events logged while the engine is created go to the host creating it.
         let _scope = super::log_forward::CallScope::enter(&host);
         E::create(
             FactoryContext::new(params),
             Host::new(super::share_host(&host)),
-        )?
+        )
+        .map_err(EngineError::into_abi)?
     };
     let label_calls = label_calls || LABEL_ALL_CALLS.load(std::sync::atomic::Ordering::Relaxed);
     Ok(EngineAbi_TO::from_value(
@@ -719,8 +716,7 @@ pub trait Exported: Engine {
 
 /// One engine a library exports: its id and how to make it.
 #[doc(hidden)]
-pub type EngineMaker =
-    fn(&FactoryParams<'_>, HostServicesArc, bool) -> Result<EngineBox, EngineError>;
+pub type EngineMaker = fn(&FactoryParams<'_>, HostServicesArc, bool) -> Result<EngineBox, AbiError>;
 
 /// The exported factory's body: install the panic hook and log forwarder, find the engine by
 /// id, create it under [`guard`].
@@ -729,13 +725,13 @@ pub fn new_engine_entry(
     params: &FactoryParams<'_>,
     host: HostServicesArc,
     engines: &[(&'static str, EngineMaker)],
-) -> RResult<EngineBox, EngineError> {
+) -> RResult<EngineBox, AbiError> {
     install_panic_hook();
     super::log_forward::install(super::share_host(&host));
     let wanted = params.engine_id.as_str();
     match engines.iter().find(|(id, _)| *id == wanted) {
         Some((_, make)) => guard("factory", || make(params, host, engines.len() > 1)),
-        None => RErr(EngineError::failed(format!(
+        None => RErr(AbiError::failed(format!(
             "this library has no engine \"{wanted}\"; it exports: {}",
             engines
                 .iter()
@@ -785,7 +781,7 @@ macro_rules! export_engine {
         const _: () = {
             use $crate::__private as __p;
 
-            extern "C" fn __pincer_manifest() -> $crate::abi::v1::LibraryManifest {
+            extern "C" fn __pincer_manifest() -> $crate::__private::abi::v1::LibraryManifest {
                 __p::library_manifest(
                     <$first as $crate::Engine>::ID,
                     env!("CARGO_PKG_VERSION"),
@@ -795,9 +791,9 @@ macro_rules! export_engine {
             }
 
             extern "C" fn __pincer_new_engine(
-                params: &$crate::abi::v1::FactoryParams<'_>,
-                host: $crate::abi::v1::HostServicesArc,
-            ) -> $crate::abi::RResult<$crate::abi::v1::EngineBox, $crate::abi::v1::EngineError> {
+                params: &$crate::__private::abi::v1::FactoryParams<'_>,
+                host: $crate::__private::abi::v1::HostServicesArc,
+            ) -> $crate::__private::abi::RResult<$crate::__private::abi::v1::EngineBox, $crate::__private::abi::v1::EngineError> {
                 __p::new_engine_entry(params, host, &[
                     (<$first as $crate::Engine>::ID, |p, h, label| {
                         __p::make_engine::<$first>(p, h, $crate::optional_fns!($first), label)
@@ -809,7 +805,7 @@ macro_rules! export_engine {
             }
 
             // The library's manifest as data in its own section, readable from the file's
-            // bytes without running any of its code (`pincer_plugin_api::loading::read_embedded_manifest`).
+            // bytes without running any of its code (the host's loader reads it).
             const __PINCER_MANIFEST_PARTS: &[&str] = &[
                 __p::MANIFEST_MAGIC,
                 "{\"pluginId\":\"",
@@ -843,25 +839,25 @@ macro_rules! export_engine {
             $crate::__embed_manifest_record!(__PINCER_MANIFEST_PARTS);
 
             impl __p::Exported for $first {
-                const NEW_ENGINE: $crate::abi::v1::NewEngineFn = __pincer_new_engine;
+                const NEW_ENGINE: $crate::__private::abi::v1::NewEngineFn = __pincer_new_engine;
                 fn manifest_record() -> &'static [u8] {
                     &PINCER_LIBRARY_MANIFEST
                 }
             }
             $(impl __p::Exported for $rest {
-                const NEW_ENGINE: $crate::abi::v1::NewEngineFn = __pincer_new_engine;
+                const NEW_ENGINE: $crate::__private::abi::v1::NewEngineFn = __pincer_new_engine;
                 fn manifest_record() -> &'static [u8] {
                     &PINCER_LIBRARY_MANIFEST
                 }
             })*
 
             extern "C" fn __pincer_extension(
-                _name: $crate::abi::RStr<'_>,
-            ) -> $crate::abi::ROption<$crate::abi::v1::ExtensionRef> {
-                $crate::abi::ROption::RNone
+                _name: $crate::__private::abi::RStr<'_>,
+            ) -> $crate::__private::abi::ROption<$crate::__private::abi::v1::ExtensionRef> {
+                $crate::__private::abi::ROption::RNone
             }
 
-            fn __pincer_root_module() -> $crate::abi::v1::PluginModuleRef {
+            fn __pincer_root_module() -> $crate::__private::abi::v1::PluginModuleRef {
                 __p::root_module(__pincer_manifest, __pincer_new_engine, __pincer_extension)
             }
 
@@ -872,7 +868,7 @@ macro_rules! export_engine {
             // The one symbol abi_stable's loader looks for (`ROOT_MODULE_LOADER_NAME`).
             #[no_mangle]
             pub static _1as_0lib_1header_0root_bmodule_bloader: __p::LibHeader =
-                __p::lib_header::<$crate::abi::v1::PluginModuleRef>(__pincer_root_module_ctor);
+                __p::lib_header::<$crate::__private::abi::v1::PluginModuleRef>(__pincer_root_module_ctor);
         };
     };
 }

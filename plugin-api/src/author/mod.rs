@@ -10,6 +10,7 @@
 //! **Stability:** additive within 1.x (new optional traits, new helpers); no ABI here.
 
 mod assemble;
+mod error;
 pub(crate) mod export;
 pub(crate) mod log_forward;
 mod params;
@@ -19,9 +20,10 @@ use std::path::Path;
 
 use crate::abi::v1 as abi;
 use crate::abi::{ROption, RSlice, RStr};
-use crate::{AbortSignal, CommitTurnStatus, EngineError, IngestBatchResult, IngestResult, Message};
+use crate::{AbortSignal, CommitTurnStatus, IngestBatchResult, IngestResult, Message};
 
 pub use assemble::{AssembleResult, ContextBuilder, ContextItem};
+pub use error::{EngineError, ErrorKind};
 pub use export::{into_engine_box, OptionalFns, SpawnRollback};
 pub use params::{
     AfterTurnParams, AssembleParams, BootstrapParams, CommitTurnParams, CompactParams, EntryIds,
@@ -40,13 +42,15 @@ pub use results::{
 /// use pincer_plugin_api::prelude::*;
 ///
 /// /// Keeps every message: the smallest engine that honours the contract.
-/// struct KeepAll;
+/// struct KeepAll {
+///     host: Host,
+/// }
 ///
 /// impl Engine for KeepAll {
 ///     const ID: &'static str = "keep-all";
 ///
-///     fn create(_ctx: FactoryContext<'_>, _host: Host) -> Result<Self, EngineError> {
-///         Ok(KeepAll)
+///     fn create(_ctx: FactoryContext<'_>, host: Host) -> Result<Self, EngineError> {
+///         Ok(KeepAll { host })
 ///     }
 ///
 ///     fn info(&self) -> Result<EngineInfo, EngineError> {
@@ -61,8 +65,9 @@ pub use results::{
 ///         Ok(AssembleResult::pass_through(params.messages.len()))
 ///     }
 ///
-///     fn compact(&self, _params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
-///         Ok(CompactResult::nothing_to_do("keep-all never compacts"))
+///     fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineError> {
+///         // It does not own compaction: the runtime compacts.
+///         self.host.delegate_compaction_to_runtime(params)
 ///     }
 /// }
 ///
@@ -240,7 +245,7 @@ impl<'a> FactoryContext<'a> {
     /// `configSchema`; this reads it into the engine's own type.
     ///
     /// # Errors
-    /// [`EngineError::InvalidConfig`] naming what serde rejected.
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming what serde rejected.
     pub fn config<T: serde::de::DeserializeOwned>(&self) -> Result<T, EngineError> {
         let text = if self.config_json().trim().is_empty() {
             "{}"
@@ -348,7 +353,7 @@ impl Clone for Host {
 
 /// Another handle to the same host services (a reference-count increment).
 pub(crate) fn share_host(services: &abi::HostServicesArc) -> abi::HostServicesArc {
-    abi::HostServicesAbi_TO::from_sabi(services.obj.shallow_clone())
+    pincer_plugin_abi::objects::share_host_services(services)
 }
 
 impl std::fmt::Debug for Host {
@@ -363,7 +368,9 @@ impl Host {
     }
 
     /// Wraps a host's services object: for hosts that link an engine statically (pincer's
-    /// built-in `legacy`, benchmarks) and so create it without a library's factory.
+    /// built-in `legacy`, benchmarks) and so create it without a library's factory. Not part of
+    /// the authoring API.
+    #[doc(hidden)]
     pub fn from_services(services: abi::HostServicesArc) -> Self {
         Host { services }
     }
@@ -381,6 +388,7 @@ impl Host {
             .delegate_compaction_to_runtime(params.raw)
             .into_result()
             .map(CompactResult::from_abi)
+            .map_err(EngineError::from_abi)
     }
 
     /// Completes with the host's model; the answer is an assistant message.
@@ -399,6 +407,7 @@ impl Host {
             .llm_complete(&raw)
             .into_result()
             .map(|r| r.message)
+            .map_err(EngineError::from_abi)
     }
 
     /// The host's token estimate of `messages` (§9.5).

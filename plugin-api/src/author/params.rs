@@ -191,6 +191,7 @@ pub struct HostParams<'a>(&'a abi::HostParams<'a>);
 
 impl<'a> HostParams<'a> {
     /// The view of the ABI host parameters.
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::HostParams<'a>) -> Self {
         HostParams(raw)
     }
@@ -254,7 +255,7 @@ impl<'a> HostParams<'a> {
     /// When the signal fired.
     pub fn check_abort(&self) -> Result<(), EngineError> {
         match self.abort_signal() {
-            Some(signal) => signal.check(),
+            Some(signal) => signal.check().map_err(EngineError::from_abi),
             None => Ok(()),
         }
     }
@@ -279,6 +280,7 @@ pub struct IngestParams<'a> {
 impl<'a> IngestParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::IngestParams<'a>) -> Self {
         IngestParams {
             session_id: raw.session_id.as_str(),
@@ -309,6 +311,7 @@ pub struct IngestBatchParams<'a> {
 impl<'a> IngestBatchParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::IngestBatchParams<'a>) -> Self {
         IngestBatchParams {
             session_id: raw.session_id.as_str(),
@@ -357,6 +360,7 @@ pub struct AssembleParams<'a> {
 impl<'a> AssembleParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::AssembleParams<'a>) -> Self {
         AssembleParams {
             session_id: raw.session_id.as_str(),
@@ -410,6 +414,7 @@ pub struct CompactParams<'a> {
 impl<'a> CompactParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::CompactParams<'a>) -> Self {
         CompactParams {
             session_id: raw.session_id.as_str(),
@@ -444,6 +449,7 @@ pub struct BootstrapParams<'a> {
 impl<'a> BootstrapParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::BootstrapParams<'a>) -> Self {
         BootstrapParams {
             session_id: raw.session_id.as_str(),
@@ -481,6 +487,7 @@ pub struct MaintainParams<'a> {
 impl<'a> MaintainParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::MaintainParams<'a>) -> Self {
         MaintainParams {
             session_id: raw.session_id.as_str(),
@@ -522,6 +529,7 @@ pub struct AfterTurnParams<'a> {
 impl<'a> AfterTurnParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::AfterTurnParams<'a>) -> Self {
         let messages = raw.messages.as_slice();
         AfterTurnParams {
@@ -615,6 +623,7 @@ pub struct CommitTurnParams<'a> {
 impl<'a> CommitTurnParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::CommitTurnParams<'a>) -> Self {
         CommitTurnParams {
             session_id: raw.session_id.as_str(),
@@ -655,6 +664,7 @@ pub struct SubagentSpawnParams<'a> {
 impl<'a> SubagentSpawnParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::SubagentSpawnParams<'a>) -> Self {
         SubagentSpawnParams {
             parent_session_key: raw.parent_session_key.as_str(),
@@ -682,6 +692,7 @@ pub struct SubagentEndedParams<'a> {
 impl<'a> SubagentEndedParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::SubagentEndedParams<'a>) -> Self {
         SubagentEndedParams {
             child_session_key: raw.child_session_key.as_str(),
@@ -707,6 +718,7 @@ pub struct ToolCallParams<'a> {
 impl<'a> ToolCallParams<'a> {
     /// The view of the ABI parameters (what the export adapter passes; hosts that link an
     /// engine statically use it too).
+    #[doc(hidden)]
     pub fn from_abi(raw: &'a abi::ToolCallParams<'a>) -> Self {
         ToolCallParams {
             session_id: raw.session_id.as_str(),
@@ -719,7 +731,7 @@ impl<'a> ToolCallParams<'a> {
     /// The arguments, deserialized into the tool's own type.
     ///
     /// # Errors
-    /// [`EngineError::Failed`] naming what serde rejected.
+    /// [`ErrorKind::Failed`](crate::ErrorKind::Failed) naming what serde rejected.
     pub fn arguments<T: serde::de::DeserializeOwned>(&self) -> Result<T, EngineError> {
         serde_json::from_str(self.arguments_json).map_err(|err| {
             EngineError::failed(format!("arguments of tool \"{}\": {err}", self.tool_name))

@@ -132,6 +132,7 @@ impl EngineInfo {
 
     /// The author-side info of what the host read (the id and optional methods are not part
     /// of it: see [`crate::testing::TestEngine`]).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn from_abi(info: &abi::EngineInfo) -> Self {
         let text = |s: &ROption<RString>| opt_text(s).map(str::to_owned);
         EngineInfo {
@@ -305,7 +306,9 @@ impl CompactResult {
         })
     }
 
-    /// `ok: true, compacted: false`: nothing needed compacting.
+    /// `ok: true, compacted: false`: nothing needed compacting. Only for an engine that owns
+    /// compaction (its [`EngineInfo::owns_compaction`]) and found nothing to compact; an engine
+    /// that does not own it answers with [`crate::Host::delegate_compaction_to_runtime`].
     pub fn nothing_to_do(reason: impl Into<String>) -> Self {
         CompactResult(abi::CompactResult {
             ok: true,
@@ -369,11 +372,13 @@ impl CompactResult {
     }
 
     /// The ABI value.
+    #[doc(hidden)]
     pub fn into_abi(self) -> abi::CompactResult {
         self.0
     }
 
     /// Wraps an ABI value (what the host's runtime compaction answers).
+    #[doc(hidden)]
     pub fn from_abi(result: abi::CompactResult) -> Self {
         CompactResult(result)
     }
@@ -391,6 +396,7 @@ pub struct BootstrapResult {
 }
 
 impl BootstrapResult {
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn from_abi(result: abi::BootstrapResult) -> Self {
         BootstrapResult {
             bootstrapped: result.bootstrapped,
@@ -422,6 +428,7 @@ pub struct MaintainResult {
 }
 
 impl MaintainResult {
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn from_abi(result: abi::MaintainResult) -> Self {
         MaintainResult {
             changed: result.changed,

@@ -77,7 +77,7 @@ impl Config {
     /// Checks what serde cannot.
     ///
     /// # Errors
-    /// [`EngineError::InvalidConfig`] naming the key and what to write instead.
+    /// [`ErrorKind::InvalidConfig`](pincer_plugin_api::ErrorKind::InvalidConfig) naming the key and what to write instead.
     pub fn validate(&self) -> Result<(), EngineError> {
         let bad = |msg: &str| Err(EngineError::invalid_config(format!("lossless: {msg}")));
         if self.token_budget == Some(0) {

@@ -56,7 +56,7 @@ impl Config {
     /// Checks what serde cannot.
     ///
     /// # Errors
-    /// [`EngineError::InvalidConfig`] naming the setting.
+    /// [`ErrorKind::InvalidConfig`](pincer_plugin_api::ErrorKind::InvalidConfig) naming the setting.
     pub fn validate(&self) -> Result<(), EngineError> {
         if self.token_budget == Some(0) {
             return Err(EngineError::invalid_config(
@@ -96,7 +96,7 @@ impl SlidingWindow {
     /// An engine with a validated config.
     ///
     /// # Errors
-    /// [`EngineError::InvalidConfig`] when the config is not usable.
+    /// [`ErrorKind::InvalidConfig`](pincer_plugin_api::ErrorKind::InvalidConfig) when the config is not usable.
     pub fn new(config: Config, host: Host) -> Result<Self, EngineError> {
         config.validate()?;
         Ok(SlidingWindow { config, host })

@@ -1447,7 +1447,7 @@ impl EngineBackend for ProcessBackend {
         match self.worker.call(Method::PrepareSubagentSpawn, call)? {
             CallReply::Spawned(None) => Ok(None),
             CallReply::Spawned(Some(handle)) => Ok(Some(Rollback::new(
-                pincer_plugin_api::loading::host_spawn_rollback(WorkerRollback {
+                crate::plugins::loading::host_spawn_rollback(WorkerRollback {
                     worker: Arc::clone(&self.worker),
                     handle,
                     used: AtomicBool::new(false),

@@ -23,6 +23,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::plugins::loading::{host_services, open_library};
 use pincer_plugin_api::abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactResult,
     EngineBox, EngineError, EntryId, ExtensionRef, FactoryParams, HostServicesAbi,
@@ -31,7 +32,6 @@ use pincer_plugin_api::abi::latest::{
     SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
 };
 use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
-use pincer_plugin_api::loading::{host_services, open_library};
 
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,

@@ -233,7 +233,7 @@ struct Liar {
 }
 
 impl EngineAbi for Liar {
-    fn info(&self) -> RResult<abi::EngineInfo, EngineError> {
+    fn info(&self) -> RResult<abi::EngineInfo, abi::EngineError> {
         self.inner.info().map(|mut info| {
             if let Some(id) = &self.id {
                 info.id = RString::from(id.as_str());
@@ -241,61 +241,70 @@ impl EngineAbi for Liar {
             info
         })
     }
-    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<abi::IngestResult, EngineError> {
+    fn ingest(
+        &self,
+        params: &abi::IngestParams<'_>,
+    ) -> RResult<abi::IngestResult, abi::EngineError> {
         self.inner.ingest(params)
     }
     fn assemble(
         &self,
         params: &abi::AssembleParams<'_>,
-    ) -> RResult<abi::AssembleResult, EngineError> {
+    ) -> RResult<abi::AssembleResult, abi::EngineError> {
         self.inner.assemble(params)
     }
-    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, EngineError> {
+    fn compact(
+        &self,
+        params: &abi::CompactParams<'_>,
+    ) -> RResult<abi::CompactResult, abi::EngineError> {
         self.inner.compact(params)
     }
     fn bootstrap(
         &self,
         params: &abi::BootstrapParams<'_>,
-    ) -> RResult<abi::BootstrapResult, EngineError> {
+    ) -> RResult<abi::BootstrapResult, abi::EngineError> {
         self.inner.bootstrap(params)
     }
     fn ingest_batch(
         &self,
         params: &abi::IngestBatchParams<'_>,
-    ) -> RResult<IngestBatchResult, EngineError> {
+    ) -> RResult<IngestBatchResult, abi::EngineError> {
         self.inner.ingest_batch(params)
     }
-    fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), EngineError> {
+    fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), abi::EngineError> {
         self.inner.after_turn(params)
     }
     fn maintain(
         &self,
         params: &abi::MaintainParams<'_>,
-    ) -> RResult<abi::MaintainResult, EngineError> {
+    ) -> RResult<abi::MaintainResult, abi::EngineError> {
         self.inner.maintain(params)
     }
     fn prepare_subagent_spawn(
         &self,
         params: &abi::SubagentSpawnParams<'_>,
-    ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
+    ) -> RResult<ROption<SpawnRollbackBox>, abi::EngineError> {
         self.inner.prepare_subagent_spawn(params)
     }
-    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), EngineError> {
+    fn on_subagent_ended(
+        &self,
+        params: &abi::SubagentEndedParams<'_>,
+    ) -> RResult<(), abi::EngineError> {
         self.inner.on_subagent_ended(params)
     }
     fn call_tool(
         &self,
         params: &abi::ToolCallParams<'_>,
-    ) -> RResult<abi::ToolCallResult, EngineError> {
+    ) -> RResult<abi::ToolCallResult, abi::EngineError> {
         self.inner.call_tool(params)
     }
-    fn dispose(&self) -> RResult<(), EngineError> {
+    fn dispose(&self) -> RResult<(), abi::EngineError> {
         self.inner.dispose()
     }
     fn commit_turn(
         &self,
         params: &abi::CommitTurnParams<'_>,
-    ) -> RResult<CommitTurnStatus, EngineError> {
+    ) -> RResult<CommitTurnStatus, abi::EngineError> {
         self.inner.commit_turn(params)
     }
     fn extension(&self, name: RStr<'_>) -> ROption<ExtensionRef> {
@@ -307,7 +316,7 @@ fn make(
     params: &FactoryParams<'_>,
     host: HostServicesArc,
     label: bool,
-) -> Result<EngineBox, EngineError> {
+) -> Result<EngineBox, abi::EngineError> {
     let engine = p::make_engine::<Hostile>(
         params,
         host,
@@ -339,7 +348,7 @@ extern "C" fn manifest() -> abi::LibraryManifest {
 extern "C" fn new_engine(
     params: &FactoryParams<'_>,
     host: HostServicesArc,
-) -> RResult<EngineBox, EngineError> {
+) -> RResult<EngineBox, abi::EngineError> {
     p::new_engine_entry(params, host, &[(ID, make)])
 }
 

@@ -138,7 +138,10 @@ impl AbortSignal {
         self.aborted.load(Ordering::Acquire)
     }
 
-    /// `Err(EngineError::Aborted)` once the signal fired: `signal.check()?` in a loop.
+    /// `Err(EngineError::Aborted)` once the signal fired, in the ABI's error. Hidden from the
+    /// documentation: engines use `pincer_plugin_api`'s `params.host.check_abort()?`, which
+    /// returns the authoring API's error.
+    #[doc(hidden)]
     pub fn check(&self) -> Result<(), EngineError> {
         if self.is_aborted() {
             Err(EngineError::aborted("Context engine operation aborted."))
@@ -151,7 +154,7 @@ impl AbortSignal {
 /// The host side of an [`AbortSignal`]: fires it and remembers that it did.
 ///
 /// ```
-/// use pincer_plugin_api::abi::latest::AbortController;
+/// use pincer_plugin_abi::latest::AbortController;
 /// let controller = AbortController::new();
 /// assert!(!controller.signal().is_aborted());
 /// controller.abort();
@@ -328,8 +331,8 @@ impl OptionalMethods {
 
 /// What an engine says about itself (`info`).
 ///
-/// Engines build it with the authoring [`crate::EngineInfo`]; the adapter adds the id and the
-/// optional methods.
+/// Engines build it with the authoring `pincer_plugin_api::EngineInfo`; the adapter adds the id
+/// and the optional methods.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub struct EngineInfo {
@@ -908,7 +911,8 @@ pub trait SpawnRollbackAbi: Send + Sync {
 pub type SpawnRollbackBox = SpawnRollbackAbi_TO<'static, RBox<()>>;
 
 /// The engine object as it crosses the boundary. Engine authors never implement this: they
-/// implement [`crate::Engine`] and let [`crate::export_engine!`] adapt it, catching every panic.
+/// implement `pincer_plugin_api::Engine` and let `pincer_plugin_api::export_engine!` adapt it,
+/// catching every panic.
 ///
 /// Every method takes `&self`: the host may call one engine from several threads (one per
 /// session) at once.
@@ -1050,3 +1054,22 @@ pub trait HostServicesAbi: Send + Sync {
 
 /// A shared host-services handle.
 pub type HostServicesArc = HostServicesAbi_TO<'static, RArc<()>>;
+
+impl AssembleResult {
+    /// The messages this result stands for, in prompt order: references into `input` for kept
+    /// messages (ranges clamped to it), references into the result for new ones. No copies.
+    pub fn resolve<'a>(&'a self, input: &'a [Message]) -> Vec<&'a Message> {
+        let mut out = Vec::new();
+        for item in self.items.iter() {
+            match item {
+                AssembledItem::Input { start, end } => {
+                    let end = usize::try_from(*end).unwrap_or(usize::MAX).min(input.len());
+                    let start = usize::try_from(*start).unwrap_or(usize::MAX).min(end);
+                    out.extend(input[start..end].iter());
+                }
+                AssembledItem::New(message) => out.push(&**message),
+            }
+        }
+        out
+    }
+}

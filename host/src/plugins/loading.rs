@@ -1,6 +1,7 @@
-//! Host side of the boundary: opening a verified library copy, checking it against this
-//! crate's ABI, and building the host-services object. Hosts use this module so that they
-//! never name `abi_stable` themselves.
+//! The host's unsafe loader: opening a verified library copy, checking it against the ABI
+//! crate's (`pincer-plugin-abi`) layouts and version, reading the manifest a library embeds as
+//! data, and the constructors of the shared objects the host hands engines. The rest of the
+//! host uses this module so that it never names `abi_stable` itself.
 //!
 //! This module does **no** file verification: the host must only pass paths it has verified
 //! and copied to a private location (pincer-host's `loader` does). It never uses
@@ -14,14 +15,15 @@
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 
-use abi_stable::library::{lib_header_from_raw_library, LibraryError, RawLibrary, RootModuleError};
-use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::RArc;
-
-use crate::abi::v1::{
-    EngineBox, EngineError, FactoryParams, HostServicesAbi, HostServicesAbi_TO, HostServicesArc,
-    LibraryManifest, PluginModuleRef,
+use pincer_plugin_abi::abi_stable::library::{
+    lib_header_from_raw_library, LibraryError, RawLibrary, RootModuleError,
 };
+use pincer_plugin_abi::v1::{
+    EngineBox, EngineError, FactoryParams, HostServicesArc, LibraryManifest, PluginModuleRef,
+};
+use pincer_plugin_abi::API_VERSION;
+
+pub use pincer_plugin_abi::objects::{host_services, host_spawn_rollback};
 
 /// Why a library could not be opened as a pincer plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,13 +99,13 @@ impl std::fmt::Display for OpenError {
                 f,
                 "built with an incompatible abi_stable ({message}): rebuild the plugin against \
                  pincer-plugin-api {}",
-                crate::API_VERSION
+                API_VERSION
             ),
             OpenError::LayoutMismatch { summary, .. } => write!(
                 f,
                 "ABI layout mismatch ({summary}): the plugin was built against a different \
                  pincer-plugin-api; rebuild it against {}",
-                crate::API_VERSION
+                API_VERSION
             ),
             OpenError::RootModuleFailed { message } => {
                 write!(
@@ -204,7 +206,7 @@ fn map_library_error(err: LibraryError) -> OpenError {
         LibraryError::IncompatibleVersionNumber { actual_version, .. } => {
             OpenError::ApiMajorMismatch {
                 found: actual_version.to_string(),
-                host: crate::API_VERSION.to_owned(),
+                host: API_VERSION.to_owned(),
             }
         }
         LibraryError::ParseVersionError(e) => OpenError::AbiStableMismatch {
@@ -292,10 +294,10 @@ unsafe fn open(path: &Path, closable: bool) -> Result<OpenedLibrary, OpenError> 
 
     // Say "wrong major" in our words before abi_stable's check does it in its own.
     let found = header.version_strings().version.as_str().to_owned();
-    if api_major(&found) != api_major(crate::API_VERSION) {
+    if api_major(&found) != api_major(API_VERSION) {
         return Err(OpenError::ApiMajorMismatch {
             found,
-            host: crate::API_VERSION.to_owned(),
+            host: API_VERSION.to_owned(),
         });
     }
     let module = header
@@ -339,17 +341,7 @@ impl OpenedLibrary {
     }
 }
 
-/// Wraps a host's implementation of the host services into the shared object engines hold.
-pub fn host_services<T: HostServicesAbi + Send + Sync + 'static>(services: T) -> HostServicesArc {
-    HostServicesAbi_TO::from_ptr(RArc::new(services), TD_Opaque)
-}
-
-/// Another handle to the same host services.
-pub fn share_host_services(services: &HostServicesArc) -> HostServicesArc {
-    crate::author::share_host(services)
-}
-
-/// The manifest a library embeds as data (see [`crate::export_engine!`]): what the host can
+/// The manifest a library embeds as data (see `pincer_plugin_api::export_engine!`): what the host can
 /// know about a library file before running any of its code.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -424,7 +416,7 @@ impl std::error::Error for EmbeddedManifestError {}
 /// [`EmbeddedManifestError`] when there is no record, more than one, or more markers than a
 /// library can have.
 pub fn read_embedded_manifest(bytes: &[u8]) -> Result<EmbeddedManifest, EmbeddedManifestError> {
-    let magic = crate::__private::MANIFEST_MAGIC.as_bytes();
+    let magic = pincer_plugin_abi::MANIFEST_MAGIC.as_bytes();
     let mut found = Vec::new();
     let mut markers = 0;
     let mut at = 0;
@@ -470,21 +462,13 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     None
 }
 
-/// A rollback object made by the host (an isolated engine's rollback runs in its worker), in
-/// the shape `prepareSubagentSpawn` returns.
-pub fn host_spawn_rollback<T: crate::abi::latest::SpawnRollbackAbi + 'static>(
-    rollback: T,
-) -> crate::abi::latest::SpawnRollbackBox {
-    crate::abi::latest::SpawnRollbackAbi_TO::from_value(rollback, TD_Opaque)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn an_embedded_manifest_is_found_among_other_bytes() {
-        let magic = crate::__private::MANIFEST_MAGIC;
+        let magic = pincer_plugin_abi::MANIFEST_MAGIC;
         let json = r#"{"pluginId":"p","pluginVersion":"1.0.0","apiVersion":"1.0.0","engineIds":["p"],"panicUnwind":true,"abiStableVersion":"0.11.3"}"#;
         let mut file = b"\x7fELF junk".to_vec();
         file.extend_from_slice(magic.as_bytes());

@@ -599,7 +599,7 @@ impl<'a> Content<'a> {
 /// One message of a conversation, in OpenClaw's shape (see the module docs).
 ///
 /// ```
-/// use pincer_plugin_api::{Message, Role};
+/// use pincer_plugin_abi::latest::{Message, Role};
 /// let m = Message::user("Book me a flight to Seattle");
 /// assert_eq!(m.role(), Role::User);
 /// assert_eq!(m.plain_text(), "Book me a flight to Seattle");
@@ -1246,8 +1246,10 @@ fn exact_i64(value: &Value) -> Option<i64> {
     }
 }
 
-/// An optional FFI string as `Option<&str>`.
-pub(crate) fn opt_text(value: &ROption<RString>) -> Option<&str> {
+/// An optional FFI string as `Option<&str>`. For the authoring crate's views; not part of the
+/// API.
+#[doc(hidden)]
+pub fn opt_text(value: &ROption<RString>) -> Option<&str> {
     match value {
         ROption::RSome(s) => Some(s.as_str()),
         ROption::RNone => None,

@@ -13,10 +13,10 @@ use abi_stable::StableAbi;
 /// The report for everything the v1 root module reaches.
 pub fn v1_report() -> String {
     report(&[
-        <super::v1::PluginModuleRef as StableAbi>::LAYOUT,
-        <super::v1::EngineBox as StableAbi>::LAYOUT,
-        <super::v1::HostServicesArc as StableAbi>::LAYOUT,
-        <super::v1::Message as StableAbi>::LAYOUT,
+        <crate::v1::PluginModuleRef as StableAbi>::LAYOUT,
+        <crate::v1::EngineBox as StableAbi>::LAYOUT,
+        <crate::v1::HostServicesArc as StableAbi>::LAYOUT,
+        <crate::v1::Message as StableAbi>::LAYOUT,
     ])
 }
 
@@ -189,7 +189,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn baseline_path() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("abi/v1.layout.txt")
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("v1.layout.txt")
     }
 
     /// `cargo xtask abi-check` runs this test; `cargo xtask abi-check --bless` sets

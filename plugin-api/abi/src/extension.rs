@@ -12,7 +12,7 @@
 use abi_stable::abi_stability::abi_checking::check_layout_compatibility;
 use abi_stable::StableAbi;
 
-use crate::abi::v1::ExtensionRef;
+use crate::v1::ExtensionRef;
 
 /// Publishes `module` (a `&'static` `*_Ref` of an extension prefix type) as an extension.
 pub fn publish<T: StableAbi + Copy + 'static>(module: &'static T) -> ExtensionRef {
