@@ -461,6 +461,7 @@ fn probing_the_protections_leaves_the_calling_process_unconfined() {
     };
     // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: `limit` is a valid, writable `rlimit` for the call's out-pointer.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
         0
     );
