@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 pub use tempfile::TempDir;
 
 pub mod chat_server;
+pub mod served;
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

@@ -8,131 +8,32 @@ use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pincer_host::gateway::client;
-use pincer_host::gateway::CallRequest;
 use pincer_tests::chat_server::ChatServer;
+use pincer_tests::served::{call, signal, Serve, Served};
 use pincer_tests::{pincer_bin, session_message_ids, staged_plugins_dir, workspace_root};
 use serde_json::{json, Value};
 
-/// A running `pincer serve`.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    stderr: PathBuf,
+/// `pincer --log info serve` in `home` with the staged plugins and `args`, once its socket
+/// answers.
+fn serve(home: &Path, args: &[&str]) -> Served {
+    serve_with(home, &staged_plugins_dir(), args)
 }
 
-impl Served {
-    /// Starts `pincer serve` in `home` with the staged plugins and `args`, and waits until its
-    /// socket answers.
-    fn start(home: &Path, args: &[&str]) -> Served {
-        Served::start_with(home, &staged_plugins_dir(), args)
-    }
-
-    /// `pincer serve` with the plugins of `plugins_dir`.
-    fn start_with(home: &Path, plugins_dir: &Path, args: &[&str]) -> Served {
-        let socket = home.join("gw.sock");
-        let stderr = home.join(format!("serve-{}.log", std::process::id()));
-        let child = Command::new(pincer_bin())
-            .arg("--home")
-            .arg(home)
-            .args(["--log", "info", "serve", "--socket"])
-            .arg(&socket)
-            .arg("--plugins-dir")
-            .arg(plugins_dir)
-            .args(args)
-            .env_remove("PINCER_HOME")
-            .env_remove("PINCER_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("pincer serve starts");
-        let mut served = Served {
-            child,
-            socket,
-            stderr,
-        };
-        let start = Instant::now();
-        while UnixStream::connect(&served.socket).is_err() {
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("pincer serve exited ({status}): {}", served.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the gateway did not start: {}",
-                served.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn call(&self, method: &str, session: Option<&str>, params: Value) -> (u16, Value) {
-        call(&self.socket, method, session, params)
-    }
-
-    /// A call that must succeed; its answer.
-    fn ok(&self, method: &str, session: &str, params: Value) -> Value {
-        let (status, answer) = self.call(method, Some(session), params);
-        assert_eq!(status, 200, "{method}: {answer}");
-        assert_eq!(answer["ok"], true, "{method}: {answer}");
-        answer
-    }
-
-    /// Sends SIGTERM and waits for the process; its exit status and log.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
-        signal(&self.child, "TERM");
-        let status = wait_with_deadline(&mut self.child, Duration::from_secs(60));
-        (status, self.log())
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-}
-
-fn wait_with_deadline(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "the gateway did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn call(socket: &Path, method: &str, session: Option<&str>, params: Value) -> (u16, Value) {
-    client::call(
-        socket,
-        &CallRequest {
-            method: method.to_owned(),
-            session: session.map(str::to_owned),
-            params: Some(params).filter(|p| !p.is_null()),
+/// `pincer --log info serve` with the plugins of `plugins_dir`.
+fn serve_with(home: &Path, plugins_dir: &Path, args: &[&str]) -> Served {
+    Served::start(
+        home,
+        Serve {
+            socket: home.join("gw.sock"),
+            log: home.join(format!("serve-{}.log", std::process::id())),
+            plugins_dir: plugins_dir.to_owned(),
+            global: &["--log", "info"],
+            args,
         },
     )
-    .expect("the gateway answers")
 }
 
 /// A home whose config names the chat server and `entries` (plugins.entries).
@@ -172,7 +73,7 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     let server = ChatServer::start();
     queue_replies(&server, 2);
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -358,7 +259,7 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
         None,
         json!({"faulty": {"config": {"ingest": "hang", "hangMs": 3000}}}),
     );
-    let gw = Served::start(home.path(), &["--engine", "faulty"]);
+    let gw = serve(home.path(), &["--engine", "faulty"]);
     let socket = gw.socket.clone();
     let slow = std::thread::spawn(move || {
         call(
@@ -387,7 +288,7 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
     // Many clients, each appending in order to its own session and to a shared one: nothing
     // lost, nothing reordered.
     let home = home_with(None, json!({}));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let socket = gw.socket.clone();
@@ -461,7 +362,7 @@ fn post(body: &str) -> Vec<u8> {
 #[test]
 fn malformed_requests_get_clear_errors_and_everyone_else_is_still_served() {
     let home = home_with(None, json!({}));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     gw.ok(
         "ingest",
         "kept",
@@ -577,7 +478,7 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
     let home = home_with(None, json!({}));
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let gw = Served::start(home.path(), &["--http", &addr]);
+    let gw = serve(home.path(), &["--http", &addr]);
     let token_file = home.path().join("state/gateway.token");
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
@@ -606,7 +507,7 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
     gw.ok("assemble", "guarded", json!({}));
     drop(gw);
     // The token is kept across restarts.
-    let gw = Served::start(home.path(), &["--http", &addr]);
+    let gw = serve(home.path(), &["--http", &addr]);
     let (status, _) = http_exchange(port, Some(&token), body);
     assert_eq!(status, 200);
     // HTTP stays on loopback.
@@ -633,7 +534,7 @@ fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
         None,
         json!({"faulty": {"config": {"ingest": "hang", "hangMs": 1500}}}),
     );
-    let gw = Served::start(home.path(), &["--engine", "faulty"]);
+    let gw = serve(home.path(), &["--engine", "faulty"]);
     let calls: Vec<_> = (0..3)
         .map(|i| {
             let socket = gw.socket.clone();
@@ -673,7 +574,7 @@ fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
 #[test]
 fn the_socket_is_private_and_a_live_one_is_never_replaced() {
     let home = home_with(None, json!({}));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     let mode = std::fs::metadata(&gw.socket).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     let out = Command::new(pincer_bin())
@@ -713,7 +614,7 @@ fn live_answers_match_the_documented_schema() {
     let server = ChatServer::start();
     queue_replies(&server, 1);
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -807,7 +708,7 @@ fn a_python_standard_library_client_runs_a_whole_conversation() {
     let server = ChatServer::start();
     queue_replies(&server, 3);
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -944,29 +845,16 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
     // home: a file written on every call there would keep the watcher's debounce from ever
     // settling.
     let logs = tempfile::tempdir().unwrap();
-    let socket = home.path().join("gw.sock");
-    let stderr = logs.path().join("serve.log");
-    let child = Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--log", "info", "serve", "--socket"])
-        .arg(&socket)
-        .arg("--plugins-dir")
-        .arg(plugins.path())
-        .args(["--model", "openai:test-model"])
-        .env_remove("PINCER_HOME")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let gw = Served {
-        child,
-        socket,
-        stderr,
-    };
-    while UnixStream::connect(&gw.socket).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gw = Served::start(
+        home.path(),
+        Serve {
+            socket: home.path().join("gw.sock"),
+            log: logs.path().join("serve.log"),
+            plugins_dir: plugins.path().to_owned(),
+            global: &["--log", "info"],
+            args: &["--model", "openai:test-model"],
+        },
+    );
     gw.ok("assemble", "warm", json!({}));
     assert_eq!(engine_health(&gw, "faulty")["generation"], 1);
 
@@ -1111,7 +999,7 @@ impl OwnFaulty {
 
     /// `pincer serve` over this copy, without file watching.
     fn serve(&self) -> Served {
-        Served::start_with(self.home.path(), self.plugins.path(), &["--no-watch"])
+        serve_with(self.home.path(), self.plugins.path(), &["--no-watch"])
     }
 }
 
@@ -1156,28 +1044,16 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("pincer.json"), json!({}).to_string()).unwrap();
-    let socket = home.path().join("gw.sock");
-    let stderr = home.path().join("serve.log");
-    let child = Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--log", "info", "serve", "--no-watch", "--socket"])
-        .arg(&socket)
-        .arg("--plugins-dir")
-        .arg(plugins.path())
-        .env_remove("PINCER_HOME")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let gw = Served {
-        child,
-        socket,
-        stderr,
-    };
-    while UnixStream::connect(&gw.socket).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gw = Served::start(
+        home.path(),
+        Serve {
+            socket: home.path().join("gw.sock"),
+            log: home.path().join("serve.log"),
+            plugins_dir: plugins.path().to_owned(),
+            global: &["--log", "info"],
+            args: &["--no-watch"],
+        },
+    );
     assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "legacy");
     // The operator selects faulty in pincer.json and sends SIGHUP: new calls go to faulty.
     std::fs::write(
@@ -1185,7 +1061,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
         json!({"plugins": {"slots": {"contextEngine": "faulty"}}}).to_string(),
     )
     .unwrap();
-    signal(&gw.child, "HUP");
+    signal(gw.pid(), "HUP");
     let start = Instant::now();
     while gw.ok("assemble", "s", json!({}))["engineId"] != "faulty" {
         assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
@@ -1193,7 +1069,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     }
     // A config that no longer parses is refused; faulty keeps serving.
     std::fs::write(home.path().join("pincer.json"), "{ plugins: ").unwrap();
-    signal(&gw.child, "HUP");
+    signal(gw.pid(), "HUP");
     let start = Instant::now();
     while !gw.log().contains("SIGHUP: reload refused") {
         assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
@@ -1207,7 +1083,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     )
     .unwrap();
     install_build(&dir, &original, "sighup build", Replace::Rename, false);
-    signal(&gw.child, "HUP");
+    signal(gw.pid(), "HUP");
     wait_for_generation(&gw, "faulty", 2);
     assert_eq!(gw.ok("assemble", "s", json!({}))["generation"], 2);
 }
@@ -1215,7 +1091,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
 /// `pincer serve` in `home` (its pincer.json already written) with the staged plugins, no file
 /// watching, and `args`.
 fn serve_faulty(home: &Path, args: &[&str]) -> Served {
-    Served::start(home, &[&["--no-watch"], args].concat())
+    serve(home, &[&["--no-watch"], args].concat())
 }
 
 /// A home whose slot is `faulty` with `config`.
@@ -1418,7 +1294,7 @@ fn a_turn_whose_model_fails_names_the_engine_it_started_on() {
         );
     }
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -1473,7 +1349,7 @@ fn unload_on_reload_in_the_gateway_health_tells_kept_from_unloaded() {
     let own = OwnFaulty::new(json!({"unloadOnReload": true}));
     let (dir, original) = (&own.dir, &own.original);
     let gw = own.serve();
-    let pid = gw.child.id();
+    let pid = gw.pid();
     gw.ok("assemble", "parent", json!({}));
     let spawned = gw.ok(
         "prepareSubagentSpawn",
