@@ -270,10 +270,28 @@ fn the_pincer_binary_survives_an_isolated_crash_and_a_constructor_that_exits() {
 /// `pincer assemble --json` with `faulty` isolated and configured with `engine_config`, its
 /// `$HOME` set to `home_dir` (granted to the worker, which inherits no environment).
 fn assemble_isolated_faulty(home: &Path, home_dir: &Path, engine_config: Value) -> Value {
+    assemble_isolated(
+        "faulty",
+        &staged_plugins_dir(),
+        home,
+        home_dir,
+        engine_config,
+    )
+}
+
+/// `pincer assemble --json` with `engine` (found in `plugins_dir`) isolated, its `$HOME`
+/// `home_dir`; the report.
+fn assemble_isolated(
+    engine: &str,
+    plugins_dir: &Path,
+    home: &Path,
+    home_dir: &Path,
+    engine_config: Value,
+) -> Value {
     std::fs::write(
         home.join("pincer.json"),
         isolated(
-            "faulty",
+            engine,
             engine_config,
             json!({ "sandbox": { "env": { "HOME": home_dir } } }),
         )
@@ -286,7 +304,7 @@ fn assemble_isolated_faulty(home: &Path, home_dir: &Path, engine_config: Value) 
         .args(["assemble", "--json", "--conversation"])
         .arg(example_conversation())
         .arg("--plugins-dir")
-        .arg(staged_plugins_dir())
+        .arg(plugins_dir)
         .env("HOME", home_dir)
         .env_remove("PINCER_HOME")
         .output()
@@ -323,7 +341,8 @@ fn the_sandbox_refuses_network_exec_fork_writes_outside_and_runaway_memory_and_s
             "faulty: writing {home}/faulty-was-here in assemble: Permission denied (os error 13)",
         ),
         (
-            "huge-alloc",
+            // `hostile`'s 64 GiB allocation (the one test engine that allocates it).
+            "oom",
             "limits",
             "engine worker exceeded its memory limit (memory allocation of 68719476736 bytes failed) during assemble",
         ),
@@ -340,8 +359,17 @@ fn the_sandbox_refuses_network_exec_fork_writes_outside_and_runaway_memory_and_s
             eprintln!("skipping {behaviour}: {needs} is not available here");
             continue;
         }
-        let report =
-            assemble_isolated_faulty(home.path(), user_home.path(), json!({ "assemble": behaviour }));
+        let report = if behaviour == "oom" {
+            assemble_isolated(
+                "hostile",
+                &staged_variant("hostile"),
+                home.path(),
+                user_home.path(),
+                json!({ "assemble": behaviour }),
+            )
+        } else {
+            assemble_isolated_faulty(home.path(), user_home.path(), json!({ "assemble": behaviour }))
+        };
         assert_eq!(report["answeredBy"], "legacy", "{behaviour}: {}", report["quarantine"]);
         let expected = expected.replace("{home}", &user_home.path().display().to_string());
         let reason = report["quarantine"][0]["reason"].as_str().unwrap_or_default();

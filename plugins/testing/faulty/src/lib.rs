@@ -20,13 +20,7 @@
 //! For the process-isolation tier (an engine run in a worker process, confined by
 //! `pincer_host::engines::isolation::confine`). Each works for any method (and `factory`):
 //!
-//! - `exit`: `std::process::exit(3)`;
 //! - `abort`: `std::process::abort()` (`SIGABRT`);
-//! - `segfault`: a volatile write through a null pointer (`SIGSEGV`);
-//! - `stack-overflow`: unbounded recursion the optimizer cannot remove (Rust's guard page
-//!   reports it and aborts: `SIGABRT`);
-//! - `huge-alloc`: allocates and touches 64 GiB (`vec![1u8; 64 << 30]`): an allocation
-//!   failure (abort) or the kernel's OOM killer;
 //! - `fork-bomb`: forks in a loop, forever, in every child too. **Only ever configure it for
 //!   an engine run isolated** (`isolation: "process"`), whose sandbox refuses `fork`: in a
 //!   process that may fork, it takes the machine down (as root `RLIMIT_NPROC` does not stop it);
@@ -38,6 +32,9 @@
 //! And a constructor: when `PINCER_FAULTY_CONSTRUCTOR_EXIT` is set to a number when the
 //! library is loaded, the library's ELF constructor (`.init_array`, run by `dlopen` before
 //! any engine code) calls `std::process::exit` with it.
+//!
+//! An `exit`, a null write, a stack overflow and a 64 GiB allocation are the `hostile` engine's
+//! (its `assemble` modes), not this one's: one test engine per crash.
 //!
 //! Never run these in the test process itself: they end it. Run them through the `pincer`
 //! binary in a subprocess.
@@ -73,16 +70,8 @@ pub enum Behaviour {
     /// Hostile: write the call's read-only abort signal through a raw pointer (as no safe
     /// code can), then fail with `EngineError::Aborted`, hoping to dodge the quarantine.
     ForgeAbort,
-    /// `std::process::exit(3)`.
-    Exit,
     /// `std::process::abort()`.
     Abort,
-    /// A volatile write through a null pointer.
-    Segfault,
-    /// Unbounded recursion.
-    StackOverflow,
-    /// Allocate and touch 64 GiB.
-    HugeAlloc,
     /// Fork in a loop, forever. **Only ever for an engine run isolated**, whose sandbox
     /// refuses `fork`: anywhere else it takes the machine down.
     ForkBomb,
@@ -115,16 +104,6 @@ extern "C" fn constructor() {
 #[used]
 #[cfg_attr(target_os = "linux", link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn() = constructor;
-
-static DEPTH: AtomicU64 = AtomicU64::new(0);
-
-/// Recursion the optimizer cannot turn into a loop: each frame keeps a live array.
-#[allow(unconditional_recursion)]
-fn recurse(depth: u64) -> u64 {
-    let frame = std::hint::black_box([depth; 64]);
-    DEPTH.store(depth, Ordering::Relaxed);
-    recurse(depth + 1) + std::hint::black_box(frame)[3]
-}
 
 /// The outcome of an escape attempt: `Ok` when it worked, `Failed` with the OS error.
 fn escaped(method: &str, what: &str, result: std::io::Result<()>) -> Result<(), EngineError> {
@@ -258,22 +237,7 @@ fn act(
                 "faulty: fired the abort signal itself in {method}"
             )))
         }
-        Behaviour::Exit => std::process::exit(3),
         Behaviour::Abort => std::process::abort(),
-        Behaviour::Segfault => {
-            // SAFETY: none; this is the point.
-            unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
-            Ok(())
-        }
-        Behaviour::StackOverflow => {
-            std::hint::black_box(recurse(0));
-            Ok(())
-        }
-        Behaviour::HugeAlloc => {
-            let v = vec![1u8; 64 << 30];
-            std::hint::black_box(&v);
-            Ok(())
-        }
         Behaviour::ForkBomb => fork_bomb(),
         Behaviour::OpenSocket => escaped(
             method,
