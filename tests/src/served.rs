@@ -85,6 +85,11 @@ impl Served {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The file its log goes to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// The gateway's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

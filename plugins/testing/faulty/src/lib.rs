@@ -11,6 +11,9 @@
 //! A `factory-behaviour` file in the plugin folder (a behaviour name) overrides `factory`: a
 //! "build" whose factory fails, for reload tests.
 //! `compactClaim: {"tokensBefore", "tokensAfter"}`: `compact` claims that compaction (`claims.rs`).
+//! `hangMarker: true`: a hang first writes `hanging-<method>` into the engine's state directory
+//! (what a test waits for before it aborts the call); a `hang` logs `faulty: hang over` when it
+//! ends.
 //! `disposeLog: PATH` appends one line per `dispose` to PATH (the instance's own tag, unique in
 //! the process), so a test can count how often each instance was disposed; with it set, any
 //! call after `dispose` fails ("called after dispose").
@@ -161,6 +164,10 @@ struct Config {
     /// A file `dispose` appends the instance's tag to.
     #[serde(default)]
     dispose_log: Option<String>,
+    /// A hang (`hang`, `hang-until-abort`) first writes `hanging-<method>` into the engine's
+    /// state directory: the signal a test waits for before it aborts the call.
+    #[serde(default)]
+    hang_marker: bool,
     /// `compact` claims this compaction ([`claims`]).
     #[serde(default)]
     compact_claim: Option<claims::CompactClaim>,
@@ -186,6 +193,8 @@ pub struct Faulty {
     ask_model: Option<String>,
     dispose_log: Option<String>,
     compact_claim: Option<claims::CompactClaim>,
+    /// Where a hang writes its marker (`hangMarker`).
+    hang_marker: Option<std::path::PathBuf>,
     /// Unique in the process: which instance this is.
     tag: u64,
     /// Set by `dispose`.
@@ -224,6 +233,7 @@ fn act(
         Behaviour::Hang => {
             tracing::warn!(method, hang_ms = hang.as_millis() as u64, "faulty: hanging");
             std::thread::sleep(hang);
+            tracing::warn!(method, "faulty: hang over");
             Ok(())
         }
         Behaviour::AbortError => Err(EngineError::aborted(format!(
@@ -310,6 +320,11 @@ impl Faulty {
         }
         let behaviour = self.methods.get(method).copied().unwrap_or_default();
         tracing::info!(method, behaviour = ?behaviour, "faulty: called");
+        if let (Behaviour::Hang | Behaviour::HangUntilAbort, Some(dir)) =
+            (behaviour, &self.hang_marker)
+        {
+            let _ = std::fs::write(dir.join(format!("hanging-{method}")), b"");
+        }
         act(
             behaviour,
             method,
@@ -381,6 +396,10 @@ impl Engine for Faulty {
             ask_model: config.ask_model,
             dispose_log: config.dispose_log,
             compact_claim: config.compact_claim,
+            hang_marker: config
+                .hang_marker
+                .then(|| ctx.state_dir().map(std::path::Path::to_path_buf))
+                .flatten(),
             tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
             disposed: AtomicBool::new(false),
             hang,
