@@ -401,7 +401,15 @@ fn gateway_call_timeout(c: &mut Criterion) {
             args: &["--no-watch", "--call-timeout", "1"],
         },
     );
-    let mut n = 0u64;
+    // A session of its own for each hanging call, opened before it (not measured).
+    let sessions = std::cell::Cell::new(0u64);
+    let fresh_session = || {
+        sessions.set(sessions.get() + 1);
+        let session = format!("stuck-{}", sessions.get());
+        let (status, _) = gw.call("maintain", Some(&session), json!({}));
+        assert_eq!(status, 200, "{}", gw.log());
+        session
+    };
     let mut group = c.benchmark_group("gateway-call-timeout");
     group.sample_size(10);
     group.sampling_mode(criterion::SamplingMode::Flat);
@@ -409,11 +417,7 @@ fn gateway_call_timeout(c: &mut Criterion) {
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| {
-                    n += 1;
-                    let session = format!("stuck-{n}");
-                    // The session exists before its call hangs (creating it is not measured).
-                    let (status, _) = gw.call("maintain", Some(&session), json!({}));
-                    assert_eq!(status, 200, "{}", gw.log());
+                    let session = fresh_session();
                     let start = std::time::Instant::now();
                     let (status, answer) = gw.call("assemble", Some(&session), json!({}));
                     let took = start.elapsed();
@@ -427,10 +431,7 @@ fn gateway_call_timeout(c: &mut Criterion) {
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| {
-                    n += 1;
-                    let session = format!("stuck-{n}");
-                    let (status, _) = gw.call("maintain", Some(&session), json!({}));
-                    assert_eq!(status, 200, "{}", gw.log());
+                    let session = fresh_session();
                     let hangs = gw.log().matches("faulty: hanging").count();
                     let hanging = {
                         let socket = gw.socket.clone();
@@ -438,13 +439,7 @@ fn gateway_call_timeout(c: &mut Criterion) {
                             call(&socket, "assemble", Some(&session), json!({}))
                         })
                     };
-                    assert!(
-                        pincer_tests::wait_for(Duration::from_secs(60), || {
-                            gw.log().matches("faulty: hanging").count() > hangs
-                        }),
-                        "{}",
-                        gw.log()
-                    );
+                    gw.wait_for_log("faulty: hanging", hangs + 1);
                     let start = std::time::Instant::now();
                     let other = gw.ok(
                         "ingest",

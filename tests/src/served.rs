@@ -85,6 +85,17 @@ impl Served {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (a minute at most) until the log holds `text` at least `count` times; panics with
+    /// the log when it does not.
+    pub fn wait_for_log(&self, text: &str, count: usize) {
+        let seen = crate::wait_for(PATIENCE, || self.log().matches(text).count() >= count);
+        assert!(
+            seen,
+            "the log never said {text:?} {count} time(s): {}",
+            self.log()
+        );
+    }
+
     /// The file its log goes to.
     pub fn log_path(&self) -> &Path {
         &self.log

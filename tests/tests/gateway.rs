@@ -24,11 +24,17 @@ fn serve(home: &Path, args: &[&str]) -> Served {
 
 /// `pincer --log info serve` with the plugins of `plugins_dir`.
 fn serve_with(home: &Path, plugins_dir: &Path, args: &[&str]) -> Served {
+    let log = home.join(format!("serve-{}.log", std::process::id()));
+    serve_logged(home, log, plugins_dir, args)
+}
+
+/// `pincer --log info serve` with the plugins of `plugins_dir`, its log in `log`.
+fn serve_logged(home: &Path, log: PathBuf, plugins_dir: &Path, args: &[&str]) -> Served {
     Served::start(
         home,
         Serve {
             socket: home.join("gw.sock"),
-            log: home.join(format!("serve-{}.log", std::process::id())),
+            log,
             plugins_dir: plugins_dir.to_owned(),
             global: &["--log", "info"],
             args,
@@ -270,13 +276,7 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
         )
     });
     // While the slow session's call sleeps in the engine, other sessions are served.
-    assert!(
-        wait_for(Duration::from_secs(60), || gw
-            .log()
-            .contains("faulty: hanging")),
-        "{}",
-        gw.log()
-    );
+    gw.wait_for_log("faulty: hanging", 1);
     let fast = gw.ok("assemble", "fast", json!({}));
     assert_eq!(fast["result"]["count"], 0);
     assert!(
@@ -552,13 +552,7 @@ fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
             })
         })
         .collect();
-    assert!(
-        wait_for(Duration::from_secs(60), || {
-            gw.log().matches("faulty: hanging").count() >= 3
-        }),
-        "{}",
-        gw.log()
-    );
+    gw.wait_for_log("faulty: hanging", 3);
     let socket = gw.socket.clone();
     let home_path = home.path().to_owned();
     let (status, log) = gw.stop();
@@ -853,15 +847,11 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
     // home: a file written on every call there would keep the watcher's debounce from ever
     // settling.
     let logs = tempfile::tempdir().unwrap();
-    let gw = Served::start(
+    let gw = serve_logged(
         home.path(),
-        Serve {
-            socket: home.path().join("gw.sock"),
-            log: logs.path().join("serve.log"),
-            plugins_dir: plugins.path().to_owned(),
-            global: &["--log", "info"],
-            args: &["--model", "openai:test-model"],
-        },
+        logs.path().join("serve.log"),
+        plugins.path(),
+        &["--model", "openai:test-model"],
     );
     gw.ok("assemble", "warm", json!({}));
     assert_eq!(engine_health(&gw, "faulty")["generation"], 1);
@@ -1068,15 +1058,11 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("pincer.json"), json!({}).to_string()).unwrap();
-    let gw = Served::start(
+    let gw = serve_logged(
         home.path(),
-        Serve {
-            socket: home.path().join("gw.sock"),
-            log: home.path().join("serve.log"),
-            plugins_dir: plugins.path().to_owned(),
-            global: &["--log", "info"],
-            args: &["--no-watch"],
-        },
+        home.path().join("serve.log"),
+        plugins.path(),
+        &["--no-watch"],
     );
     assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "legacy");
     // The operator selects faulty in pincer.json and sends SIGHUP: new calls go to faulty.
@@ -1164,13 +1150,7 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
         })
     };
     // Meanwhile another session and the gateway's own methods are served, not held back.
-    assert!(
-        wait_for(Duration::from_secs(60), || gw
-            .log()
-            .contains("faulty: hanging")),
-        "the call never reached the engine: {}",
-        gw.log()
-    );
+    gw.wait_for_log("faulty: hanging", 1);
     let other = gw.ok(
         "ingest",
         "other",
