@@ -1,5 +1,5 @@
-//! A real full file system under the real gateway's long-lived session writer (issue 20,
-//! item 2): a small tmpfs mounted in a private mount namespace holds `$PINCER_HOME`; `pincer
+//! A real full file system under the real gateway's long-lived session writer:
+//! a small tmpfs mounted in a private mount namespace holds `$PINCER_HOME`; `pincer
 //! serve` appends to a session there, the disk is filled, appends fail with a clear error and
 //! leave no fragment, space is freed, appends go on, and after a restart every acknowledged
 //! append is in the session file, in order, each line parsing, every parent present, and all of

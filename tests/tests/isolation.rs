@@ -1,4 +1,4 @@
-//! The process-isolation tier (issue 12), through real built engines run in real worker
+//! The process-isolation tier, through real built engines run in real worker
 //! processes (`pincer engine-worker`): what kills a process in-process — a null write, an
 //! `exit`, a stack overflow, a constructor that exits, an engine that ignores its abort — costs
 //! one call when the engine is isolated. The host (this test process, or the `pincer` binary)

@@ -1,4 +1,4 @@
-//! A crash outside any call is remembered too (issue 21, item 5), through the real `pincer`
+//! A crash outside any call is remembered too, through the real `pincer`
 //! binary (and `pincer serve`) with the `hostile` engine in process: a constructor calling
 //! `exit` with the probe off, an `atexit` handler that segfaults after the answer is printed,
 //! a thread that crashes just after its call returned, and a timer thread that takes the

@@ -1,4 +1,4 @@
-//! OpenClaw's context-engine slot semantics (reference §3–§7, §9.1), ported as tests against
+//! OpenClaw's context-engine slot semantics (docs/CONTRACT.md §3–§7, §9.1), ported as tests against
 //! the real loaded libraries: registry rules, resolution, runtime quarantine, host-parameter
 //! projection, host requirements and bounded calls.
 

@@ -1,4 +1,4 @@
-//! The trust boundary (issue 11), through the real `pincer` binary with engines written the way
+//! The trust boundary, through the real `pincer` binary with engines written the way
 //! a hostile or sloppy stranger would write them (`plugins/testing/impostor`,
 //! `plugins/testing/hostile`): one test per finding of the issue. An engine cannot take another
 //! engine's name, cannot crash the host twice, cannot flood it through its results or its

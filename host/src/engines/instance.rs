@@ -85,7 +85,7 @@ impl EngineCallError {
         self.kind.code()
     }
 
-    /// Whether this is an abort (aborts never quarantine: reference §4.4a).
+    /// Whether this is an abort (aborts never quarantine: docs/CONTRACT.md §4.4a).
     pub fn is_abort(&self) -> bool {
         self.kind == CallErrorKind::Aborted
     }

@@ -4,7 +4,7 @@
 //! chat transcript (`tool_calls` / `tool_call_id`, as in τ-bench), converted on
 //! read with the mapping of OpenClaw's golden data.
 //!
-//! The append-only JSONL session tree of reference §10 is a later issue; this module only
+//! The append-only JSONL session tree of docs/CONTRACT.md §10 is `session/tree.rs`'s; this module only
 //! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
 //! over a transcript is [`super::assemble`].
 
