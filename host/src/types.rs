@@ -210,7 +210,7 @@ impl Serialize for Method {
     }
 }
 
-/// Who registered an engine id (reference §3.1). `Display` and `Serialize` give the registry's
+/// Who registered an engine id (docs/CONTRACT.md §3.1). `Display` and `Serialize` give the registry's
 /// spelling: `core`, `public-sdk`, `plugin:<id>`; [`Owner::parse`] reads it back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Owner {

@@ -9,7 +9,8 @@
 //! shared data is not on disk.
 //!
 //! `cargo bench -p pincer-plugin-api --bench tokens`; criterion's figure is for the whole set,
-//! divide by the message count in the group's name for ns per message.
+//! divide by the message count in the group's name for ns per message. With
+//! `--features tiktoken`, also what `preload` of an already-built encoding costs.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -129,5 +130,22 @@ fn bench_estimate(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_estimate);
+/// With `tiktoken`: an encoding is built once per process and shared, so `preload` after the
+/// first build costs nothing worth measuring (it was a test's < 50 ms bound; here it is a figure).
+/// The first build's time is printed once (45–100 ms in a release build).
+#[cfg(feature = "tiktoken")]
+fn bench_preload(c: &mut Criterion) {
+    use pincer_plugin_api::tokens::tiktoken::Encoding;
+    let start = std::time::Instant::now();
+    Encoding::O200kBase.preload();
+    eprintln!("o200k_base: first build {:?}", start.elapsed());
+    c.bench_function("tiktoken/preload-built/o200k_base", |b| {
+        b.iter(|| Encoding::O200kBase.preload())
+    });
+}
+
+#[cfg(not(feature = "tiktoken"))]
+fn bench_preload(_: &mut Criterion) {}
+
+criterion_group!(benches, bench_estimate, bench_preload);
 criterion_main!(benches);

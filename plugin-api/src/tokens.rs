@@ -1,6 +1,6 @@
 //! Token estimation as OpenClaw 2026.9.6 computes it (`estimateTokens`,
 //! `estimateContextTokens`; the rules observed in `shared/data/openclaw-golden/README.md`, which
-//! win over reference §9.5): `ceil(chars / 4)` per message, where a string's chars are its UTF-16
+//! win over docs/CONTRACT.md §9.5): `ceil(chars / 4)` per message, where a string's chars are its UTF-16
 //! length plus an extra weight for each code point of the CJK classes below.
 //!
 //! | class | code points | chars each |
@@ -817,9 +817,8 @@ mod tests {
                 handles.into_iter().map(|h| h.join().unwrap()).collect()
             });
             assert_eq!(counts, [2; 4]);
-            let start = std::time::Instant::now();
+            // Preloading an encoding already built is instant: benches/tokens.rs measures it.
             Encoding::O200kBase.preload();
-            assert!(start.elapsed() < std::time::Duration::from_millis(50));
         }
     }
 }

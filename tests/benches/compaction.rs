@@ -1,4 +1,4 @@
-//! One full compaction of a 100k-entry session with the offline summarizer (issue 8): open
+//! One full compaction of a 100k-entry session with the offline summarizer: open
 //! the file (lock, read, parse), prepare (the context's estimate, the cut), summarise with the
 //! extractive summariser, append the `compaction` entry and build the context after it. Each
 //! sample compacts a fresh copy of the same generated session (the copy is set-up, not

@@ -373,5 +373,96 @@ fn gateway_reload(c: &mut Criterion) {
     tokio.block_on(server).unwrap();
 }
 
-criterion_group!(benches, gateway_assemble, gateway_reload);
+/// `--call-timeout` through the real `pincer serve`: `faulty`'s `assemble` hangs 3 s (ignoring
+/// its abort) under `--call-timeout 1`. Measured: the time to the `timeout` answer (the
+/// call-timeout, about 1 s), and the time another session's `ingest` and the gateway's
+/// `health` take while that call hangs (a few ms: they do not wait for it). These were the
+/// 4.5 s / 4.9 s bounds of gateway.rs's call-timeout test, which now checks the same outcomes
+/// by the engine's log instead of the clock.
+fn gateway_call_timeout(c: &mut Criterion) {
+    use pincer_tests::served::{call, Serve, Served};
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("pincer.json"),
+        json!({"plugins": {
+            "slots": {"contextEngine": "faulty"},
+            "entries": {"faulty": {"config": {"assemble": "hang", "hangMs": 3000}}},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let gw = Served::start(
+        home.path(),
+        Serve {
+            socket: home.path().join("gw.sock"),
+            log: home.path().join("serve.log"),
+            plugins_dir: pincer_tests::staged_plugins_dir(),
+            global: &["--log", "info"],
+            args: &["--no-watch", "--call-timeout", "1"],
+        },
+    );
+    // A session of its own for each hanging call, opened before it (not measured).
+    let sessions = std::cell::Cell::new(0u64);
+    let fresh_session = || {
+        sessions.set(sessions.get() + 1);
+        let session = format!("stuck-{}", sessions.get());
+        let (status, _) = gw.call("maintain", Some(&session), json!({}));
+        assert_eq!(status, 200, "{}", gw.log());
+        session
+    };
+    let mut group = c.benchmark_group("gateway-call-timeout");
+    group.sample_size(10);
+    group.sampling_mode(criterion::SamplingMode::Flat);
+    group.bench_function("answer of a hanging call (--call-timeout 1)", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let session = fresh_session();
+                    let start = std::time::Instant::now();
+                    let (status, answer) = gw.call("assemble", Some(&session), json!({}));
+                    let took = start.elapsed();
+                    assert_eq!(answer["error"]["code"], "timeout", "{status} {answer}");
+                    took
+                })
+                .sum()
+        })
+    });
+    group.bench_function("another session's call while one hangs", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let session = fresh_session();
+                    let hangs = gw.log().matches("faulty: hanging").count();
+                    let hanging = {
+                        let socket = gw.socket.clone();
+                        std::thread::spawn(move || {
+                            call(&socket, "assemble", Some(&session), json!({}))
+                        })
+                    };
+                    gw.wait_for_log("faulty: hanging", hangs + 1);
+                    let start = std::time::Instant::now();
+                    let other = gw.ok(
+                        "ingest",
+                        "other",
+                        json!({"message": {"role": "user", "content": "hi"}}),
+                    );
+                    assert_eq!(gw.call("health", None, Value::Null).0, 200);
+                    let took = start.elapsed();
+                    assert_eq!(other["engineId"], "faulty");
+                    let _ = hanging.join();
+                    took
+                })
+                .sum()
+        })
+    });
+    group.finish();
+    let _ = gw.stop();
+}
+
+criterion_group!(
+    benches,
+    gateway_assemble,
+    gateway_reload,
+    gateway_call_timeout
+);
 criterion_main!(benches);

@@ -10,6 +10,52 @@ use std::process::{Command, Output};
 pub use tempfile::TempDir;
 
 pub mod chat_server;
+pub mod served;
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes; whether it held. The way
+/// a test waits for an observable state instead of sleeping: the timeout is generous and only
+/// ends a test that would otherwise hang.
+pub fn wait_for(timeout: std::time::Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if condition() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The file `faulty` (configured with `hangMarker: true`) writes when it starts to hang in
+/// `method`, in its state directory under `home`.
+pub fn faulty_hang_marker(home: &Path, method: &str) -> PathBuf {
+    home.join("state")
+        .join("engines")
+        .join("faulty")
+        .join(format!("hanging-{method}"))
+}
+
+/// Fires `abort` once `faulty` hangs in `method` (its [`faulty_hang_marker`] exists), on a
+/// thread of its own; join the thread to learn whether the hang was seen within a minute (it
+/// fires the abort either way, so that the call ends).
+pub fn abort_once_faulty_hangs(
+    home: &Path,
+    method: &str,
+    abort: std::sync::Arc<pincer_plugin_api::abi::latest::AbortController>,
+) -> std::thread::JoinHandle<()> {
+    let marker = faulty_hang_marker(home, method);
+    std::thread::spawn(move || {
+        let seen = wait_for(std::time::Duration::from_secs(60), || marker.exists());
+        abort.abort();
+        assert!(
+            seen,
+            "faulty never started to hang: no {}",
+            marker.display()
+        );
+    })
+}
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

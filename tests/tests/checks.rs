@@ -1,4 +1,4 @@
-//! The trust boundary's checks (issue 21, items 6–9), through the real `pincer` binary: what an
+//! The trust boundary's checks, through the real `pincer` binary: what an
 //! engine returns is checked before use (`plugins/testing/hostile`'s ABI-level garbage), a
 //! plugin the operator pinned keeps its engine ids, permissions are checked where a plugin's
 //! files really are, and `doctor` without `--load` reports what the runtime does.

@@ -1,4 +1,4 @@
-//! The built-in compaction (reference §9.3) over real session files: τ-bench transcripts
+//! The built-in compaction (docs/CONTRACT.md §9.3) over real session files: τ-bench transcripts
 //! imported as sessions and compacted at a 4096-token window, hand-made sessions for the split
 //! turn, the anti-loop rule and the 16000-character cap, and `pincer compact` through the real
 //! binary with `legacy`. What a user would notice: the cut never separates a tool result from

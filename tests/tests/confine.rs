@@ -365,11 +365,16 @@ fn a_crash_under_the_sandbox_is_still_told_by_its_own_signal() {
 
 /// A home whose selected engine is `faulty` with `config`.
 fn faulty_home(config: Value) -> TempDir {
+    engine_home("faulty", config)
+}
+
+/// A home whose selected engine is `engine` with `config`.
+fn engine_home(engine: &str, config: Value) -> TempDir {
     let home = TempDir::new().unwrap();
     let text = json!({
         "plugins": {
-            "slots": { "contextEngine": "faulty" },
-            "entries": { "faulty": { "config": config } },
+            "slots": { "contextEngine": engine },
+            "entries": { engine: { "config": config } },
         }
     });
     std::fs::write(home.path().join("pincer.json"), text.to_string()).unwrap();
@@ -377,6 +382,11 @@ fn faulty_home(config: Value) -> TempDir {
 }
 
 fn assemble_with_faulty(home: &Path, env: &[(&str, &str)]) -> Output {
+    assemble_in(home, &staged_plugins_dir(), env)
+}
+
+/// `pincer assemble --json` in `home` over the plugins of `plugins_dir`, with `env` set.
+fn assemble_in(home: &Path, plugins_dir: &Path, env: &[(&str, &str)]) -> Output {
     let conversation = example_conversation();
     let mut cmd = Command::new(pincer_bin());
     cmd.arg("--home")
@@ -384,7 +394,7 @@ fn assemble_with_faulty(home: &Path, env: &[(&str, &str)]) -> Output {
         .args(["assemble", "--json", "--conversation"])
         .arg(&conversation)
         .arg("--plugins-dir")
-        .arg(staged_plugins_dir())
+        .arg(plugins_dir)
         .env_remove("PINCER_HOME")
         .env_remove("PINCER_LOG");
     for (k, v) in env {
@@ -395,8 +405,9 @@ fn assemble_with_faulty(home: &Path, env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn faultys_process_ending_knobs_end_the_process() {
-    let home = faulty_home(json!({ "assemble": "segfault" }));
-    let out = assemble_with_faulty(home.path(), &[]);
+    // A null write (`hostile`'s: the one test engine that makes it) ends the process.
+    let home = engine_home("hostile", json!({ "assemble": "segv" }));
+    let out = assemble_in(home.path(), &staged_variant("hostile"), &[]);
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGSEGV),
@@ -461,6 +472,7 @@ fn probing_the_protections_leaves_the_calling_process_unconfined() {
     };
     // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: `limit` is a valid, writable `rlimit` for the call's out-pointer.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
         0
     );

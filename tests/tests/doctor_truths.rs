@@ -1,4 +1,4 @@
-//! `doctor`, `health`, `assemble` and `check-engine` tell the truth (issue 10, section 2),
+//! `doctor`, `health`, `assemble` and `check-engine` tell the truth,
 //! through the real binary: an engine the operator disabled or denied is a choice, not a
 //! failure; a disabled plugin whose engine id is not its plugin id gives legacy silently; slot
 //! `"none"` is legacy; an unregistered engine is recorded as `not registered` and the reason a

@@ -1,4 +1,4 @@
-//! No acknowledged append is ever lost or corrupted, whatever the disk does (issue 20, item 2).
+//! No acknowledged append is ever lost or corrupted, whatever the disk does.
 //!
 //! Faults are injected through the host's one I/O seam (`pincer_host::disk::faults`), armed for
 //! each case's own temporary folder: short writes that go on, `ENOSPC` before anything is
@@ -325,7 +325,7 @@ proptest! {
     }
 }
 
-/// The bug of issue 20: a torn append on a full disk, then space again. The next append
+/// The bug this guards against: a torn append on a full disk, then space again. The next append
 /// starts a line of its own and is the child of the last acknowledged one.
 #[test]
 fn a_torn_append_is_cut_off_before_the_next() {

@@ -1,5 +1,5 @@
 //! What an engine writes to stdout and stderr is bounded and kept apart from the host's own
-//! output (issue 21, item 4), through the real `pincer` binary with the `hostile` engine: in
+//! output, through the real `pincer` binary with the `hostile` engine: in
 //! process, its writes to descriptor 1 cannot corrupt `assemble --json` and reach the log
 //! instead, sanitized; isolated, a worker flooding its stderr is forwarded within the caps,
 //! each line naming the engine, the rest dropped and counted, and a worker that keeps flooding

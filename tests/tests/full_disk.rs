@@ -1,5 +1,5 @@
-//! A real full file system under the real gateway's long-lived session writer (issue 20,
-//! item 2): a small tmpfs mounted in a private mount namespace holds `$PINCER_HOME`; `pincer
+//! A real full file system under the real gateway's long-lived session writer:
+//! a small tmpfs mounted in a private mount namespace holds `$PINCER_HOME`; `pincer
 //! serve` appends to a session there, the disk is filled, appends fail with a clear error and
 //! leave no fragment, space is freed, appends go on, and after a restart every acknowledged
 //! append is in the session file, in order, each line parsing, every parent present, and all of
@@ -9,14 +9,11 @@
 //! under `unshare --mount`; where that is impossible it is skipped with a notice — except when
 //! `CI` is set (CI runs as root), where it fails.
 
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use pincer_host::gateway::{client, CallRequest};
 use pincer_host::session::SessionTree;
-use pincer_tests::pincer_bin;
+use pincer_tests::served::{Serve, Served};
 use serde_json::{json, Value};
 
 /// Set in the re-run child, inside its own mount namespace.
@@ -66,92 +63,34 @@ fn a_full_disk_fails_appends_clearly_and_never_costs_an_acknowledged_one() {
     eprintln!("{stderr}");
 }
 
-/// A running `pincer serve` whose home is on the tmpfs.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
+/// `pincer --log info serve` with no plugins, its home on the tmpfs and its socket and log in
+/// `outside`, once its socket answers.
+fn serve(home: &Path, outside: &Path) -> Served {
+    let plugins = outside.join("no-plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    Served::start(
+        home,
+        Serve {
+            socket: outside.join("gw.sock"),
+            log: outside.join("serve.log"),
+            plugins_dir: plugins,
+            global: &["--log", "info"],
+            args: &[],
+        },
+    )
 }
 
-impl Served {
-    fn start(home: &Path, outside: &Path) -> Served {
-        let socket = outside.join("gw.sock");
-        let log = outside.join("serve.log");
-        let plugins = outside.join("no-plugins");
-        std::fs::create_dir_all(&plugins).unwrap();
-        let child = Command::new(pincer_bin())
-            .arg("--home")
-            .arg(home)
-            .args(["--log", "info", "serve", "--socket"])
-            .arg(&socket)
-            .arg("--plugins-dir")
-            .arg(&plugins)
-            .env_remove("PINCER_HOME")
-            .env_remove("PINCER_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("pincer serve starts");
-        let mut served = Served { child, socket, log };
-        let start = Instant::now();
-        while UnixStream::connect(&served.socket).is_err() {
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("pincer serve exited ({status}): {}", served.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "{}",
-                served.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn call(&self, method: &str, params: Value) -> (u16, Value) {
-        client::call(
-            &self.socket,
-            &CallRequest {
-                method: method.to_owned(),
-                session: Some(KEY.to_owned()),
-                params: Some(params),
-            },
-        )
-        .expect("the gateway answers")
-    }
-
-    /// Ingests a user message of `text`: its entry id, or the error answer.
-    fn ingest(&self, text: &str) -> Result<String, (u16, Value)> {
-        let (status, answer) = self.call(
-            "ingest",
-            json!({"message": {"role": "user", "content": text}}),
-        );
-        if status == 200 && answer["ok"] == true {
-            Ok(answer["result"]["entryIds"][0].as_str().unwrap().to_owned())
-        } else {
-            Err((status, answer))
-        }
-    }
-
-    fn stop(mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(start.elapsed() < Duration::from_secs(60), "{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Ingests a user message of `text` into the session `KEY`: its entry id, or the error answer.
+fn ingest(gateway: &Served, text: &str) -> Result<String, (u16, Value)> {
+    let (status, answer) = gateway.call(
+        "ingest",
+        Some(KEY),
+        json!({"message": {"role": "user", "content": text}}),
+    );
+    if status == 200 && answer["ok"] == true {
+        Ok(answer["result"]["entryIds"][0].as_str().unwrap().to_owned())
+    } else {
+        Err((status, answer))
     }
 }
 
@@ -209,17 +148,17 @@ fn in_private_namespace() {
     std::fs::create_dir(&home).unwrap();
     std::fs::write(home.join("pincer.json"), "{}\n").unwrap();
 
-    let gateway = Served::start(&home, outside.path());
+    let gateway = serve(&home, outside.path());
     let mut acked = Vec::new();
     for n in 0..10 {
-        acked.push(gateway.ingest(&format!("before {n}")).unwrap());
+        acked.push(ingest(&gateway, &format!("before {n}")).unwrap());
     }
     let file = session_file(&home);
 
     fill(&mount_point.join("filler"));
     let mut failures = 0;
     for n in 0..3 {
-        match gateway.ingest(&big(n)) {
+        match ingest(&gateway, &big(n)) {
             Ok(id) => acked.push(id),
             Err((status, answer)) => {
                 failures += 1;
@@ -241,9 +180,9 @@ fn in_private_namespace() {
 
     std::fs::remove_file(mount_point.join("filler")).unwrap();
     for n in 0..10 {
-        acked.push(gateway.ingest(&format!("after {n}")).unwrap());
+        acked.push(ingest(&gateway, &format!("after {n}")).unwrap());
     }
-    gateway.stop();
+    let _ = gateway.stop();
 
     // Reopened: every acknowledged append, in order, every line whole, every parent there.
     let text = std::fs::read_to_string(&file).unwrap();
@@ -270,8 +209,9 @@ fn in_private_namespace() {
     }
 
     // The gateway, started again, serves the whole context.
-    let gateway = Served::start(&home, outside.path());
-    let (status, answer) = gateway.call("assemble", json!({"full": true, "refs": "each"}));
+    let gateway = serve(&home, outside.path());
+    let (status, answer) =
+        gateway.call("assemble", Some(KEY), json!({"full": true, "refs": "each"}));
     assert_eq!(status, 200, "{answer}");
     let ids: Vec<&str> = answer["result"]["items"]
         .as_array()
@@ -280,7 +220,7 @@ fn in_private_namespace() {
         .map(|item| item["entryId"].as_str().unwrap())
         .collect();
     assert_eq!(ids, acked, "the context holds every acknowledged message");
-    gateway.stop();
+    let _ = gateway.stop();
     eprintln!(
         "full disk: {} acknowledged appends all present after reopening",
         acked.len()

@@ -8,131 +8,38 @@ use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pincer_host::gateway::client;
-use pincer_host::gateway::CallRequest;
 use pincer_tests::chat_server::ChatServer;
-use pincer_tests::{pincer_bin, session_message_ids, staged_plugins_dir, workspace_root};
+use pincer_tests::served::{call, signal, Serve, Served};
+use pincer_tests::{pincer_bin, session_message_ids, staged_plugins_dir, wait_for, workspace_root};
 use serde_json::{json, Value};
 
-/// A running `pincer serve`.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    stderr: PathBuf,
+/// `pincer --log info serve` in `home` with the staged plugins and `args`, once its socket
+/// answers.
+fn serve(home: &Path, args: &[&str]) -> Served {
+    serve_with(home, &staged_plugins_dir(), args)
 }
 
-impl Served {
-    /// Starts `pincer serve` in `home` with the staged plugins and `args`, and waits until its
-    /// socket answers.
-    fn start(home: &Path, args: &[&str]) -> Served {
-        Served::start_with(home, &staged_plugins_dir(), args)
-    }
-
-    /// `pincer serve` with the plugins of `plugins_dir`.
-    fn start_with(home: &Path, plugins_dir: &Path, args: &[&str]) -> Served {
-        let socket = home.join("gw.sock");
-        let stderr = home.join(format!("serve-{}.log", std::process::id()));
-        let child = Command::new(pincer_bin())
-            .arg("--home")
-            .arg(home)
-            .args(["--log", "info", "serve", "--socket"])
-            .arg(&socket)
-            .arg("--plugins-dir")
-            .arg(plugins_dir)
-            .args(args)
-            .env_remove("PINCER_HOME")
-            .env_remove("PINCER_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("pincer serve starts");
-        let mut served = Served {
-            child,
-            socket,
-            stderr,
-        };
-        let start = Instant::now();
-        while UnixStream::connect(&served.socket).is_err() {
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("pincer serve exited ({status}): {}", served.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the gateway did not start: {}",
-                served.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn call(&self, method: &str, session: Option<&str>, params: Value) -> (u16, Value) {
-        call(&self.socket, method, session, params)
-    }
-
-    /// A call that must succeed; its answer.
-    fn ok(&self, method: &str, session: &str, params: Value) -> Value {
-        let (status, answer) = self.call(method, Some(session), params);
-        assert_eq!(status, 200, "{method}: {answer}");
-        assert_eq!(answer["ok"], true, "{method}: {answer}");
-        answer
-    }
-
-    /// Sends SIGTERM and waits for the process; its exit status and log.
-    fn stop(mut self) -> (std::process::ExitStatus, String) {
-        signal(&self.child, "TERM");
-        let status = wait_with_deadline(&mut self.child, Duration::from_secs(60));
-        (status, self.log())
-    }
+/// `pincer --log info serve` with the plugins of `plugins_dir`.
+fn serve_with(home: &Path, plugins_dir: &Path, args: &[&str]) -> Served {
+    let log = home.join(format!("serve-{}.log", std::process::id()));
+    serve_logged(home, log, plugins_dir, args)
 }
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-}
-
-fn wait_with_deadline(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "the gateway did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn call(socket: &Path, method: &str, session: Option<&str>, params: Value) -> (u16, Value) {
-    client::call(
-        socket,
-        &CallRequest {
-            method: method.to_owned(),
-            session: session.map(str::to_owned),
-            params: Some(params).filter(|p| !p.is_null()),
+/// `pincer --log info serve` with the plugins of `plugins_dir`, its log in `log`.
+fn serve_logged(home: &Path, log: PathBuf, plugins_dir: &Path, args: &[&str]) -> Served {
+    Served::start(
+        home,
+        Serve {
+            socket: home.join("gw.sock"),
+            log,
+            plugins_dir: plugins_dir.to_owned(),
+            global: &["--log", "info"],
+            args,
         },
     )
-    .expect("the gateway answers")
 }
 
 /// A home whose config names the chat server and `entries` (plugins.entries).
@@ -172,7 +79,7 @@ fn a_whole_conversation_over_the_socket_every_answer_naming_its_engine_and_gener
     let server = ChatServer::start();
     queue_replies(&server, 2);
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -358,7 +265,7 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
         None,
         json!({"faulty": {"config": {"ingest": "hang", "hangMs": 3000}}}),
     );
-    let gw = Served::start(home.path(), &["--engine", "faulty"]);
+    let gw = serve(home.path(), &["--engine", "faulty"]);
     let socket = gw.socket.clone();
     let slow = std::thread::spawn(move || {
         call(
@@ -369,9 +276,7 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
         )
     });
     // While the slow session's call sleeps in the engine, other sessions are served.
-    while !gw.log().contains("faulty: hanging") {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    gw.wait_for_log("faulty: hanging", 1);
     let fast = gw.ok("assemble", "fast", json!({}));
     assert_eq!(fast["result"]["count"], 0);
     assert!(
@@ -387,7 +292,7 @@ fn calls_of_one_session_stay_in_order_while_sessions_run_in_parallel() {
     // Many clients, each appending in order to its own session and to a shared one: nothing
     // lost, nothing reordered.
     let home = home_with(None, json!({}));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let socket = gw.socket.clone();
@@ -461,7 +366,7 @@ fn post(body: &str) -> Vec<u8> {
 #[test]
 fn malformed_requests_get_clear_errors_and_everyone_else_is_still_served() {
     let home = home_with(None, json!({}));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     gw.ok(
         "ingest",
         "kept",
@@ -577,7 +482,7 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
     let home = home_with(None, json!({}));
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let gw = Served::start(home.path(), &["--http", &addr]);
+    let gw = serve(home.path(), &["--http", &addr]);
     let token_file = home.path().join("state/gateway.token");
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the token is the owner's only");
@@ -606,7 +511,7 @@ fn loopback_http_refuses_a_missing_or_wrong_token_and_touches_nothing() {
     gw.ok("assemble", "guarded", json!({}));
     drop(gw);
     // The token is kept across restarts.
-    let gw = Served::start(home.path(), &["--http", &addr]);
+    let gw = serve(home.path(), &["--http", &addr]);
     let (status, _) = http_exchange(port, Some(&token), body);
     assert_eq!(status, 200);
     // HTTP stays on loopback.
@@ -633,7 +538,7 @@ fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
         None,
         json!({"faulty": {"config": {"ingest": "hang", "hangMs": 1500}}}),
     );
-    let gw = Served::start(home.path(), &["--engine", "faulty"]);
+    let gw = serve(home.path(), &["--engine", "faulty"]);
     let calls: Vec<_> = (0..3)
         .map(|i| {
             let socket = gw.socket.clone();
@@ -647,9 +552,7 @@ fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
             })
         })
         .collect();
-    while gw.log().matches("faulty: hanging").count() < 3 {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    gw.wait_for_log("faulty: hanging", 3);
     let socket = gw.socket.clone();
     let home_path = home.path().to_owned();
     let (status, log) = gw.stop();
@@ -673,7 +576,7 @@ fn shutdown_answers_calls_in_flight_disposes_once_and_removes_the_socket() {
 #[test]
 fn the_socket_is_private_and_a_live_one_is_never_replaced() {
     let home = home_with(None, json!({}));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     let mode = std::fs::metadata(&gw.socket).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     let out = Command::new(pincer_bin())
@@ -713,7 +616,7 @@ fn live_answers_match_the_documented_schema() {
     let server = ChatServer::start();
     queue_replies(&server, 1);
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -807,7 +710,7 @@ fn a_python_standard_library_client_runs_a_whole_conversation() {
     let server = ChatServer::start();
     queue_replies(&server, 3);
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -944,37 +847,23 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
     // home: a file written on every call there would keep the watcher's debounce from ever
     // settling.
     let logs = tempfile::tempdir().unwrap();
-    let socket = home.path().join("gw.sock");
-    let stderr = logs.path().join("serve.log");
-    let child = Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--log", "info", "serve", "--socket"])
-        .arg(&socket)
-        .arg("--plugins-dir")
-        .arg(plugins.path())
-        .args(["--model", "openai:test-model"])
-        .env_remove("PINCER_HOME")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let gw = Served {
-        child,
-        socket,
-        stderr,
-    };
-    while UnixStream::connect(&gw.socket).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gw = serve_logged(
+        home.path(),
+        logs.path().join("serve.log"),
+        plugins.path(),
+        &["--model", "openai:test-model"],
+    );
     gw.ok("assemble", "warm", json!({}));
     assert_eq!(engine_health(&gw, "faulty")["generation"], 1);
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Every call the clients got an answer to, so that the builds below land between calls.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients: Vec<_> = (0..3)
         .map(|c| {
             let socket = gw.socket.clone();
             let stop = stop.clone();
+            let answered = answered.clone();
             std::thread::spawn(move || {
                 let session = format!("load-{c}");
                 let mut generations = Vec::new();
@@ -992,6 +881,7 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
                         _ => ("assemble", json!({"full": true})),
                     };
                     let (status, answer) = call(&socket, method, Some(&session), params);
+                    answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if status == 200 && answer["ok"] == true {
                         generations.push(answer["generation"].as_u64().unwrap());
                     } else {
@@ -1002,9 +892,21 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
             })
         })
         .collect();
+    // Waits until the clients have had four more answers: with three clients, at least one
+    // of them is to a call made after this point.
+    let more_answers = || {
+        let from = answered.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            wait_for(Duration::from_secs(60), || {
+                answered.load(std::sync::atomic::Ordering::Relaxed) >= from + 4
+            }),
+            "the clients got no answers: {}",
+            gw.log()
+        );
+    };
     let modes = [Replace::InPlace, Replace::Rename, Replace::DeleteRecreate];
     for (k, how) in modes.into_iter().enumerate() {
-        std::thread::sleep(Duration::from_millis(150));
+        more_answers();
         install_build(&dir, &original, &format!("build {k}"), how, false);
         wait_for_generation(&gw, "faulty", k as u64 + 2);
     }
@@ -1024,7 +926,7 @@ fn reload_under_load_fails_no_call_and_disposes_each_generation_once() {
     assert_eq!(out.status.code(), Some(1));
     let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(refused["error"]["code"], "reload_refused", "{refused}");
-    std::thread::sleep(Duration::from_millis(200));
+    more_answers();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut seen = std::collections::BTreeSet::new();
     for client in clients {
@@ -1111,7 +1013,7 @@ impl OwnFaulty {
 
     /// `pincer serve` over this copy, without file watching.
     fn serve(&self) -> Served {
-        Served::start_with(self.home.path(), self.plugins.path(), &["--no-watch"])
+        serve_with(self.home.path(), self.plugins.path(), &["--no-watch"])
     }
 }
 
@@ -1156,28 +1058,12 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     let original = std::fs::read(pincer_tests::library_path(&dir)).unwrap();
     let home = tempfile::tempdir().unwrap();
     std::fs::write(home.path().join("pincer.json"), json!({}).to_string()).unwrap();
-    let socket = home.path().join("gw.sock");
-    let stderr = home.path().join("serve.log");
-    let child = Command::new(pincer_bin())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--log", "info", "serve", "--no-watch", "--socket"])
-        .arg(&socket)
-        .arg("--plugins-dir")
-        .arg(plugins.path())
-        .env_remove("PINCER_HOME")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let gw = Served {
-        child,
-        socket,
-        stderr,
-    };
-    while UnixStream::connect(&gw.socket).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gw = serve_logged(
+        home.path(),
+        home.path().join("serve.log"),
+        plugins.path(),
+        &["--no-watch"],
+    );
     assert_eq!(gw.ok("assemble", "s", json!({}))["engineId"], "legacy");
     // The operator selects faulty in pincer.json and sends SIGHUP: new calls go to faulty.
     std::fs::write(
@@ -1185,7 +1071,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
         json!({"plugins": {"slots": {"contextEngine": "faulty"}}}).to_string(),
     )
     .unwrap();
-    signal(&gw.child, "HUP");
+    signal(gw.pid(), "HUP");
     let start = Instant::now();
     while gw.ok("assemble", "s", json!({}))["engineId"] != "faulty" {
         assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
@@ -1193,7 +1079,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     }
     // A config that no longer parses is refused; faulty keeps serving.
     std::fs::write(home.path().join("pincer.json"), "{ plugins: ").unwrap();
-    signal(&gw.child, "HUP");
+    signal(gw.pid(), "HUP");
     let start = Instant::now();
     while !gw.log().contains("SIGHUP: reload refused") {
         assert!(start.elapsed() < Duration::from_secs(60), "{}", gw.log());
@@ -1207,7 +1093,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
     )
     .unwrap();
     install_build(&dir, &original, "sighup build", Replace::Rename, false);
-    signal(&gw.child, "HUP");
+    signal(gw.pid(), "HUP");
     wait_for_generation(&gw, "faulty", 2);
     assert_eq!(gw.ok("assemble", "s", json!({}))["generation"], 2);
 }
@@ -1215,7 +1101,7 @@ fn sighup_reloads_and_a_changed_config_takes_effect_for_new_calls() {
 /// `pincer serve` in `home` (its pincer.json already written) with the staged plugins, no file
 /// watching, and `args`.
 fn serve_faulty(home: &Path, args: &[&str]) -> Served {
-    Served::start(home, &[&["--no-watch"], args].concat())
+    serve(home, &[&["--no-watch"], args].concat())
 }
 
 /// A home whose slot is `faulty` with `config`.
@@ -1248,15 +1134,23 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
         }
     }
     let started = Instant::now();
+    // Whether the engine's hang was over when an answer came: `faulty` logs "faulty: hang over"
+    // as its call returns. (How long each took is benches/gateway.rs's `gateway-call-timeout`.)
+    let hang_over = |log: &Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("faulty: hang over")
+    };
     let hanging = {
         let socket = gw.socket.clone();
+        let log = gw.log_path().to_owned();
         std::thread::spawn(move || {
             let answer = call(&socket, "assemble", Some("stuck"), json!({}));
-            (answer, started.elapsed())
+            (answer, hang_over(&log))
         })
     };
     // Meanwhile another session and the gateway's own methods are served, not held back.
-    std::thread::sleep(Duration::from_millis(300));
+    gw.wait_for_log("faulty: hanging", 1);
     let other = gw.ok(
         "ingest",
         "other",
@@ -1265,11 +1159,11 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
     assert_eq!(other["engineId"], "faulty");
     assert_eq!(gw.call("health", None, Value::Null).0, 200);
     assert!(
-        started.elapsed() < Duration::from_millis(4500),
+        !hang_over(gw.log_path()),
         "other calls waited for the hanging one: {:?}",
         started.elapsed()
     );
-    let ((status, answer), took) = hanging.join().unwrap();
+    let ((status, answer), over_when_answered) = hanging.join().unwrap();
     assert_eq!(status, 504, "{answer}");
     assert_eq!(answer["ok"], false, "{answer}");
     assert_eq!(answer["error"]["code"], "timeout", "{answer}");
@@ -1279,8 +1173,8 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
     );
     assert_eq!(answer["generation"], 1, "{answer}");
     assert!(
-        took >= Duration::from_millis(1900) && took < Duration::from_millis(4500),
-        "answered after --call-timeout, before the engine returned: {took:?}"
+        !over_when_answered,
+        "answered after --call-timeout, before the engine returned"
     );
     // The session's next call waits for the hanging one (order kept; one queued behind it
     // may itself time out), then is served.
@@ -1293,7 +1187,7 @@ fn a_call_past_call_timeout_is_answered_timeout_and_the_gateway_keeps_serving() 
         assert!(started.elapsed() < Duration::from_secs(60), "{}", gw.log());
     };
     assert!(
-        started.elapsed() >= Duration::from_millis(4900),
+        hang_over(gw.log_path()),
         "the next call of the session ran before the hanging one ended: {:?}",
         started.elapsed()
     );
@@ -1418,7 +1312,7 @@ fn a_turn_whose_model_fails_names_the_engine_it_started_on() {
         );
     }
     let home = home_with(Some(&server.base_url), json!({}));
-    let gw = Served::start(
+    let gw = serve(
         home.path(),
         &["--engine", "sliding-window", "--model", "openai:test-model"],
     );
@@ -1473,7 +1367,7 @@ fn unload_on_reload_in_the_gateway_health_tells_kept_from_unloaded() {
     let own = OwnFaulty::new(json!({"unloadOnReload": true}));
     let (dir, original) = (&own.dir, &own.original);
     let gw = own.serve();
-    let pid = gw.child.id();
+    let pid = gw.pid();
     gw.ok("assemble", "parent", json!({}));
     let spawned = gw.ok(
         "prepareSubagentSpawn",

@@ -8,85 +8,26 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use pincer_host::gateway::client;
-use pincer_host::gateway::CallRequest;
+use pincer_tests::served::{Serve, Served};
 use pincer_tests::{pincer_bin, staged_plugins_dir, workspace_root};
 use serde_json::{json, Value};
 
-/// A running `pincer serve`.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Served {
-    fn start(home: &Path, args: &[&str]) -> Served {
-        let socket = home.join("gw.sock");
-        let stderr = home.join("serve.log");
-        let child = Command::new(pincer_bin())
-            .arg("--home")
-            .arg(home)
-            .args(["serve", "--no-watch", "--socket"])
-            .arg(&socket)
-            .arg("--plugins-dir")
-            .arg(staged_plugins_dir())
-            .args(args)
-            .env_remove("PINCER_HOME")
-            .env_remove("PINCER_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("pincer serve starts");
-        let mut served = Served {
-            child,
-            socket,
-            stderr,
-        };
-        let start = Instant::now();
-        while UnixStream::connect(&served.socket).is_err() {
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("pincer serve exited ({status}): {}", served.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the gateway did not start: {}",
-                served.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn call(&self, method: &str, session: &str, params: Value) -> (u16, Value) {
-        client::call(
-            &self.socket,
-            &CallRequest {
-                method: method.to_owned(),
-                session: Some(session.to_owned()),
-                params: Some(params),
-            },
-        )
-        .expect("the gateway answers")
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `pincer serve --no-watch` in `home` with the staged plugins and `args`, once its socket
+/// answers.
+fn serve(home: &Path, args: &[&str]) -> Served {
+    Served::start(
+        home,
+        Serve {
+            socket: home.join("gw.sock"),
+            log: home.join("serve.log"),
+            plugins_dir: staged_plugins_dir(),
+            global: &[],
+            args: &[&["--no-watch"], args].concat(),
+        },
+    )
 }
 
 fn home() -> tempfile::TempDir {
@@ -119,11 +60,11 @@ fn session_files(home: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn a_message_outside_openclaw_s_model_is_refused_naming_the_message_and_the_field() {
     let home = home();
-    let gw = Served::start(home.path(), &["--engine", "sliding-window"]);
+    let gw = serve(home.path(), &["--engine", "sliding-window"]);
     // One good message first: the session exists and holds it.
     let (status, answer) = gw.call(
         "ingest",
-        "door",
+        Some("door"),
         json!({"message": {"role": "user", "content": "hello"}}),
     );
     assert_eq!(status, 200, "{answer}");
@@ -183,7 +124,7 @@ fn a_message_outside_openclaw_s_model_is_refused_naming_the_message_and_the_fiel
         ),
     ];
     for (method, params, field) in cases {
-        let (status, answer) = gw.call(method, "door", params.clone());
+        let (status, answer) = gw.call(method, Some("door"), params.clone());
         assert_eq!(status, 400, "{method} {params}: {answer}");
         assert_eq!(
             answer["error"]["code"], "invalid_message",
@@ -198,7 +139,7 @@ fn a_message_outside_openclaw_s_model_is_refused_naming_the_message_and_the_fiel
     // The unknown role's refusal says why, from OpenClaw's own behaviour.
     let (_, answer) = gw.call(
         "ingest",
-        "door",
+        Some("door"),
         json!({"message": {"role": "wizard", "content": "x"}}),
     );
     assert!(
@@ -210,7 +151,7 @@ fn a_message_outside_openclaw_s_model_is_refused_naming_the_message_and_the_fiel
     );
     // Nothing was stored, not even the good first half of a refused batch.
     assert_eq!(session_files(home.path()), before);
-    let (status, answer) = gw.call("assemble", "door", json!({"full": true}));
+    let (status, answer) = gw.call("assemble", Some("door"), json!({"full": true}));
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["result"]["count"], 1, "{answer}");
 }
@@ -306,9 +247,9 @@ fn every_message_openclaw_itself_writes_is_accepted_and_kept_as_sent() {
     );
     assert!(messages.len() > 100, "{} golden messages", messages.len());
     let home = home();
-    let gw = Served::start(home.path(), &["--engine", "sliding-window"]);
+    let gw = serve(home.path(), &["--engine", "sliding-window"]);
     for (label, message) in &messages {
-        let (status, answer) = gw.call("ingest", "golden", json!({"message": message}));
+        let (status, answer) = gw.call("ingest", Some("golden"), json!({"message": message}));
         assert_eq!(status, 200, "{label} was refused: {message}: {answer}");
     }
     // Stored as sent: the session file holds each one unchanged.
@@ -385,7 +326,7 @@ fn token_of(home: &Path) -> String {
 fn http_authenticates_before_routing_reads_bearer_in_any_case_and_answers_every_error_in_json() {
     let home = home();
     let port = free_port();
-    let gw = Served::start(home.path(), &["--http", &format!("127.0.0.1:{port}")]);
+    let gw = serve(home.path(), &["--http", &format!("127.0.0.1:{port}")]);
     let token = token_of(home.path());
     let health = r#"{"method": "health"}"#;
     let post = |auth: &str, body: &str| {
@@ -521,7 +462,7 @@ fn slow_and_idle_connections_are_closed_at_their_deadlines() {
     let home = home_with_limits(json!({
         "headerTimeoutSeconds": 1, "bodyTimeoutSeconds": 1, "idleTimeoutSeconds": 3
     }));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     // A connection that never sends anything lives until the idle deadline, not past it.
     let mut idle = unix_stream(&gw.socket);
     // Headers that never end: closed at the header deadline, well before the idle one.
@@ -579,14 +520,14 @@ fn slow_and_idle_connections_are_closed_at_their_deadlines() {
         "a kept-alive idle connection outlived its deadline"
     );
     // The gateway still serves.
-    let (status, answer) = gw.call("assemble", "still", json!({}));
+    let (status, answer) = gw.call("assemble", Some("still"), json!({}));
     assert_eq!(status, 200, "{answer}");
 }
 
 #[test]
 fn connections_over_the_cap_get_a_json_503_and_the_rest_are_served() {
     let home = home_with_limits(json!({ "maxConnections": 4 }));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     let held: Vec<UnixStream> = (0..4).map(|_| unix_stream(&gw.socket)).collect();
     // The fifth is answered and closed.
     let mut fifth = UnixStream::connect(&gw.socket).unwrap();
@@ -607,14 +548,7 @@ fn connections_over_the_cap_get_a_json_503_and_the_rest_are_served() {
     drop(held);
     let start = Instant::now();
     loop {
-        let answer = client::call(
-            &gw.socket,
-            &CallRequest {
-                method: "health".into(),
-                session: None,
-                params: None,
-            },
-        );
+        let answer = gw.try_call("health", None, Value::Null);
         match answer {
             Ok((200, _)) => break,
             other => assert!(
@@ -666,7 +600,7 @@ fn two_thousand_idle_connections_are_all_let_go_at_the_idle_deadline() {
     let home = home_with_limits(json!({
         "idleTimeoutSeconds": 8, "headerTimeoutSeconds": 6, "maxConnections": 4096
     }));
-    let gw = Served::start(home.path(), &[]);
+    let gw = serve(home.path(), &[]);
     let before = fds_of(gw.pid());
     let mut streams: Vec<Box<dyn std::io::Read>> = Vec::with_capacity(CONNECTIONS);
     for i in 0..CONNECTIONS {
@@ -721,6 +655,6 @@ fn two_thousand_idle_connections_are_all_let_go_at_the_idle_deadline() {
         "every client saw its connection closed"
     );
     // And the gateway serves on.
-    let (status, answer) = gw.call("assemble", "after", json!({}));
+    let (status, answer) = gw.call("assemble", Some("after"), json!({}));
     assert_eq!(status, 200, "{answer}");
 }

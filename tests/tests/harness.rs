@@ -1,4 +1,4 @@
-//! The turn harness (issue 8): whole τ-bench conversations replayed turn by turn through
+//! The turn harness: whole τ-bench conversations replayed turn by turn through
 //! `legacy` and through the loaded `sliding-window` library, one turn against an
 //! OpenAI-compatible server on 127.0.0.1, and overflow recovery.
 

@@ -612,7 +612,10 @@ fn a_subagent_reads_its_parents_store_only_while_its_grant_lives() {
     engine
         .prepare_subagent_spawn(spawn_request("parent", "brief", Some(1)))
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Once its 1 ms have passed (observed, not slept: the grant reads nothing then).
+    wait_for(std::time::Duration::from_secs(60), || {
+        grep_count(&engine, "brief", word) == 0
+    });
     assert_eq!(grep_count(&engine, "brief", word), 0, "expired");
     drop(engine);
     runtime.shutdown();

@@ -1,4 +1,4 @@
-//! Models (issue 8, item 3): the OpenAI-compatible client against a chat-completions server on
+//! Models: the OpenAI-compatible client against a chat-completions server on
 //! 127.0.0.1 (no real model is reachable from here), and the replay model over the τ-bench
 //! transcripts.
 

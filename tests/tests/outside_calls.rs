@@ -1,17 +1,16 @@
-//! A crash outside any call is remembered too (issue 21, item 5), through the real `pincer`
+//! A crash outside any call is remembered too, through the real `pincer`
 //! binary (and `pincer serve`) with the `hostile` engine in process: a constructor calling
 //! `exit` with the probe off, an `atexit` handler that segfaults after the answer is printed,
 //! a thread that crashes just after its call returned, and a timer thread that takes the
 //! gateway down after its engine was created. Each time the first run dies, the next start
 //! quarantines the engine with what happened, and the agent keeps answering on `legacy`.
 
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use pincer_host::gateway::{client, CallRequest};
+use pincer_tests::served::{Serve, Served};
 use pincer_tests::*;
 use serde_json::{json, Value};
 
@@ -206,82 +205,19 @@ fn a_thread_that_crashes_just_after_its_call_returned_is_remembered_every_time()
     }
 }
 
-/// A running `pincer serve` over `plugins`.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-}
-
-impl Served {
-    fn start(home: &Path, plugins: &Path, name: &str) -> Served {
-        let socket = home.join("gw.sock");
-        let _ = std::fs::remove_file(&socket);
-        let log = home.join(format!("{name}.log"));
-        let child = Command::new(pincer_bin())
-            .arg("--home")
-            .arg(home)
-            .args(["--log", "info", "serve", "--no-watch", "--socket"])
-            .arg(&socket)
-            .arg("--plugins-dir")
-            .arg(plugins)
-            .env_remove("PINCER_HOME")
-            .env_remove("PINCER_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("pincer serve starts");
-        let mut served = Served { child, socket, log };
-        let start = Instant::now();
-        while UnixStream::connect(&served.socket).is_err() {
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("pincer serve exited ({status}): {}", served.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "{}",
-                served.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn call(&self, method: &str, session: Option<&str>, params: Value) -> Option<Value> {
-        client::call(
-            &self.socket,
-            &CallRequest {
-                method: method.to_owned(),
-                session: session.map(str::to_owned),
-                params: Some(params).filter(|p| !p.is_null()),
-            },
-        )
-        .ok()
-        .map(|(_, answer)| answer)
-    }
-
-    /// Waits at most `limit` for the process to end.
-    fn wait_for_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `pincer --log info serve --no-watch` over `plugins`, its log in `home/<name>.log`, once its
+/// socket answers.
+fn serve(home: &Path, plugins: &Path, name: &str) -> Served {
+    Served::start(
+        home,
+        Serve {
+            socket: home.join("gw.sock"),
+            log: home.join(format!("{name}.log")),
+            plugins_dir: plugins.to_owned(),
+            global: &["--log", "info"],
+            args: &["--no-watch"],
+        },
+    )
 }
 
 #[test]
@@ -290,9 +226,9 @@ fn a_timer_thread_that_segfaults_after_its_engine_was_created_takes_the_gateway_
     let hostile = copy_plugin(&staged_variant("hostile"), plugins.path(), "hostile");
     let home = hostile_home(json!({ "timerSegvMs": 300 }), json!({}));
 
-    let mut first = Served::start(home.path(), &hostile, "first");
+    let mut first = serve(home.path(), &hostile, "first");
     // The engine is created (at the latest) by the first call; its timer fires 300 ms later.
-    let _ = first.call("assemble", Some("agent:main:t"), json!({}));
+    let _ = first.try_call("assemble", Some("agent:main:t"), json!({}));
     let status = first
         .wait_for_exit(Duration::from_secs(20))
         .unwrap_or_else(|| panic!("the timer did not take the gateway down: {}", first.log()));
@@ -300,10 +236,8 @@ fn a_timer_thread_that_segfaults_after_its_engine_was_created_takes_the_gateway_
 
     // The next start in the same home: hostile is quarantined, the gateway stays up and
     // answers on legacy.
-    let mut second = Served::start(home.path(), &hostile, "second");
-    let answer = second
-        .call("assemble", Some("agent:main:t"), json!({}))
-        .expect("the gateway answers");
+    let mut second = serve(home.path(), &hostile, "second");
+    let (_, answer) = second.call("assemble", Some("agent:main:t"), json!({}));
     assert_eq!(answer["ok"], true, "{answer}");
     assert_eq!(answer["result"]["answeredBy"], "legacy", "{answer}");
     assert!(
@@ -311,7 +245,7 @@ fn a_timer_thread_that_segfaults_after_its_engine_was_created_takes_the_gateway_
         "the second gateway died too: {}",
         second.log()
     );
-    let health = second.call("health", None, Value::Null).unwrap();
+    let (_, health) = second.call("health", None, Value::Null);
     let engine = health["result"]["engines"]
         .as_array()
         .unwrap()

@@ -1,4 +1,4 @@
-//! OpenClaw's context-engine slot semantics (reference §3–§7, §9.1), ported as tests against
+//! OpenClaw's context-engine slot semantics (docs/CONTRACT.md §3–§7, §9.1), ported as tests against
 //! the real loaded libraries: registry rules, resolution, runtime quarantine, host-parameter
 //! projection, host requirements and bounded calls.
 
@@ -350,22 +350,19 @@ fn aborts_never_quarantine() {
     let home = TempDir::new().unwrap();
     let runtime = faulty(
         &home,
-        json!({ "assemble": "hang-until-abort", "hangMs": 30000 }),
+        json!({ "assemble": "hang-until-abort", "hangMs": 30000, "hangMarker": true }),
         json!({}),
     );
     let resolved = runtime.resolve().unwrap();
     let t = transcript();
     let abort = Arc::new(AbortController::new());
-    let trigger = Arc::clone(&abort);
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
-        trigger.abort();
-    });
+    let trigger = abort_once_faulty_hangs(home.path(), "assemble", Arc::clone(&abort));
     let request = assemble_request(&t, "s");
     let err = resolved
         .engine
         .assemble(Arc::clone(&request), abort)
         .expect_err("aborted");
+    trigger.join().unwrap();
     assert_eq!(err.error.kind, CallErrorKind::Aborted);
     assert!(!runtime.quarantine().is_quarantined("faulty"));
     // A signal that fired before the call: the abort error, without calling the engine.
@@ -1172,16 +1169,12 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
     let home = TempDir::new().unwrap();
     let runtime = faulty(
         &home,
-        json!({ "assemble": "hang", "hangMs": 3_600_000 }),
+        json!({ "assemble": "hang", "hangMs": 3_600_000, "hangMarker": true }),
         json!({}),
     );
     let resolved = runtime.resolve().unwrap();
     let abort = Arc::new(AbortController::new());
-    let trigger = Arc::clone(&abort);
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(150));
-        trigger.abort();
-    });
+    let trigger = abort_once_faulty_hangs(home.path(), "assemble", Arc::clone(&abort));
     let fired = Arc::clone(&abort);
     let err = resolved
         .engine
@@ -1196,6 +1189,7 @@ fn a_caller_abort_ends_a_call_the_engine_ignores_without_quarantine() {
             abort,
         )
         .expect_err("aborted by the caller");
+    trigger.join().unwrap();
     // The engine ignores its signal and hangs for an hour: the call came back because the
     // caller's abort fired, and the guard (not the engine) ended it.
     assert!(fired.fired() && fired.signal().is_aborted());

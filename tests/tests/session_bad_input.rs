@@ -1,5 +1,5 @@
-//! Bad input to the session reader and writer (issue 7, "Bad input"): each case ends in a clear
-//! error or in OpenClaw's documented tolerance (reference §10a), and nothing is lost. Outcomes a
+//! Bad input to the session reader and writer: each case ends in a clear
+//! error or in OpenClaw's documented tolerance (docs/CONTRACT.md §10a), and nothing is lost. Outcomes a
 //! user sees are checked through the real `pincer` binary (`sessions context|show`,
 //! `estimate`); appends through `SessionWriter`, the way a host continues a session.
 //!
@@ -1055,7 +1055,7 @@ mod random_trees {
         }
 
         /// `(entry id, role, text)` of each message `buildSessionContext` gives for `leaf`, per
-        /// reference §10a.
+        /// docs/CONTRACT.md §10a.
         fn expected_context(&self, leaf: Option<&str>) -> Vec<(String, String, String)> {
             let path = self.path(leaf);
             let yields = |at: usize| -> Option<(String, String, String)> {

@@ -195,17 +195,14 @@ fn a_caller_abort_the_engine_ignores_ends_the_work_without_quarantine() {
     let home = TempDir::new().unwrap();
     let (runtime, engine) = faulty(
         &home,
-        json!({ "assemble": "hang", "hangMs": 3_600_000 }),
+        json!({ "assemble": "hang", "hangMs": 3_600_000, "hangMarker": true }),
         json!({}),
     );
     let worker = SessionWorker::new("caller-abort");
     let abort = Arc::new(AbortController::new());
-    let trigger = Arc::clone(&abort);
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(150));
-        trigger.abort();
-    });
+    let trigger = abort_once_faulty_hangs(home.path(), "assemble", Arc::clone(&abort));
     let error = stuck_in(assemble_on(&worker, &engine, abort), Method::Assemble);
+    trigger.join().unwrap();
     assert_eq!(error.kind, CallErrorKind::Aborted);
     assert_eq!(error.message, "Context engine operation aborted.");
     assert!(!runtime.quarantine().is_quarantined("faulty"));

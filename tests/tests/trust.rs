@@ -1,4 +1,4 @@
-//! The trust boundary (issue 11), through the real `pincer` binary with engines written the way
+//! The trust boundary, through the real `pincer` binary with engines written the way
 //! a hostile or sloppy stranger would write them (`plugins/testing/impostor`,
 //! `plugins/testing/hostile`): one test per finding of the issue. An engine cannot take another
 //! engine's name, cannot crash the host twice, cannot flood it through its results or its
@@ -279,7 +279,9 @@ fn a_process_stopped_by_the_operator_mid_call_does_not_quarantine_the_engine() {
         let home = home_with(json!({
             "plugins": {
                 "slots": { "contextEngine": "faulty" },
-                "entries": { "faulty": { "config": { "assemble": "hang", "hangMs": 60_000 } } },
+                "entries": { "faulty": { "config": {
+                    "assemble": "hang", "hangMs": 60_000, "hangMarker": true,
+                } } },
                 "callTimeoutsMs": { "assemble": 120_000 },
             }
         }));
@@ -311,8 +313,12 @@ fn a_process_stopped_by_the_operator_mid_call_does_not_quarantine_the_engine() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         // The tag is first written by the factory's call; the hanging `assemble` (60 s) is
-        // surely in flight a moment later, not in the gap between the two.
-        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        // in flight once the engine says so (its hang marker), not in the gap between the two.
+        let marker = faulty_hang_marker(home.path(), "assemble");
+        assert!(
+            wait_for(std::time::Duration::from_secs(60), || marker.exists()),
+            "assemble never started to hang"
+        );
         let killed = std::process::Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(child.id().to_string())

@@ -7,6 +7,8 @@
 //! - No `.rs` file has trailing whitespace.
 //! - The host's top-level modules depend one way (see [`HOST_LAYERS`]): a `crate::<module>`
 //!   path in `host/src/<module>/…` may name only modules of lower layers (or its own).
+//! - `ARCHITECTURE.md`'s code map names every source folder and file of [`CODE_MAP_ROOTS`]
+//!   (the rules are [`CODE_MAP_RULES`]), as rust-analyzer's tidy checks its docs.
 //!
 //! Each problem is printed as `path:line: rule`; the test lists them all, then fails.
 
@@ -59,6 +61,32 @@ const HOST_LAYERS: &[&str] = &[
     "gateway",
 ];
 
+/// The source trees whose every folder and `.rs` file `ARCHITECTURE.md`'s code map must name.
+/// A `*` stands for every folder at that place.
+const CODE_MAP_ROOTS: &[&str] = &[
+    "host/src",
+    "host/benches",
+    "plugin-api/src",
+    "plugin-api/benches",
+    "xtask/src",
+    "tests/src",
+    "tests/tests",
+    "tests/benches",
+    "plugins/*/src",
+    "plugins/*/benches",
+    "plugins/testing/*/src",
+];
+
+/// What naming a path in the code map means (the check's message repeats it).
+const CODE_MAP_RULES: &str = "\
+the code map is `ARCHITECTURE.md` from `## Code map` to the next `## ` heading; a path is named \
+when some `backticked` text there is the path or its end, whole names only: `tree.rs`, \
+`session/tree.rs` and `host/src/session/tree.rs` name host/src/session/tree.rs, and a folder is \
+named with or without its trailing `/` (`isolation/`) or by a path inside it \
+(`window/tests.rs` names the folder window/). `{a,b}.rs` names a.rs and b.rs. \
+`lib.rs`, `main.rs` and `mod.rs` need no entry: their folder or crate stands for them, and a \
+root of the list needs none either";
+
 /// The only manifest allowed to depend on `abi_stable`.
 const ABI_STABLE_OWNER: &str = "plugin-api/abi/Cargo.toml";
 
@@ -71,6 +99,7 @@ fn tidy() {
     check_module_docs(&root, &mut problems);
     check_trailing_whitespace(&root, &mut problems);
     check_host_layering(&root, &mut problems);
+    check_code_map(&root, &mut problems);
     if !problems.is_empty() {
         let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
         panic!(
@@ -362,6 +391,164 @@ fn crate_paths(text: &str) -> Vec<(usize, String)> {
     found
 }
 
+/// Every folder and `.rs` file under [`CODE_MAP_ROOTS`] is named in the code map.
+fn check_code_map(root: &Path, problems: &mut Vec<Problem>) {
+    let doc = root.join("ARCHITECTURE.md");
+    let Ok(text) = fs::read_to_string(&doc) else {
+        problems.push(problem(root, &doc, 1, "ARCHITECTURE.md is missing"));
+        return;
+    };
+    let Some(names) = code_map_names(&text) else {
+        problems.push(problem(
+            root,
+            &doc,
+            1,
+            "ARCHITECTURE.md has no `## Code map` section",
+        ));
+        return;
+    };
+    let mut missing = Vec::new();
+    for base in expand_roots(root) {
+        for path in source_paths(&base) {
+            let rel = relative(root, &path);
+            let inner = relative(&base, &path);
+            let named =
+                is_named(&rel, &inner, &names) || (path.is_dir() && names_inside(&rel, &names));
+            if !named {
+                missing.push(if path.is_dir() {
+                    format!("{rel}/")
+                } else {
+                    rel
+                });
+            }
+        }
+    }
+    if !missing.is_empty() {
+        problems.push(problem(
+            root,
+            &doc,
+            1,
+            format!(
+                "the code map does not name {} source path(s): {}\n  ({CODE_MAP_RULES}.)",
+                missing.len(),
+                missing.join(", ")
+            ),
+        ));
+    }
+}
+
+/// The roots of [`CODE_MAP_ROOTS`] that exist, a `*` expanded to every folder there.
+fn expand_roots(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for pattern in CODE_MAP_ROOTS {
+        let mut bases = vec![root.to_path_buf()];
+        for part in pattern.split('/') {
+            bases = bases
+                .into_iter()
+                .flat_map(|base| {
+                    if part == "*" {
+                        let mut dirs: Vec<PathBuf> = fs::read_dir(&base)
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .map(|e| e.path())
+                            .filter(|p| p.is_dir())
+                            .collect();
+                        dirs.sort();
+                        dirs
+                    } else {
+                        vec![base.join(part)]
+                    }
+                })
+                .filter(|p| p.is_dir())
+                .collect();
+        }
+        found.extend(bases);
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Every folder and `.rs` file below `base` (not `base` itself), but `lib.rs`, `main.rs` and
+/// `mod.rs`.
+fn source_paths(base: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![base.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name == "target" {
+                continue;
+            }
+            if path.is_dir() {
+                pending.push(path.clone());
+                found.push(path);
+            } else if name.ends_with(".rs")
+                && !matches!(name.as_str(), "lib.rs" | "main.rs" | "mod.rs")
+            {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The backticked names of the code map section, braces expanded and trailing `/` removed;
+/// `None` without the section.
+fn code_map_names(markdown: &str) -> Option<Vec<String>> {
+    let start = markdown.find("\n## Code map")?;
+    let section = &markdown[start + 1..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+    let section = &section[..end];
+    let mut names = Vec::new();
+    for (index, quoted) in section.split('`').enumerate() {
+        if index % 2 == 1 {
+            for name in expand_braces(quoted.trim()) {
+                names.push(name.trim_end_matches('/').to_owned());
+            }
+        }
+    }
+    Some(names)
+}
+
+/// `a/{b,c}.rs` → `a/b.rs`, `a/c.rs` (one group); anything else as it is.
+fn expand_braces(text: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (text.find('{'), text.find('}')) else {
+        return vec![text.to_owned()];
+    };
+    if close < open {
+        return vec![text.to_owned()];
+    }
+    text[open + 1..close]
+        .split(',')
+        .map(|part| format!("{}{}{}", &text[..open], part.trim(), &text[close + 1..]))
+        .collect()
+}
+
+/// Whether a name of the code map is `rel` (relative to the repository) or its end on whole
+/// names (`inner` is the path below its root, for the short form).
+fn is_named(rel: &str, inner: &str, names: &[String]) -> bool {
+    names.iter().any(|name| {
+        !name.is_empty()
+            && [rel, inner]
+                .iter()
+                .any(|path| *path == name || path.ends_with(&format!("/{name}")))
+    })
+}
+
+/// Whether a name of the code map is a path inside the folder `rel`, starting with one of
+/// its whole-name endings (`window/tests.rs` names the folder `…/src/window`).
+fn names_inside(rel: &str, names: &[String]) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    (0..parts.len()).any(|start| {
+        let folder = format!("{}/", parts[start..].join("/"));
+        names.iter().any(|name| name.starts_with(&folder))
+    })
+}
+
 fn check_trailing_whitespace(root: &Path, problems: &mut Vec<Problem>) {
     for file in files_named(root, |name| name.ends_with(".rs")) {
         let Ok(text) = fs::read_to_string(&file) else {
@@ -476,4 +663,37 @@ fn host_module_of_a_file() {
     assert_eq!(host_module_of("types.rs").as_deref(), Some("types"));
     assert_eq!(host_module_of("lib.rs"), None);
     assert_eq!(host_module_of("bin/pincer.rs"), None);
+}
+
+#[test]
+fn the_code_map_names_paths_by_their_end() {
+    let doc = "# A\n\n## Code map\n\n`session/tree.rs`, `isolation/` and `xtask/src/{flags,workspace}.rs`\n\n## Next\n`late.rs`\n";
+    let names = code_map_names(doc).unwrap();
+    assert!(is_named(
+        "host/src/session/tree.rs",
+        "session/tree.rs",
+        &names
+    ));
+    assert!(is_named(
+        "host/src/engines/isolation",
+        "engines/isolation",
+        &names
+    ));
+    assert!(is_named("xtask/src/flags.rs", "flags.rs", &names));
+    assert!(is_named("xtask/src/workspace.rs", "workspace.rs", &names));
+    assert!(!is_named(
+        "host/src/session/subtree.rs",
+        "session/subtree.rs",
+        &names
+    ));
+    assert!(
+        names_inside("host/src/session", &names),
+        "by a file inside it"
+    );
+    assert!(!names_inside("host/src/engines", &names));
+    assert!(
+        !is_named("host/src/late.rs", "late.rs", &names),
+        "outside the section"
+    );
+    assert!(code_map_names("# no map\n").is_none());
 }

@@ -1,5 +1,5 @@
 //! The operator's commands on plugins and the slot — `pincer plugins install|enable|disable|
-//! select|remove` — with OpenClaw's slot rules (reference §11):
+//! select|remove` — with OpenClaw's slot rules (docs/CONTRACT.md §11):
 //!
 //! - installing a context-engine plugin that declares one engine binds
 //!   `plugins.slots.contextEngine` to it; a plugin with several engines is installed without
@@ -555,7 +555,7 @@ impl PluginCommands {
 }
 
 impl PluginCommands {
-    /// `pincer doctor --fix`: OpenClaw's host-compatibility repair (reference §5.6). When the
+    /// `pincer doctor --fix`: OpenClaw's host-compatibility repair (docs/CONTRACT.md §5.6). When the
     /// selected engine cannot run `agent-run` on **any** configured host (from its manifest's
     /// `hostRequirements`; no library is opened), the slot goes back to `legacy`; with a mixed
     /// fleet it only warns. Returns what it changed or found.

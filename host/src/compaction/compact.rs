@@ -1,4 +1,4 @@
-//! Running a compaction (reference §9.3, OpenClaw's `compact()`), and compacting a session file
+//! Running a compaction (docs/CONTRACT.md §9.3, OpenClaw's `compact()`), and compacting a session file
 //! ([`compact_session`]).
 //!
 //! The summary is assembled as OpenClaw assembles it: the history summary (updating the

@@ -1,4 +1,4 @@
-//! The built-in compaction (reference §9.3): what `legacy.compact` and
+//! The built-in compaction (docs/CONTRACT.md §9.3): what `legacy.compact` and
 //! `delegateCompactionToRuntime` do. A long session is kept inside the model's window by
 //! summarising its older part and **appending** a `compaction` entry; history is never
 //! rewritten, and `buildSessionContext` then starts from the summary and the kept tail.

@@ -1,4 +1,4 @@
-//! Preparing a compaction (reference §9.3, OpenClaw's `prepareCompaction` and `findCutPoint`):
+//! Preparing a compaction (docs/CONTRACT.md §9.3, OpenClaw's `prepareCompaction` and `findCutPoint`):
 //! which entries of the active path are summarised, which stay verbatim, and where the kept
 //! tail starts.
 //!

@@ -1,6 +1,6 @@
 //! The built-in compaction as the runtime's compactor ([`SessionCompactor`], a
 //! [`RuntimeCompactor`]): what `legacy.compact` and every engine's
-//! `delegateCompactionToRuntime` reach (reference §9.2).
+//! `delegateCompactionToRuntime` reach (docs/CONTRACT.md §9.2).
 //!
 //! As OpenClaw's delegate does, it compacts the session the parameters name (`sessionFile`;
 //! without one, the session key, else the session id, of the agent, looked up in the store the

@@ -1,4 +1,4 @@
-//! Compaction settings (reference §9.3): OpenClaw's defaults (`reserveTokens` 16384,
+//! Compaction settings (docs/CONTRACT.md §9.3): OpenClaw's defaults (`reserveTokens` 16384,
 //! `keepRecentTokens` 20000), the embedded runner's reserve floor
 //! (`agents.defaults.compaction.reserveTokensFloor`, default 20000, `0` disables it), and the
 //! threshold check `shouldCompact`.

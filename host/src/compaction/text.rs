@@ -1,5 +1,5 @@
 //! Text lengths as OpenClaw measures them: JavaScript string lengths are UTF-16 code units, so
-//! every character budget of reference §9.3 (the 16000-character cap, the 800-character request
+//! every character budget of docs/CONTRACT.md §9.3 (the 16000-character cap, the 800-character request
 //! block, the 900-character file lists) counts UTF-16 units, and a cut never splits a character
 //! (`truncateUtf16Safe`, `sliceUtf16Safe`).
 

@@ -79,7 +79,7 @@ pub enum FallbackPolicy {
 }
 
 /// Why the operator's configuration keeps a plugin from being used. Each is a choice, not a
-/// failure: an engine of such a plugin resolves to `legacy` silently (reference §3.4).
+/// failure: an engine of such a plugin resolves to `legacy` silently (docs/CONTRACT.md §3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum DisabledBy {
@@ -600,7 +600,7 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 impl Config {
     /// The selected context engine: `plugins.slots.contextEngine` trimmed, else `legacy`.
-    /// `"none"` (OpenClaw's "no plugin in this slot") is `legacy` too (reference §13).
+    /// `"none"` (OpenClaw's "no plugin in this slot") is `legacy` too (docs/CONTRACT.md §13).
     pub fn selected_engine(&self) -> &str {
         self.plugins
             .slots

@@ -9,7 +9,7 @@
 //! hung plugin thread never blocks shutdown (workers are detached).
 //!
 //! A deadline is a window that can be re-armed while work makes progress (the runtime's own
-//! compaction does), never past a ceiling of ten windows from the start (reference §9.1).
+//! compaction does), never past a ceiling of ten windows from the start (docs/CONTRACT.md §9.1).
 //!
 //! Cost: a call pays a hand-off to a worker and back. Workers and callers spin briefly
 //! (50 µs) before parking, so a burst of calls costs two cache-line hand-offs each (well under

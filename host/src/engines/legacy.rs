@@ -1,4 +1,4 @@
-//! The built-in `legacy` engine (reference §9.2): owner `core`, `ingest` keeps nothing,
+//! The built-in `legacy` engine (docs/CONTRACT.md §9.2): owner `core`, `ingest` keeps nothing,
 //! `assemble` passes every message through (one range, no copy) with no token estimate
 //! (`estimatedTokens` 0: "the caller estimates"), `compact` delegates to the runtime's compaction, `afterTurn` and
 //! `dispose` do nothing. It accepts every host parameter.
@@ -15,7 +15,7 @@ use crate::engines::instance::{EngineCallError, EngineInstance, EngineOrigin};
 use crate::engines::services::HostServices;
 use crate::types::LEGACY_ENGINE_ID;
 
-/// Every host parameter of reference §6.1, which legacy accepts.
+/// Every host parameter of docs/CONTRACT.md §6.1, which legacy accepts.
 pub const ALL_HOST_PARAMS: [&str; 6] = [
     "sessionKey",
     "prompt",

@@ -77,7 +77,7 @@ pub struct SessionTargetInput {
     pub thread_id: Option<Arc<str>>,
 }
 
-/// The host parameters of a call (reference §6.1), owned.
+/// The host parameters of a call (docs/CONTRACT.md §6.1), owned.
 #[derive(Debug, Clone, Default)]
 pub struct HostInputs {
     /// `sessionKey`.

@@ -4,7 +4,7 @@
 //! text that is not UTF-8 refused.
 //!
 //! The runtime's compaction is reached through [`RuntimeCompactor`]; the summarising
-//! algorithm itself (reference §9.3) plugs in behind it.
+//! algorithm itself (docs/CONTRACT.md §9.3) plugs in behind it.
 
 use std::sync::Arc;
 
@@ -200,7 +200,7 @@ impl HostServices {
 
     fn delegate(&self, params: &CompactParams<'_>) -> RResult<CompactResult, EngineError> {
         // The runtime's own compaction may re-arm the safety window as it makes progress
-        // (never past ten windows); plugin engines get a single window (reference §9.1).
+        // (never past ten windows); plugin engines get a single window (docs/CONTRACT.md §9.1).
         crate::engines::bounded::refresh_current_deadline();
         if let Err(refused) = checked::check_delegated_compaction(params) {
             return RResult::RErr(refused);

@@ -1,4 +1,4 @@
-//! The turn harness (reference §2): one agent turn through the slot's engine, as an embedding
+//! The turn harness (docs/CONTRACT.md §2): one agent turn through the slot's engine, as an embedding
 //! host or the CLI runs it.
 //!
 //! [`Harness::turn`] does, in order: the host-requirement check (`agent-run`); `bootstrap` and
@@ -15,7 +15,7 @@
 //! index `sessions.json` gets the usage and compaction counters.
 //!
 //! A prompt that is a slash command runs it instead of a turn: `/compact [instructions]`
-//! compacts now; `/new` and `/reset` append a `reset` entry with that reason (reference §10a),
+//! compacts now; `/new` and `/reset` append a `reset` entry with that reason (docs/CONTRACT.md §10a),
 //! so the next turn starts from a fresh context in the same file.
 //!
 //! Subagents: [`Harness::spawn_subagent`] runs `prepareSubagentSpawn` before a child run

@@ -1,4 +1,4 @@
-//! The pre-prompt precheck (reference §9.4): before the model call, estimate the prompt the
+//! The pre-prompt precheck (docs/CONTRACT.md §9.4): before the model call, estimate the prompt the
 //! model would get and choose a route — `fits`, `compact_only`, `truncate_tool_results_only`
 //! or `compact_then_truncate`.
 //!
@@ -40,7 +40,7 @@ pub enum Route {
 }
 
 impl Route {
-    /// The route's name as the reference and the JSON report write it (`compact_only`).
+    /// The route's name as docs/CONTRACT.md and the JSON report write it (`compact_only`).
     pub fn as_str(self) -> &'static str {
         match self {
             Route::Fits => "fits",

@@ -766,8 +766,10 @@ impl Loader {
         // closable library is closed only when its `LoadedLibrary` is dropped, and everything
         // from it holds that value's `Arc` or was copied into host memory (see the type).
         let opened = if closable {
+            // SAFETY: as above: a verified private copy, closed only when its last user is gone.
             unsafe { open_closable_library(&copy_path) }
         } else {
+            // SAFETY: as above: a verified private copy, kept open for the process.
             unsafe { open_library(&copy_path) }
         }
         .map_err(|source| {

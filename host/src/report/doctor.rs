@@ -205,7 +205,7 @@ pub fn doctor(runtime: &Runtime) -> DoctorReport {
     };
     let quarantine = runtime.quarantine().list();
     // Broken only when the selected engine cannot answer for a reason other than the
-    // operator's own choice (a disabled or denied plugin is not a failure: OpenClaw #149319).
+    // operator's own choice (a disabled or denied plugin is not a failure: openclaw#149319).
     // A plugin refused at the trust boundary (an engine id it may not have, files others can
     // change) is broken whichever engine is selected: someone tried, or can try, to run code.
     let trust_refusal = runtime.plugins().iter().any(|p| {

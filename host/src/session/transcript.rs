@@ -6,7 +6,7 @@
 //! `pincer sessions import` and `pincer run --import` take ([`ChatList`]), and which dialect
 //! their messages are written in: every sniffing of a conversation file's format is here.
 //!
-//! The append-only JSONL session tree of reference §10 is a later issue; this module only
+//! The append-only JSONL session tree of docs/CONTRACT.md §10 is `session/tree.rs`'s; this module only
 //! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
 //! over a transcript is the harness's (`crate::harness::assemble`).
 

@@ -1,4 +1,4 @@
-//! Reading OpenClaw's session files (reference §10, §10a; the golden data's README): the
+//! Reading OpenClaw's session files (docs/CONTRACT.md §10, §10a; the golden data's README): the
 //! append-only JSONL tree, versions 1–4, read exactly as OpenClaw 2026.9.6 reads it.
 //!
 //! - Line 1 is the header (`{"type":"session","version":4,"id",…}`); every later line is a

@@ -1,5 +1,5 @@
 //! The guarded engine: what the host calls for one operation. It applies, in order, the
-//! abort check, quarantine routing, host-parameter projection (reference §6.1) and the failure
+//! abort check, quarantine routing, host-parameter projection (docs/CONTRACT.md §6.1) and the failure
 //! rules of runtime quarantine (§4):
 //!
 //! - an abort never quarantines;
@@ -12,7 +12,7 @@
 //! - with `plugins.contextEngineFallback: "strict"`, the error is returned instead of falling back.
 //!
 //! Every call is bounded (see [`crate::engines::bounded`]): `compact` by the compaction safety timeout
-//! (180 s by default, reference §9.1); `maintain` and `bootstrap` by the same window unless
+//! (180 s by default, docs/CONTRACT.md §9.1); `maintain` and `bootstrap` by the same window unless
 //! `callTimeoutsMs` names them (a lossless-style sweep can take minutes); every other method by
 //! its per-call timeout. A call that overruns returns at its deadline, even when the engine
 //! ignores its abort signal and never returns (inline on a session worker: its work's
@@ -68,7 +68,7 @@ use crate::slot::contract::{
 use crate::slot::quarantine::Quarantine;
 use crate::types::{HostOperation, Method, Owner};
 
-/// The default compaction safety timeout (reference §9.1).
+/// The default compaction safety timeout (docs/CONTRACT.md §9.1).
 pub const DEFAULT_COMPACTION_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The message of a compaction that ran past its deadline.
@@ -610,7 +610,7 @@ impl GuardedEngine {
     }
 
     /// Checks, before an operation starts, that `host` offers what the engine requires for
-    /// `operation` (reference §5). Reads `info` as the guard does: a quarantined engine is
+    /// `operation` (docs/CONTRACT.md §5). Reads `info` as the guard does: a quarantined engine is
     /// legacy, which requires nothing.
     ///
     /// # Errors

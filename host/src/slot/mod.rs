@@ -1,5 +1,5 @@
 //! The context-engine slot: the registry of engines and their owners, resolution of the
-//! configured engine (reference §3), the runtime that loads plugins into the registry, the
+//! configured engine (docs/CONTRACT.md §3), the runtime that loads plugins into the registry, the
 //! quarantine and its disk mirror (§4), the guard every call goes through (routing, fallback,
 //! deadlines) and the contract checks on what engines return (`contract`), host-parameter
 //! projection (§6.1), host requirements (§5) and the `runtimeSettings` of an operation (§7),

@@ -1,4 +1,4 @@
-//! Host-parameter projection (reference §6.1): an engine that declares
+//! Host-parameter projection (docs/CONTRACT.md §6.1): an engine that declares
 //! `acceptedHostParams` sees only those host parameters (and, for `compact`, always the abort
 //! signal).
 

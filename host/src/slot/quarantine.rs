@@ -1,4 +1,4 @@
-//! Runtime quarantine (reference §4): the process-wide record of engines that failed, so the
+//! Runtime quarantine (docs/CONTRACT.md §4): the process-wide record of engines that failed, so the
 //! rest of the process answers with `legacy` instead of calling them again.
 //!
 //! The first failure of an engine wins; aborts never quarantine (the guard decides that).
@@ -438,7 +438,7 @@ pub fn process_alive(pid: u32) -> Option<bool> {
     }
 }
 
-/// The health line of reference §12, or `None` when nothing is actively quarantined (records
+/// The health line of docs/CONTRACT.md §12, or `None` when nothing is actively quarantined (records
 /// of exited processes are history, not a warning; see [`QuarantineRecord::is_active`]).
 pub fn health_line(records: &[QuarantineRecord]) -> Option<String> {
     let ids: Vec<&str> = records

@@ -1,4 +1,4 @@
-//! The engine registry (reference §3): which engine ids exist, who owns each, and how an id
+//! The engine registry (docs/CONTRACT.md §3): which engine ids exist, who owns each, and how an id
 //! becomes a live, guarded engine for one operation.
 //!
 //! Owners are `core` (the built-in `legacy`, which no one else may take), `public-sdk` (an

@@ -14,7 +14,7 @@
 //! reason and the old generation keeps serving. Unchanged files (the same content hash of
 //! library and manifest) do nothing. On success the new registration and instances are
 //! swapped in under the instance lock, which is a re-registration: the engine's quarantine is
-//! cleared (reference §3.1 step 6).
+//! cleared (docs/CONTRACT.md §3.1 step 6).
 //!
 //! **Drain, then dispose once.** A replaced instance is *retired*, not disposed: calls in
 //! flight (and turns holding a guard) keep it alive through their `Arc`. A reaper thread

@@ -1,4 +1,4 @@
-//! Host requirements (reference §5): what an engine needs from the host that runs it, checked
+//! Host requirements (docs/CONTRACT.md §5): what an engine needs from the host that runs it, checked
 //! before an operation starts and failing closed with the contract's exact message.
 //!
 //! Hosts are described by [`HostDescriptor`]s: the embedded runner (every capability), CLI

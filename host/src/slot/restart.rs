@@ -3,7 +3,7 @@
 //! A dead worker fails its call and every later one, and the guard quarantines the engine as
 //! for any failure. When the engine is next resolved and its backoff has passed, a new worker
 //! is started as a **new generation** of the engine — a re-registration, which clears its
-//! quarantine (reference §3.1 step 6) — and the dead generation is retired like any replaced
+//! quarantine (docs/CONTRACT.md §3.1 step 6) — and the dead generation is retired like any replaced
 //! one. At most `plugins.entries.<id>.maxRestarts` restarts (default 3), the n-th after
 //! `restartBackoffMs · 2ⁿ⁻¹` (default 1 s); after that the engine stays quarantined until the
 //! operator reloads its plugin (`pincer plugins reload ID`), which starts a worker at once

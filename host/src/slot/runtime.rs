@@ -1,6 +1,6 @@
 //! [`Runtime`]: the library's front door. It reads the home and its config, registers
 //! `legacy`, discovers and loads plugins (each through every verification step), and resolves
-//! the configured engine for an operation (reference §3.4): disabled or denied plugins give
+//! the configured engine for an operation (docs/CONTRACT.md §3.4): disabled or denied plugins give
 //! `legacy` silently with the slot kept; an unregistered or failing engine is quarantined and
 //! `legacy` answers (or, with the strict policy, the operation fails).
 //!
@@ -42,7 +42,7 @@ use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_plugin_api::abi::latest::{ReasonCode, RuntimeSettings, SelectionSource};
 
-/// The quarantine reason of an engine no plugin registered (reference §3.4.4); the list of
+/// The quarantine reason of an engine no plugin registered (docs/CONTRACT.md §3.4.4); the list of
 /// available engines goes to the diagnostic, not the record.
 pub const NOT_REGISTERED: &str = "not registered";
 

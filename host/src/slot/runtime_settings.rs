@@ -1,4 +1,4 @@
-//! Building `runtimeSettings` v1 (reference §7) with every rule: strings trimmed and empty ones
+//! Building `runtimeSettings` v1 (docs/CONTRACT.md §7) with every rule: strings trimmed and empty ones
 //! made null, numbers kept only when finite, reason codes mapped from free text, `mode` and
 //! `source` derived when not given. Nullable fields are always present; discriminators never
 //! null.

@@ -6,7 +6,7 @@
 //! replaces it with a strictly smaller summary; a condensed pass removes at least one root and
 //! writes a strictly smaller node. An output at least as large as its input fails its level;
 //! when every level fails the run stops with `no_progress` (never a retry of the same input,
-//! lossless-claw #639), and a run that changed nothing never reports `compacted` (#1177).
+//! lossless-claw#639), and a run that changed nothing never reports `compacted` (lossless-claw#1177).
 
 use pincer_plugin_api::tokens::estimate_message_tokens;
 use pincer_plugin_api::{EngineError, Host, Message, Role};

@@ -5,7 +5,7 @@
 //! results belong to the call before them by position, not by id alone); any other message is
 //! a group of its own. A `toolResult` with no call before it (a transcript that put results
 //! first) is a group of its own too, so a cut never separates it from anything. Cutting only
-//! at group starts is what keeps every call with its results (lossless-claw #861, #992, #1147).
+//! at group starts is what keeps every call with its results (lossless-claw#861, #992, #1147).
 
 use std::ops::Range;
 

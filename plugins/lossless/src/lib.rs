@@ -20,7 +20,7 @@
 //! prompt cache is cold or the context passed `urgentThreshold`; `assemble` pays it first only
 //! when the cache is cold or the context would not fit. A compaction aims at `compactTarget`
 //! of the budget, so it happens once every several turns, and in between the assembled prompt
-//! keeps its prefix (lossless-claw #282). Heavy work on one conversation is serialised.
+//! keeps its prefix (lossless-claw#282). Heavy work on one conversation is serialised.
 //!
 //! # Config
 //!

@@ -149,6 +149,7 @@ fn attempt(action: &str) -> Result<String, String> {
             // SAFETY: the child exits at once without touching anything.
             let pid = unsafe { libc::fork() };
             match pid {
+                // SAFETY: in the forked child, `_exit` ends it at once without running any of the parent's atexit code.
                 0 => unsafe { libc::_exit(0) },
                 pid if pid > 0 => {
                     let mut status = 0;

@@ -1,5 +1,5 @@
 //! The engine contract, version 1: what an engine declares ([`EngineInfo`]), the parameters
-//! and results of every method (reference §1), the error type, the abort signal, and the two
+//! and results of every method (docs/CONTRACT.md §1), the error type, the abort signal, and the two
 //! FFI-safe trait objects that cross the boundary: the engine ([`EngineAbi`]) and the host
 //! services handed to it ([`HostServicesAbi`]).
 //!
@@ -390,7 +390,7 @@ pub struct SessionTarget<'a> {
     pub thread_id: ROption<RStr<'a>>,
 }
 
-/// The host parameters that [`EngineInfo::accepted_host_params`] filters (reference §6.1).
+/// The host parameters that [`EngineInfo::accepted_host_params`] filters (docs/CONTRACT.md §6.1).
 /// Fields that are `RNone` were either not known or projected away.
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, Default)]
@@ -1045,7 +1045,7 @@ pub trait HostServicesAbi: Send + Sync {
         &self,
         params: &CompactParams<'_>,
     ) -> RResult<CompactResult, EngineError>;
-    /// The host's token estimate of the messages (reference §9.5).
+    /// The host's token estimate of the messages (docs/CONTRACT.md §9.5).
     fn estimate_tokens(&self, messages: RSlice<'_, Message>) -> u64;
     /// The extension point for host services added after 1.0.
     #[sabi(last_prefix_field)]

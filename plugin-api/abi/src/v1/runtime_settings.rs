@@ -1,4 +1,4 @@
-//! `runtimeSettings` schema version 1 (reference §7): what the host tells an engine about
+//! `runtimeSettings` schema version 1 (docs/CONTRACT.md §7): what the host tells an engine about
 //! the run it serves — runtime mode, model, engine selection, execution host, limits and
 //! diagnostics.
 //!

@@ -11,6 +11,9 @@
 //! A `factory-behaviour` file in the plugin folder (a behaviour name) overrides `factory`: a
 //! "build" whose factory fails, for reload tests.
 //! `compactClaim: {"tokensBefore", "tokensAfter"}`: `compact` claims that compaction (`claims.rs`).
+//! `hangMarker: true`: a hang first writes `hanging-<method>` into the engine's state directory
+//! (what a test waits for before it aborts the call); a `hang` logs `faulty: hang over` when it
+//! ends.
 //! `disposeLog: PATH` appends one line per `dispose` to PATH (the instance's own tag, unique in
 //! the process), so a test can count how often each instance was disposed; with it set, any
 //! call after `dispose` fails ("called after dispose").
@@ -20,13 +23,7 @@
 //! For the process-isolation tier (an engine run in a worker process, confined by
 //! `pincer_host::engines::isolation::confine`). Each works for any method (and `factory`):
 //!
-//! - `exit`: `std::process::exit(3)`;
 //! - `abort`: `std::process::abort()` (`SIGABRT`);
-//! - `segfault`: a volatile write through a null pointer (`SIGSEGV`);
-//! - `stack-overflow`: unbounded recursion the optimizer cannot remove (Rust's guard page
-//!   reports it and aborts: `SIGABRT`);
-//! - `huge-alloc`: allocates and touches 64 GiB (`vec![1u8; 64 << 30]`): an allocation
-//!   failure (abort) or the kernel's OOM killer;
 //! - `fork-bomb`: forks in a loop, forever, in every child too. **Only ever configure it for
 //!   an engine run isolated** (`isolation: "process"`), whose sandbox refuses `fork`: in a
 //!   process that may fork, it takes the machine down (as root `RLIMIT_NPROC` does not stop it);
@@ -38,6 +35,9 @@
 //! And a constructor: when `PINCER_FAULTY_CONSTRUCTOR_EXIT` is set to a number when the
 //! library is loaded, the library's ELF constructor (`.init_array`, run by `dlopen` before
 //! any engine code) calls `std::process::exit` with it.
+//!
+//! An `exit`, a null write, a stack overflow and a 64 GiB allocation are the `hostile` engine's
+//! (its `assemble` modes), not this one's: one test engine per crash.
 //!
 //! Never run these in the test process itself: they end it. Run them through the `pincer`
 //! binary in a subprocess.
@@ -73,16 +73,8 @@ pub enum Behaviour {
     /// Hostile: write the call's read-only abort signal through a raw pointer (as no safe
     /// code can), then fail with `EngineError::Aborted`, hoping to dodge the quarantine.
     ForgeAbort,
-    /// `std::process::exit(3)`.
-    Exit,
     /// `std::process::abort()`.
     Abort,
-    /// A volatile write through a null pointer.
-    Segfault,
-    /// Unbounded recursion.
-    StackOverflow,
-    /// Allocate and touch 64 GiB.
-    HugeAlloc,
     /// Fork in a loop, forever. **Only ever for an engine run isolated**, whose sandbox
     /// refuses `fork`: anywhere else it takes the machine down.
     ForkBomb,
@@ -115,16 +107,6 @@ extern "C" fn constructor() {
 #[used]
 #[cfg_attr(target_os = "linux", link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn() = constructor;
-
-static DEPTH: AtomicU64 = AtomicU64::new(0);
-
-/// Recursion the optimizer cannot turn into a loop: each frame keeps a live array.
-#[allow(unconditional_recursion)]
-fn recurse(depth: u64) -> u64 {
-    let frame = std::hint::black_box([depth; 64]);
-    DEPTH.store(depth, Ordering::Relaxed);
-    recurse(depth + 1) + std::hint::black_box(frame)[3]
-}
 
 /// The outcome of an escape attempt: `Ok` when it worked, `Failed` with the OS error.
 fn escaped(method: &str, what: &str, result: std::io::Result<()>) -> Result<(), EngineError> {
@@ -182,6 +164,10 @@ struct Config {
     /// A file `dispose` appends the instance's tag to.
     #[serde(default)]
     dispose_log: Option<String>,
+    /// A hang (`hang`, `hang-until-abort`) first writes `hanging-<method>` into the engine's
+    /// state directory: the signal a test waits for before it aborts the call.
+    #[serde(default)]
+    hang_marker: bool,
     /// `compact` claims this compaction ([`claims`]).
     #[serde(default)]
     compact_claim: Option<claims::CompactClaim>,
@@ -207,6 +193,8 @@ pub struct Faulty {
     ask_model: Option<String>,
     dispose_log: Option<String>,
     compact_claim: Option<claims::CompactClaim>,
+    /// Where a hang writes its marker (`hangMarker`).
+    hang_marker: Option<std::path::PathBuf>,
     /// Unique in the process: which instance this is.
     tag: u64,
     /// Set by `dispose`.
@@ -245,6 +233,7 @@ fn act(
         Behaviour::Hang => {
             tracing::warn!(method, hang_ms = hang.as_millis() as u64, "faulty: hanging");
             std::thread::sleep(hang);
+            tracing::warn!(method, "faulty: hang over");
             Ok(())
         }
         Behaviour::AbortError => Err(EngineError::aborted(format!(
@@ -258,22 +247,7 @@ fn act(
                 "faulty: fired the abort signal itself in {method}"
             )))
         }
-        Behaviour::Exit => std::process::exit(3),
         Behaviour::Abort => std::process::abort(),
-        Behaviour::Segfault => {
-            // SAFETY: none; this is the point.
-            unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
-            Ok(())
-        }
-        Behaviour::StackOverflow => {
-            std::hint::black_box(recurse(0));
-            Ok(())
-        }
-        Behaviour::HugeAlloc => {
-            let v = vec![1u8; 64 << 30];
-            std::hint::black_box(&v);
-            Ok(())
-        }
         Behaviour::ForkBomb => fork_bomb(),
         Behaviour::OpenSocket => escaped(
             method,
@@ -346,6 +320,11 @@ impl Faulty {
         }
         let behaviour = self.methods.get(method).copied().unwrap_or_default();
         tracing::info!(method, behaviour = ?behaviour, "faulty: called");
+        if let (Behaviour::Hang | Behaviour::HangUntilAbort, Some(dir)) =
+            (behaviour, &self.hang_marker)
+        {
+            let _ = std::fs::write(dir.join(format!("hanging-{method}")), b"");
+        }
         act(
             behaviour,
             method,
@@ -417,6 +396,10 @@ impl Engine for Faulty {
             ask_model: config.ask_model,
             dispose_log: config.dispose_log,
             compact_claim: config.compact_claim,
+            hang_marker: config
+                .hang_marker
+                .then(|| ctx.state_dir().map(std::path::Path::to_path_buf))
+                .flatten(),
             tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
             disposed: AtomicBool::new(false),
             hang,

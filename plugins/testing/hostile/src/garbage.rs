@@ -12,11 +12,8 @@
 //! `RString` assumes UTF-8 and offers an unchecked constructor; a message's strings are private,
 //! so this engine writes over a string's bytes in place — as any library can in its own memory.
 
-use pincer_plugin_api::abi::latest::{
-    self as abi, CommitTurnStatus, EngineAbi, EngineAbi_TO, EngineBox, EngineError, ExtensionRef,
-    IngestBatchResult, SpawnRollbackBox,
-};
-use pincer_plugin_api::abi::{ROption, RResult, RStr, RString, RVec};
+use pincer_plugin_api::abi::latest::{self as abi, EngineBox, EngineError};
+use pincer_plugin_api::abi::{ROption, RResult, RString, RVec};
 use pincer_plugin_api::Message;
 use serde::Deserialize;
 
@@ -32,21 +29,14 @@ struct GarbageConfig {
     bytes: Option<u64>,
 }
 
-/// `engine` behind an ABI object that returns `garbage`, when the config asks for it.
-pub(crate) fn wrap(engine: EngineBox, config_json: &str) -> EngineBox {
+/// What the config's `garbage` asks for, if anything.
+pub(crate) fn from_config(config_json: &str) -> Option<Garbage> {
     let config: GarbageConfig = serde_json::from_str(config_json).unwrap_or_default();
-    let Some(what) = config.garbage else {
-        return engine;
-    };
-    EngineAbi_TO::from_value(
-        Garbage {
-            inner: engine,
-            what,
-            times: config.times.unwrap_or(100_000) as usize,
-            bytes: config.bytes.unwrap_or(10_000_000) as usize,
-        },
-        pincer_plugin_api::__private::abi_stable::sabi_trait::TD_Opaque,
-    )
+    Some(Garbage {
+        what: config.garbage?,
+        times: config.times.unwrap_or(100_000) as usize,
+        bytes: config.bytes.unwrap_or(10_000_000) as usize,
+    })
 }
 
 /// Bytes that are not UTF-8 (a lone continuation byte, an invalid lead byte), around text.
@@ -68,57 +58,57 @@ fn poison(text: &str) {
     unsafe { std::ptr::write_volatile(text.as_ptr().add(last).cast_mut(), 0xf0) };
 }
 
-struct Garbage {
-    inner: EngineBox,
+/// One kind of garbage, applied by the engine's ABI wrapper (`Rewrapped` in `lib.rs`) to what
+/// `info` and `assemble` answer.
+pub(crate) struct Garbage {
     what: String,
     times: usize,
     bytes: usize,
 }
 
-impl EngineAbi for Garbage {
-    fn info(&self) -> RResult<abi::EngineInfo, EngineError> {
-        self.inner.info().map(|mut info| {
-            match self.what.as_str() {
-                "info-name" => info.name = not_utf8("name"),
-                "huge-name" => info.name = RString::from("n".repeat(self.bytes)),
-                "many-tools" => {
-                    info.tools = (0..self.times)
-                        .map(|i| abi::ToolSpec {
-                            name: RString::from(format!("tool_{i}")),
-                            description: RString::from("a tool"),
-                            parameters_schema_json: RString::from("{\"type\":\"object\"}"),
-                        })
-                        .collect();
-                }
-                "huge-schema" => {
-                    let padding = "x".repeat(self.bytes);
-                    info.tools = RVec::from(vec![abi::ToolSpec {
-                        name: RString::from("huge"),
-                        description: RString::from("a tool with a huge schema"),
-                        parameters_schema_json: RString::from(format!(
-                            "{{\"type\":\"object\",\"description\":\"{padding}\"}}"
-                        )),
-                    }]);
-                }
-                _ => {}
+impl Garbage {
+    /// `info` as the inner engine answered it, with garbage.
+    pub(crate) fn info(&self, mut info: abi::EngineInfo) -> abi::EngineInfo {
+        match self.what.as_str() {
+            "info-name" => info.name = not_utf8("name"),
+            "huge-name" => info.name = RString::from("n".repeat(self.bytes)),
+            "many-tools" => {
+                info.tools = (0..self.times)
+                    .map(|i| abi::ToolSpec {
+                        name: RString::from(format!("tool_{i}")),
+                        description: RString::from("a tool"),
+                        parameters_schema_json: RString::from("{\"type\":\"object\"}"),
+                    })
+                    .collect();
             }
-            info
-        })
+            "huge-schema" => {
+                let padding = "x".repeat(self.bytes);
+                info.tools = RVec::from(vec![abi::ToolSpec {
+                    name: RString::from("huge"),
+                    description: RString::from("a tool with a huge schema"),
+                    parameters_schema_json: RString::from(format!(
+                        "{{\"type\":\"object\",\"description\":\"{padding}\"}}"
+                    )),
+                }]);
+            }
+            _ => {}
+        }
+        info
     }
-    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<abi::IngestResult, EngineError> {
-        self.inner.ingest(params)
-    }
-    fn assemble(
+
+    /// `inner`'s `assemble`, with garbage.
+    pub(crate) fn assemble(
         &self,
+        inner: &EngineBox,
         params: &abi::AssembleParams<'_>,
     ) -> RResult<abi::AssembleResult, EngineError> {
         match self.what.as_str() {
             "error" => RResult::RErr(EngineError::Failed(not_utf8("error"))),
-            "addition" => self.inner.assemble(params).map(|mut result| {
+            "addition" => inner.assemble(params).map(|mut result| {
                 result.system_prompt_addition = ROption::RSome(not_utf8("addition"));
                 result
             }),
-            "summary" => self.inner.assemble(params).map(|mut result| {
+            "summary" => inner.assemble(params).map(|mut result| {
                 let summary = Message::compaction_summary("a summary gone bad", 10);
                 poison(summary.summary().unwrap_or_default());
                 result
@@ -128,58 +118,7 @@ impl EngineAbi for Garbage {
                     )));
                 result
             }),
-            _ => self.inner.assemble(params),
+            _ => inner.assemble(params),
         }
-    }
-    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, EngineError> {
-        self.inner.compact(params)
-    }
-    fn bootstrap(
-        &self,
-        params: &abi::BootstrapParams<'_>,
-    ) -> RResult<abi::BootstrapResult, EngineError> {
-        self.inner.bootstrap(params)
-    }
-    fn ingest_batch(
-        &self,
-        params: &abi::IngestBatchParams<'_>,
-    ) -> RResult<IngestBatchResult, EngineError> {
-        self.inner.ingest_batch(params)
-    }
-    fn after_turn(&self, params: &abi::AfterTurnParams<'_>) -> RResult<(), EngineError> {
-        self.inner.after_turn(params)
-    }
-    fn maintain(
-        &self,
-        params: &abi::MaintainParams<'_>,
-    ) -> RResult<abi::MaintainResult, EngineError> {
-        self.inner.maintain(params)
-    }
-    fn prepare_subagent_spawn(
-        &self,
-        params: &abi::SubagentSpawnParams<'_>,
-    ) -> RResult<ROption<SpawnRollbackBox>, EngineError> {
-        self.inner.prepare_subagent_spawn(params)
-    }
-    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), EngineError> {
-        self.inner.on_subagent_ended(params)
-    }
-    fn call_tool(
-        &self,
-        params: &abi::ToolCallParams<'_>,
-    ) -> RResult<abi::ToolCallResult, EngineError> {
-        self.inner.call_tool(params)
-    }
-    fn dispose(&self) -> RResult<(), EngineError> {
-        self.inner.dispose()
-    }
-    fn commit_turn(
-        &self,
-        params: &abi::CommitTurnParams<'_>,
-    ) -> RResult<CommitTurnStatus, EngineError> {
-        self.inner.commit_turn(params)
-    }
-    fn extension(&self, name: RStr<'_>) -> ROption<ExtensionRef> {
-        self.inner.extension(name)
     }
 }

@@ -227,36 +227,40 @@ impl Engine for Hostile {
 }
 
 /// The engine object behind an ABI object whose `info` reports another id or version.
-struct Liar {
+/// The engine behind an ABI object that changes what `info` and `assemble` answer, as any
+/// stranger writing against the ABI can: `garbage` (`garbage.rs`), then a lying `info.id`.
+/// Every other method is forwarded.
+struct Rewrapped {
     inner: EngineBox,
+    garbage: Option<garbage::Garbage>,
     id: Option<String>,
 }
 
-impl EngineAbi for Liar {
+impl EngineAbi for Rewrapped {
     fn info(&self) -> RResult<abi::EngineInfo, abi::EngineError> {
         self.inner.info().map(|mut info| {
+            if let Some(garbage) = &self.garbage {
+                info = garbage.info(info);
+            }
             if let Some(id) = &self.id {
                 info.id = RString::from(id.as_str());
             }
             info
         })
     }
-    fn ingest(
-        &self,
-        params: &abi::IngestParams<'_>,
-    ) -> RResult<abi::IngestResult, abi::EngineError> {
+    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<abi::IngestResult, abi::EngineError> {
         self.inner.ingest(params)
     }
     fn assemble(
         &self,
         params: &abi::AssembleParams<'_>,
     ) -> RResult<abi::AssembleResult, abi::EngineError> {
-        self.inner.assemble(params)
+        match &self.garbage {
+            Some(garbage) => garbage.assemble(&self.inner, params),
+            None => self.inner.assemble(params),
+        }
     }
-    fn compact(
-        &self,
-        params: &abi::CompactParams<'_>,
-    ) -> RResult<abi::CompactResult, abi::EngineError> {
+    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, abi::EngineError> {
         self.inner.compact(params)
     }
     fn bootstrap(
@@ -286,10 +290,7 @@ impl EngineAbi for Liar {
     ) -> RResult<ROption<SpawnRollbackBox>, abi::EngineError> {
         self.inner.prepare_subagent_spawn(params)
     }
-    fn on_subagent_ended(
-        &self,
-        params: &abi::SubagentEndedParams<'_>,
-    ) -> RResult<(), abi::EngineError> {
+    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), abi::EngineError> {
         self.inner.on_subagent_ended(params)
     }
     fn call_tool(
@@ -323,14 +324,15 @@ fn make(
         pincer_plugin_api::optional_fns!(Hostile),
         label,
     )?;
-    let engine = garbage::wrap(engine, params.config_json.as_str());
+    let garbage = garbage::from_config(params.config_json.as_str());
     let config: Config = serde_json::from_str(params.config_json.as_str()).unwrap_or_default();
-    if config.info_id.is_none() {
+    if garbage.is_none() && config.info_id.is_none() {
         return Ok(engine);
     }
     Ok(EngineAbi_TO::from_value(
-        Liar {
+        Rewrapped {
             inner: engine,
+            garbage,
             id: config.info_id,
         },
         abi_stable_opaque(),

@@ -1,4 +1,4 @@
-//! Output that must never reach the host's own (issue 21, item 4). Read from the engine's
+//! Output that must never reach the host's own. Read from the engine's
 //! config (`plugins.entries.hostile.config`), during `assemble`:
 //!
 //! - `printStdout: true` — writes text that would break `--json` to descriptor 1 (through its

@@ -1,4 +1,4 @@
-//! Crashes outside any call (issue 21, item 5): engine code that runs where the host marks no
+//! Crashes outside any call: engine code that runs where the host marks no
 //! call. Read from the engine's config (`plugins.entries.hostile.config`):
 //!
 //! - `atexitSegv: true` — the factory registers an `atexit` handler that writes through a
