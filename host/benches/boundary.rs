@@ -40,10 +40,10 @@ use pincer_host::plugins::library::{EngineDirs, Loader};
 use pincer_host::slot::guarded::GuardedEngine;
 use pincer_host::slot::quarantine::Quarantine;
 use pincer_host::types::{Method, Owner};
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortController, AbortSignal, AssembleParams, EntryId, HostParams, IngestParams,
 };
-use pincer_plugin_api::abi::{ROption, RSlice, RStr};
+use pincer_plugin_abi::{ROption, RSlice, RStr};
 use pincer_plugin_api::{into_engine_box, optional_fns, Engine, Host, Message};
 use sliding_window::{Config, SlidingWindow};
 

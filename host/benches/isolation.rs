@@ -23,8 +23,8 @@ use pincer_host::engines::instance::EngineInstance;
 use pincer_host::engines::isolation::settings::Confinement;
 use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
 use pincer_host::plugins::library::{EngineDirs, LoadedLibrary, Loader};
-use pincer_plugin_api::abi::latest::{AbortController, AssembleParams, EntryId, HostParams};
-use pincer_plugin_api::abi::{ROption, RSlice, RStr};
+use pincer_plugin_abi::latest::{AbortController, AssembleParams, EntryId, HostParams};
+use pincer_plugin_abi::{ROption, RSlice, RStr};
 use pincer_plugin_api::Message;
 
 mod common;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// The operations a host requirement is declared for (`agent-run`, `manual-compact`,
 /// `subagent-spawn`): the ABI's enum, whose `as_str` gives the contract name.
-pub use pincer_plugin_api::abi::latest::HostOperation;
+pub use pincer_plugin_abi::latest::HostOperation;
 
 /// The id of the built-in default engine (the default of `plugins.slots.contextEngine`), the
 /// fallback of every quarantined engine. The one definition every layer uses.

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::path::Path;
 
-use pincer_plugin_api::abi::latest::Message;
+use pincer_plugin_abi::latest::Message;
 use pincer_plugin_api::tokens::estimate_context_tokens;
 use serde_json::Value;
 
@@ -444,7 +444,7 @@ pub fn compact_session_until(
         .rev()
         .find_map(|entry| entry.message())
         .is_some_and(|last| {
-            last.role() != pincer_plugin_api::abi::latest::Role::Assistant
+            last.role() != pincer_plugin_abi::latest::Role::Assistant
                 || last.tool_calls().next().is_some()
         });
     let prepare_options = PrepareOptions {
@@ -555,7 +555,7 @@ fn estimate_after(
 mod tests {
     use super::*;
     use crate::compaction::prepare::FileOperations;
-    use pincer_plugin_api::abi::latest::Message;
+    use pincer_plugin_abi::latest::Message;
 
     /// A summariser that answers with a fixed text.
     struct Fixed(String);

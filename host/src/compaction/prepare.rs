@@ -29,7 +29,7 @@
 
 use std::collections::BTreeSet;
 
-use pincer_plugin_api::abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{Message, Role};
 use pincer_plugin_api::tokens::{estimate_context_tokens, estimate_message_tokens};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -14,10 +14,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
-    CompactParams, CompactResult, CompactionDetails, EngineError,
-};
-use pincer_plugin_api::abi::{ROption, RString};
+use pincer_plugin_abi::latest::{CompactParams, CompactResult, CompactionDetails, EngineError};
+use pincer_plugin_abi::{ROption, RString};
 
 use super::compact::{compact_session_until, CompactError, CompactOptions, CompactOutcome};
 use super::settings::CompactionSettings;

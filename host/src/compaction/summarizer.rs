@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{Message, Role};
 use pincer_plugin_api::tokens::estimate_string_chars;
 use serde_json::Value;
 

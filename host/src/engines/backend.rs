@@ -27,12 +27,12 @@
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest as abi;
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest as abi;
+use pincer_plugin_abi::latest::{
     AbortSignal, EngineBox, EngineError, EngineInfo, HostServicesArc, SpawnRollbackBox,
     SubagentSpawnParams,
 };
-use pincer_plugin_api::abi::RResult;
+use pincer_plugin_abi::RResult;
 
 use super::checked::{check_info_all, checked};
 use super::descriptor::EngineDescriptor;
@@ -52,7 +52,7 @@ macro_rules! backend_methods {
             /// The engine's error; `NotImplemented` when it lacks an optional method.
             fn $name(
                 &self,
-                params: &pincer_plugin_api::abi::latest::$params<'_>,
+                params: &pincer_plugin_abi::latest::$params<'_>,
             ) -> Result<$result, EngineCallError>;
         )*
     };
@@ -65,7 +65,7 @@ macro_rules! in_process_methods {
         $(
             fn $name(
                 &self,
-                params: &pincer_plugin_api::abi::latest::$params<'_>,
+                params: &pincer_plugin_abi::latest::$params<'_>,
             ) -> Result<$result, EngineCallError> {
                 checked(Method::$variant, self.object.$name(params)).map(|r| self.owned(r))
             }

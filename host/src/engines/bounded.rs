@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use pincer_plugin_api::abi::latest::AbortController;
+use pincer_plugin_abi::latest::AbortController;
 
 pub use super::deadline::{Deadline, Overrun, MAX_WINDOW, MAX_WINDOWS};
 

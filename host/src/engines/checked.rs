@@ -22,12 +22,12 @@
 
 use std::borrow::Cow;
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     is_utf8, AssembleResult, AssembledItem, BootstrapResult, CommitTurnStatus, CompactParams,
     CompactResult, EngineError, EngineInfo, EntryId, IngestBatchResult, IngestResult,
     LlmCompleteRequest, MaintainResult, Message, SpawnRollbackBox, ToolCallResult,
 };
-use pincer_plugin_api::abi::{ROption, RResult, RStr, RString};
+use pincer_plugin_abi::{ROption, RResult, RStr, RString};
 
 use super::error::{CallErrorKind, EngineCallError};
 use crate::config::ResultLimits;
@@ -432,7 +432,7 @@ pub fn estimate_passed_messages(messages: &[Message]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pincer_plugin_api::abi::RVec;
+    use pincer_plugin_abi::RVec;
 
     fn garbage() -> RString {
         // SAFETY: deliberately not UTF-8, as a stranger's library could hand over; only its

@@ -2,7 +2,7 @@
 //! ([`EngineDescriptor`], with its [`EngineTool`]s) and where it came from ([`EngineOrigin`]).
 //! A leaf: backends build a descriptor, the instance and the guard read it.
 
-use pincer_plugin_api::abi::latest::{OptionalMethods, TurnMaintenanceMode};
+use pincer_plugin_abi::latest::{OptionalMethods, TurnMaintenanceMode};
 use serde::Serialize;
 
 use super::methods::OPTIONAL_METHODS;
@@ -62,7 +62,7 @@ pub struct EngineDescriptor {
 
 impl EngineDescriptor {
     /// The host-owned copy of an engine's `info` (already checked, see [`super::checked`]).
-    pub fn from_abi(info: &pincer_plugin_api::abi::latest::EngineInfo) -> Self {
+    pub fn from_abi(info: &pincer_plugin_abi::latest::EngineInfo) -> Self {
         let host_requirements = info
             .host_requirements
             .iter()

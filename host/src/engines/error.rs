@@ -2,7 +2,7 @@
 //! A leaf: every engine layer (backends, the instance, bounded calls, the guard) names it, and
 //! it names no other engine module.
 
-use pincer_plugin_api::abi::latest::EngineError;
+use pincer_plugin_abi::latest::EngineError;
 use serde::Serialize;
 
 /// The kind of an engine call's failure; serialized as [`CallErrorKind::code`].
@@ -66,7 +66,7 @@ impl EngineCallError {
         self.kind.code()
     }
 
-    /// Whether this is an abort (aborts never quarantine: reference §4.4a).
+    /// Whether this is an abort (aborts never quarantine: docs/CONTRACT.md §4.4a).
     pub fn is_abort(&self) -> bool {
         self.kind == CallErrorKind::Aborted
     }

@@ -18,8 +18,8 @@ pub use super::error::{CallErrorKind, EngineCallError};
 use super::methods::for_each_engine_method;
 use crate::config::ResultLimits;
 use crate::plugins::library::LoadedLibrary;
-use pincer_plugin_api::abi::latest as abi;
-use pincer_plugin_api::abi::latest::{AssembleResult, Message};
+use pincer_plugin_abi::latest as abi;
+use pincer_plugin_abi::latest::{AssembleResult, Message};
 
 /// `EngineInstance`'s forward of each engine method to its backend.
 macro_rules! instance_forwards {
@@ -31,7 +31,7 @@ macro_rules! instance_forwards {
             /// The engine's error; `NotImplemented` when it lacks an optional method.
             pub fn $name(
                 &self,
-                params: &pincer_plugin_api::abi::latest::$params<'_>,
+                params: &pincer_plugin_abi::latest::$params<'_>,
             ) -> Result<$result, EngineCallError> {
                 self.backend.$name(params)
             }

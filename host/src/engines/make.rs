@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{EngineBox, HostServicesArc};
+use pincer_plugin_abi::latest::{EngineBox, HostServicesArc};
 
 use super::backend::InProcess;
 use super::descriptor::EngineOrigin;

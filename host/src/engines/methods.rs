@@ -24,7 +24,7 @@
 //! written by hand. So are the methods whose calls are not one shape (`prepareSubagentSpawn`
 //! returns a rollback handle, `dispose` runs once), beside the generated ones.
 
-use pincer_plugin_api::abi::latest::OptionalMethods;
+use pincer_plugin_abi::latest::OptionalMethods;
 
 use crate::types::Method;
 
@@ -41,11 +41,11 @@ use crate::types::Method;
 /// ```
 ///
 /// Tokens of a row are resolved where the callback expands: the guard names its own checks,
-/// and every expanding file has `abi` as `pincer_plugin_api::abi::latest` in scope.
+/// and every expanding file has `abi` as `pincer_plugin_abi::latest` in scope.
 macro_rules! for_each_engine_method {
     ($callback:ident) => {
         $callback! {
-            // Params are named in `pincer_plugin_api::abi::latest`; results are paths
+            // Params are named in `pincer_plugin_abi::latest`; results are paths
             // (`abi::` is that module).
             ingest(IngestParams) -> abi::IngestResult {
                 variant: Ingest, request: IngestRequest,

@@ -9,13 +9,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactionTarget,
     EntryId, HostParams, IngestBatchParams, IngestParams, MaintainParams, Message, PromptCache,
     RuntimeSettings, SessionTarget, SubagentContextMode, SubagentEndReason, SubagentEndedParams,
     SubagentSpawnParams, ToolCallParams, Usage,
 };
-use pincer_plugin_api::abi::{ROption, RSlice, RStr};
+use pincer_plugin_abi::{ROption, RSlice, RStr};
 
 fn rstr(value: &Option<Arc<str>>) -> ROption<RStr<'_>> {
     match value {

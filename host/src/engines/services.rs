@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     CompactParams, CompactResult, EngineError, ExtensionRef, HostServicesAbi, HostServicesArc,
     LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord, Message,
 };
-use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
+use pincer_plugin_abi::{ROption, RResult, RSlice, RStr};
 use tracing::level_filters::LevelFilter;
 
 use super::checked::{self, lossy};

@@ -39,7 +39,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use pincer_plugin_api::abi::latest::AbortController;
+use pincer_plugin_abi::latest::AbortController;
 
 use crate::engines::deadline::{Overrun, MAX_WINDOW, MAX_WINDOWS};
 use crate::engines::error::EngineCallError;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AssembledItem, EntryId, Message, SubagentContextMode, SubagentEndReason,
 };
 use serde::Serialize;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
+use pincer_plugin_abi::latest::{AbortController, AssembleResult, Message};
 
 use crate::engines::instance::resolve_assembled;
 use crate::engines::request::{AssembleRequest, HostInputs};
@@ -31,10 +31,10 @@ impl AssembledView {
         let mut out = Vec::new();
         for item in self.result.items.iter() {
             match item {
-                pincer_plugin_api::abi::latest::AssembledItem::Input { start, end } => {
+                pincer_plugin_abi::latest::AssembledItem::Input { start, end } => {
                     out.extend((*start as usize..*end as usize).map(Some))
                 }
-                pincer_plugin_api::abi::latest::AssembledItem::New(_) => out.push(None),
+                pincer_plugin_abi::latest::AssembledItem::New(_) => out.push(None),
             }
         }
         out

@@ -52,7 +52,7 @@ pub use session::{
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortController, AssembledItem, CompactionTarget, EntryId, HostOperation, Message,
     PromptAuthority, Role, SubagentContextMode, SubagentEndReason, ToolCallRef,
 };
@@ -235,7 +235,7 @@ pub struct HarnessSession {
     /// The turns the session holds (its user messages), once counted; `None`: count them from
     /// the file when next needed.
     turns: Option<u64>,
-    last_usage: Option<pincer_plugin_api::abi::latest::Usage>,
+    last_usage: Option<pincer_plugin_abi::latest::Usage>,
     /// When the last model call answered, ms since the Unix epoch.
     last_call_at: Option<i64>,
     /// Maintenance running in the background (`turnMaintenanceMode: "background"`), joined
@@ -976,7 +976,7 @@ impl Harness {
         let clean = self.finalize(session, &prompt_id)?;
         if clean {
             if engine.info().turn_maintenance_mode
-                == pincer_plugin_api::abi::latest::TurnMaintenanceMode::Background
+                == pincer_plugin_abi::latest::TurnMaintenanceMode::Background
             {
                 // Deferred: the turn returns now; the next engine call on this session waits.
                 let engine = Arc::clone(&engine);

@@ -9,7 +9,7 @@
 //! results could give back is what truncating each to its live cap would free (the cap: 30% of
 //! the window at 4 chars per token, at most 16 000 chars).
 
-use pincer_plugin_api::abi::latest::{BlockKind, Content, Message, Role};
+use pincer_plugin_abi::latest::{BlockKind, Content, Message, Role};
 use pincer_plugin_api::tokens::estimate_string_chars;
 
 /// `SAFETY_MARGIN`.

@@ -24,7 +24,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::Message;
+use pincer_plugin_abi::latest::Message;
 
 use crate::engines::session_worker::{SessionWorker, WorkHandle};
 use crate::session::key::SessionKey;

@@ -12,7 +12,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortController, AssembleResult, EntryId, MaintainResult, Message, SubagentContextMode,
     SubagentEndReason, ToolCallResult,
 };

@@ -7,7 +7,7 @@
 //! comes gets a synthetic error result, `No result provided`, as OpenClaw's transcript repair
 //! gives it. Each message keeps the session entry it came from (`None` for a synthetic one).
 
-use pincer_plugin_api::abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{Message, Role};
 
 /// The text of a synthetic result for an unanswered call.
 pub const NO_RESULT_TEXT: &str = "No result provided";
@@ -77,7 +77,7 @@ pub fn tool_pairs_are_sound(messages: &[Message]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pincer_plugin_api::abi::latest::ContentBlock;
+    use pincer_plugin_abi::latest::ContentBlock;
     use serde_json::json;
 
     fn call(id: &str) -> Message {

@@ -22,9 +22,7 @@ pub mod replay;
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{
-    EngineError, LlmCompleteRequest, Message, ToolCallRef, Usage,
-};
+use pincer_plugin_abi::latest::{EngineError, LlmCompleteRequest, Message, ToolCallRef, Usage};
 use serde_json::Value;
 
 use crate::engines::services::ModelClient;

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use pincer_plugin_api::abi::latest::{Message, Usage};
+use pincer_plugin_abi::latest::{Message, Usage};
 use pincer_plugin_api::interop::openai_chat_to_openclaw;
 use serde_json::{json, Value};
 

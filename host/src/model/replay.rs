@@ -16,12 +16,12 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use pincer_plugin_api::abi::latest::{Message, Role, Usage};
+use pincer_plugin_abi::latest::{Message, Role, Usage};
 use pincer_plugin_api::tokens;
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::ToolCallRef;
+use pincer_plugin_abi::latest::ToolCallRef;
 
 use super::{ModelError, ModelProvider, ModelReply, ModelRequest, ToolExecutor, ToolSpec};
 

@@ -30,8 +30,8 @@ use crate::plugins::loading::{
     open_closable_library, open_library, read_embedded_manifest, EmbeddedManifest,
     EmbeddedManifestError, OpenError, OpenedLibrary,
 };
-use pincer_plugin_api::abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
-use pincer_plugin_api::abi::{ROption, RStr};
+use pincer_plugin_abi::latest::{EngineBox, EngineError, FactoryParams, HostServicesArc};
+use pincer_plugin_abi::{ROption, RStr};
 use serde::Serialize;
 
 use super::cache;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
+use pincer_plugin_abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
 use serde::Serialize;
 
 use crate::engines::request::{
@@ -261,7 +261,7 @@ pub fn exercise_engine(
     if engine
         .primary()
         .descriptor()
-        .has(pincer_plugin_api::abi::latest::OptionalMethods::DISPOSE)
+        .has(pincer_plugin_abi::latest::OptionalMethods::DISPOSE)
     {
         record.direct(Method::Dispose, engine.dispose());
     } else {
@@ -283,7 +283,7 @@ mod tests {
     use crate::engines::legacy::shared_legacy;
     use crate::engines::methods::{Exercise, METHODS};
     use crate::engines::services::{HostServices, NoRuntimeCompaction};
-    use pincer_plugin_api::abi::latest::Message;
+    use pincer_plugin_abi::latest::Message;
 
     #[test]
     fn check_engine_calls_what_the_method_table_says_it_exercises() {

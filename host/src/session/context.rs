@@ -3,7 +3,7 @@
 //! LLM-facing projection. Differentially tested against OpenClaw's own output on every golden
 //! case (`tests/tests/sessions.rs`).
 
-use pincer_plugin_api::abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{Message, Role};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 

@@ -33,7 +33,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use pincer_plugin_api::abi::latest::Message;
+use pincer_plugin_abi::latest::Message;
 
 use super::writer::{Durability, SessionWriteError, SessionWriter};
 use crate::disk;

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use pincer_plugin_api::abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{Message, Role};
 use pincer_plugin_api::interop::openai_chat_to_openclaw;
 use serde_json::{json, Value};
 

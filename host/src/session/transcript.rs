@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{EntryId, Message};
+use pincer_plugin_abi::latest::{EntryId, Message};
 use pincer_plugin_api::interop;
 use serde_json::Value;
 

@@ -30,7 +30,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pincer_plugin_api::abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{Message, Role};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};

@@ -36,7 +36,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use pincer_plugin_api::abi::latest::Message;
+use pincer_plugin_abi::latest::Message;
 use serde_json::{json, Map, Value};
 
 use super::time::{iso_now, now_ms};

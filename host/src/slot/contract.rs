@@ -16,10 +16,10 @@
 //! Also the crash journal's side of a guarded call ([`CallTrust`]): the tag that marks the
 //! engine as in flight while its code runs.
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AssembleResult, AssembledItem, BootstrapResult, CompactResult, MaintainResult, ToolCallResult,
 };
-use pincer_plugin_api::abi::{ROption, RString};
+use pincer_plugin_abi::{ROption, RString};
 use pincer_plugin_api::tokens::estimate_message_tokens;
 #[cfg(test)]
 use std::sync::Arc;
@@ -259,7 +259,7 @@ pub fn check_maintain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pincer_plugin_api::abi::latest::CompactionDetails;
+    use pincer_plugin_abi::latest::CompactionDetails;
 
     fn compacted(summary: usize, reason: usize) -> CompactResult {
         CompactResult {

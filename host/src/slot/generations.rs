@@ -26,7 +26,7 @@ use crate::plugins::MANIFEST_FILE_NAME;
 use crate::slot::guarded::FIRST_GENERATION;
 use crate::slot::restart::{RestartPolicy, RestartStatus, Restarts};
 use crate::types::LEGACY_ENGINE_ID;
-use pincer_plugin_api::abi::latest::AbortController;
+use pincer_plugin_abi::latest::AbortController;
 
 /// How often the reaper looks at retired instances that calls still hold.
 const REAP_INTERVAL: Duration = Duration::from_millis(5);

@@ -44,9 +44,9 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use pincer_plugin_api::abi::latest as abi;
-use pincer_plugin_api::abi::latest::{AbortController, AbortSignal, ToolCallResult};
-use pincer_plugin_api::abi::ROption;
+use pincer_plugin_abi::latest as abi;
+use pincer_plugin_abi::latest::{AbortController, AbortSignal, ToolCallResult};
+use pincer_plugin_abi::ROption;
 use serde::Serialize;
 
 use super::projection::HostParamMask;

@@ -2,8 +2,8 @@
 //! `acceptedHostParams` sees only those host parameters (and, for `compact`, always the abort
 //! signal).
 
-use pincer_plugin_api::abi::latest::HostParams;
-use pincer_plugin_api::abi::ROption;
+use pincer_plugin_abi::latest::HostParams;
+use pincer_plugin_abi::ROption;
 
 use crate::engines::instance::EngineDescriptor;
 use crate::types::Method;

@@ -39,8 +39,8 @@ use crate::slot::restart::{RestartPolicy, RestartStatus};
 use crate::slot::runtime_settings::{build_runtime_settings, Reason, RuntimeSettingsInput};
 use crate::slot::suggest::Suggestion;
 use crate::types::{HostRequirements, Method, Owner, LEGACY_ENGINE_ID};
-use pincer_plugin_api::abi::latest::AbortController;
-use pincer_plugin_api::abi::latest::{ReasonCode, RuntimeSettings, SelectionSource};
+use pincer_plugin_abi::latest::AbortController;
+use pincer_plugin_abi::latest::{ReasonCode, RuntimeSettings, SelectionSource};
 
 /// The quarantine reason of an engine no plugin registered (docs/CONTRACT.md §3.4.4); the list of
 /// available engines goes to the diagnostic, not the record.

@@ -3,11 +3,11 @@
 //! `source` derived when not given. Nullable fields are always present; discriminators never
 //! null.
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     Diagnostics, EngineSelection, ExecutionHost, Limits, ModelInfo, ReasonCode, RuntimeInfo,
     RuntimeMode, RuntimeSettings, SelectionSource, RUNTIME_SETTINGS_SCHEMA_VERSION,
 };
-use pincer_plugin_api::abi::{ROption, RString};
+use pincer_plugin_abi::{ROption, RString};
 
 use crate::slot::requirements::HostDescriptor;
 

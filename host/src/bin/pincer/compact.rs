@@ -15,7 +15,7 @@ use pincer_host::session::{
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::Runtime;
 use pincer_host::types::HostOperation;
-use pincer_plugin_api::abi::latest::{AbortController, EntryId};
+use pincer_plugin_abi::latest::{AbortController, EntryId};
 
 use crate::common::{
     fail, file_size_note, open, print_resolution, session_arg, store_of, warn_long_lines,

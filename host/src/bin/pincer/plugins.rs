@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
 
+use pincer_host::admin::manage::ManageError;
 use pincer_host::config::edit::{ConfigEditor, Edit};
 use pincer_host::plugins::catalog::Catalog;
 use pincer_host::plugins::install::{required_config_keys, RequiredKey};
-use pincer_host::admin::manage::ManageError;
 
 use crate::common::{fail, print_pretty};
 
@@ -130,9 +130,9 @@ pub enum PluginsCommand {
 
 /// Runs `pincer plugins`.
 pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
+    use pincer_host::admin::manage::{InstallMode, PluginCommands};
     use pincer_host::plugins::catalog::plugin_roots;
     use pincer_host::report::plugins::{inspect, list};
-    use pincer_host::admin::manage::{InstallMode, PluginCommands};
     let read = |extra: &[PathBuf]| -> Result<(LoadedConfig, Catalog), ExitCode> {
         let config = LoadedConfig::load(&home.config_path()).map_err(|err| fail(err, 2))?;
         let catalog = Catalog::read(&plugin_roots(&home, &config.config, extra));

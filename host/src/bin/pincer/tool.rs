@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
 use pincer_host::engines::request::{HostInputs, ToolCallRequest};
-use pincer_plugin_api::abi::latest::AbortController;
+use pincer_plugin_abi::latest::AbortController;
 use serde_json::{json, Value};
 
 /// `pincer tool`'s arguments.

@@ -35,14 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CompactParams, CompactResult, EngineError, EntryId, HostServicesArc, IngestBatchParams,
     IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest, MaintainParams,
     MaintainResult, Message, SpawnRollbackAbi, SubagentContextMode, SubagentEndedParams,
     SubagentSpawnParams, ToolCallParams, ToolCallResult,
 };
-use pincer_plugin_api::abi::{RResult, RSlice, RString};
+use pincer_plugin_abi::{RResult, RSlice, RString};
 
 use super::protocol::{
     self, Call, CallFrame, CallReply, ExpectedLibrary, FrameError, HostFrame, ServiceReply,

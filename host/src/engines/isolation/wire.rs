@@ -6,13 +6,13 @@
 //! reply. Anything the worker sends is parsed with errors (`Err(String)`): the worker runs a
 //! stranger's code.
 
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortSignal, AssembleResult, AssembledItem, CompactParams, CompactResult, CompactionDetails,
     CompactionTarget, EngineError, EngineInfo, EntryId, FieldPair, HostOperation, HostParams,
     HostRequirement, LogLevel, LogRecord, Message, OptionalMethods, PromptAuthority, PromptCache,
     RuntimeSettings, SessionTarget, ToolSpec, TranscriptSemantics, TurnMaintenanceMode, Usage,
 };
-use pincer_plugin_api::abi::{RBox, ROption, RSlice, RStr, RString, RVec};
+use pincer_plugin_abi::{RBox, ROption, RSlice, RStr, RString, RVec};
 
 use super::protocol::{
     WholeMessages, WireAssembled, WireCompact, WireCompactResult, WireCompaction, WireError,

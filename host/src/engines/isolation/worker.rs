@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::plugins::loading::{host_services, open_library};
-use pincer_plugin_api::abi::latest::{
+use pincer_plugin_abi::latest::{
     AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactResult,
     EngineBox, EngineError, EntryId, ExtensionRef, FactoryParams, HostServicesAbi,
     IngestBatchParams, IngestParams, LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord,
     MaintainParams, Message, ModelRef, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
     SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
 };
-use pincer_plugin_api::abi::{ROption, RResult, RSlice, RStr};
+use pincer_plugin_abi::{ROption, RResult, RSlice, RStr};
 
 use super::protocol::{
     self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,

@@ -248,7 +248,10 @@ impl EngineAbi for Rewrapped {
             info
         })
     }
-    fn ingest(&self, params: &abi::IngestParams<'_>) -> RResult<abi::IngestResult, abi::EngineError> {
+    fn ingest(
+        &self,
+        params: &abi::IngestParams<'_>,
+    ) -> RResult<abi::IngestResult, abi::EngineError> {
         self.inner.ingest(params)
     }
     fn assemble(
@@ -260,7 +263,10 @@ impl EngineAbi for Rewrapped {
             None => self.inner.assemble(params),
         }
     }
-    fn compact(&self, params: &abi::CompactParams<'_>) -> RResult<abi::CompactResult, abi::EngineError> {
+    fn compact(
+        &self,
+        params: &abi::CompactParams<'_>,
+    ) -> RResult<abi::CompactResult, abi::EngineError> {
         self.inner.compact(params)
     }
     fn bootstrap(
@@ -290,7 +296,10 @@ impl EngineAbi for Rewrapped {
     ) -> RResult<ROption<SpawnRollbackBox>, abi::EngineError> {
         self.inner.prepare_subagent_spawn(params)
     }
-    fn on_subagent_ended(&self, params: &abi::SubagentEndedParams<'_>) -> RResult<(), abi::EngineError> {
+    fn on_subagent_ended(
+        &self,
+        params: &abi::SubagentEndedParams<'_>,
+    ) -> RResult<(), abi::EngineError> {
         self.inner.on_subagent_ended(params)
     }
     fn call_tool(
