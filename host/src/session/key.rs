@@ -222,6 +222,16 @@ pub enum SessionFileError {
     },
 }
 
+impl SessionFileError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SessionFileError::Unreadable { .. } => "session_file_unreadable",
+            SessionFileError::NotASession { .. } => "not_a_session_file",
+        }
+    }
+}
+
 /// How much of a file is read to find its first record: a header is a few hundred bytes.
 const HEADER_PROBE_BYTES: u64 = 64 * 1024;
 
@@ -284,6 +294,24 @@ fn cut(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_that_is_not_a_session_file_says_why_by_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = SessionFile::check(dir.path()).unwrap_err();
+        assert_eq!(folder.code(), "session_file_unreadable");
+        let tasks = dir.path().join("tasks.json");
+        std::fs::write(&tasks, "[{\"foo\":1}]\n").unwrap();
+        let err = SessionFile::check(&tasks).unwrap_err();
+        assert_eq!(err.code(), "not_a_session_file");
+        let session = dir.path().join("s.jsonl");
+        std::fs::write(
+            &session,
+            "{\"type\":\"session\",\"version\":3,\"id\":\"s\"}\n",
+        )
+        .unwrap();
+        assert!(SessionFile::check(&session).is_ok());
+    }
 
     #[test]
     fn every_key_openclaw_makes_is_a_key() {
