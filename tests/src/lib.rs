@@ -307,6 +307,25 @@ pub fn stdout_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The standard output of a command that must have exited 0; otherwise the test fails showing
+/// both streams.
+#[track_caller]
+pub fn ok(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout_text(out),
+        stderr_text(out)
+    );
+    stdout_text(out)
+}
+
+/// A path as a command-line argument.
+pub fn path_arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
 /// A process's standard error, as text.
 pub fn stderr_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

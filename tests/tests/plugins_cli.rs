@@ -9,18 +9,6 @@ use std::process::Output;
 use pincer_tests::*;
 use serde_json::{json, Value};
 
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout_text(out),
-        stderr_text(out)
-    );
-    stdout_text(out)
-}
-
 fn json_of(out: &Output) -> Value {
     ok(out);
     stdout_json(out)
@@ -30,10 +18,6 @@ fn config_value(home: &Path) -> Value {
     pincer_host::config::LoadedConfig::load(&home.join("pincer.json"))
         .map(|c| serde_json::to_value(c.config).unwrap())
         .expect("the config stays valid")
-}
-
-fn path_arg(path: &Path) -> String {
-    path.display().to_string()
 }
 
 /// `pincer plugins install` of a staged plugin into `home`.

@@ -10,18 +10,6 @@ use std::process::Output;
 use pincer_tests::*;
 use serde_json::{json, Value};
 
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout_text(out),
-        stderr_text(out)
-    );
-    stdout_text(out)
-}
-
 const COMMENTED: &str = "// the operator's notes\n{\n  plugins: {}, // filled by pincer\n}\n";
 
 /// A copy of the staged sliding-window plugin in `work` whose schema requires `tokenBudget`

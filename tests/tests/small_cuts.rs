@@ -4,30 +4,15 @@
 //! `pincer.json` with a byte-order mark keeps it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pincer_tests::chat_server::ChatServer;
 use pincer_tests::{
-    pincer_bin, run_pincer, staged_plugin, staged_plugins_dir, stderr_text, stdout_text,
+    ok, path_arg, pincer_bin, run_pincer, staged_plugin, staged_plugins_dir, stderr_text,
 };
 use serde_json::{json, Value};
 use tempfile::TempDir;
-
-fn ok(out: &Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout_text(out),
-        stderr_text(out)
-    );
-    stdout_text(out)
-}
-
-fn path_arg(path: &Path) -> String {
-    path.to_str().unwrap().to_owned()
-}
 
 /// A copy of the staged plugin `id` in `<dir>/<folder>/<id>`; the plugins folder.
 fn plugin_in(dir: &Path, folder: &str, id: &str) -> PathBuf {
