@@ -68,21 +68,22 @@
 pub mod admin;
 pub mod compaction;
 pub mod config;
-pub mod disk;
-pub mod engines;
+pub(crate) mod disk;
+pub(crate) mod engines;
 pub mod gateway;
 pub mod harness;
 pub mod model;
-pub mod plugins;
+pub(crate) mod plugins;
 pub mod report;
 pub mod session;
-pub mod slot;
-pub mod types;
+pub(crate) mod slot;
+pub(crate) mod types;
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 
 pub use config::{ConfigError, PincerHome};
-/// The process-isolation tier; an embedder's `main` calls
-/// [`isolation::serve_worker_if_requested`] first.
-pub use engines::isolation;
 pub use engines::session_worker::{SessionWorker, WorkError, WorkHandle};
 pub use engines::{EngineCallError, EngineInstance};
 pub use harness::AssembledView;
@@ -94,3 +95,74 @@ pub use slot::{
     GuardedEngine, ReloadError, ReloadOutcome, ResolveError, ResolvedEngine, Runtime,
     RuntimeOptions,
 };
+
+pub mod isolation {
+    //! The process-isolation tier: an embedder's `main` calls [`serve_worker_if_requested`]
+    //! first, so that the same executable can serve as an isolated engine's worker.
+    pub use crate::engines::isolation::{
+        serve_worker_if_requested, set_worker_program, worker_program, SANDBOX_VIOLATION_PREFIX,
+        SANDBOX_VIOLATION_STATUS,
+    };
+}
+
+pub mod runtime {
+    //! The runtime's companions: what [`Runtime::open`](crate::Runtime::open) loads, how a
+    //! resolution answers, the quarantine it keeps, and the plugin-directory watcher.
+    pub use crate::slot::quarantine::{Quarantine, QuarantineRecord};
+    pub use crate::slot::runtime::{OpenLibraries, Resolution, Runtime, RuntimeOptions};
+    pub use crate::slot::watch::{OnReload, PluginWatcher, WatchEvent, WatchOptions};
+}
+
+pub mod operator {
+    //! What an operator tool built on the library needs beyond the embedder's API — the
+    //! `pincer` binary is such a tool: the host's own output streams, crash and stop handlers,
+    //! the quarantine's maintenance, plugin packing and installing, the host's descriptor,
+    //! and the durable file operations of the disk seam.
+    pub use crate::disk::{remove_dir, remove_file, rename};
+    pub use crate::engines::crash_journal::{install_exit_watch, install_stop_handlers};
+    pub use crate::engines::isolation::confine::{apply_sandbox, SandboxPolicy, WorkerLimits};
+    pub use crate::engines::request::{
+        CompactRequest, HostInputs, SessionTargetInput, ToolCallRequest,
+    };
+    pub use crate::engines::stdio;
+    pub use crate::plugins::catalog::{plugin_roots, Catalog};
+    pub use crate::plugins::install::{prepare, required_config_keys, RequiredKey};
+    pub use crate::plugins::pack::{pack, PackSource};
+    pub use crate::slot::quarantine::{
+        clear_exited, harvest_crashes, health_line, QuarantineRecord,
+    };
+    pub use crate::slot::requirements::HostDescriptor;
+    pub use pincer_plugin_abi::latest::HostOperation;
+}
+
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod testing {
+    //! Unstable: the host's internals that pincer's own black-box tests and benchmarks reach
+    //! (fault injection, raw requests, the registry, the verifier, the crash journal). Enabled
+    //! by the `test-support` feature, which only `pincer-tests` turns on; not part of the
+    //! public API and free to change in any release.
+    #![allow(missing_docs)]
+    pub mod disk {
+        pub use crate::disk::*;
+    }
+    pub mod engines {
+        pub use crate::engines::*;
+    }
+    pub mod plugins {
+        pub use crate::plugins::*;
+    }
+    pub mod slot {
+        pub use crate::slot::*;
+    }
+    pub mod types {
+        pub use crate::types::*;
+    }
+    pub mod gateway {
+        pub use crate::gateway::protocol::parse_call;
+        pub use crate::gateway::server::bind_socket;
+    }
+    pub mod harness {
+        pub use crate::harness::tool_pairs::tool_pairs_are_sound;
+    }
+}

@@ -12,12 +12,12 @@
 //! - [`runtime`]: [`SessionCompactor`], the runtime's compactor behind `legacy.compact`.
 //! - [`text`]: lengths and cuts in UTF-16 units, as OpenClaw's character budgets count.
 
-pub mod compact;
-pub mod prepare;
-pub mod runtime;
-pub mod settings;
-pub mod summarizer;
-pub mod text;
+pub(crate) mod compact;
+pub(crate) mod prepare;
+pub(crate) mod runtime;
+pub(crate) mod settings;
+pub(crate) mod summarizer;
+pub(crate) mod text;
 
 pub use compact::{
     cap_compaction_summary, compact, compact_session, compact_session_until,
@@ -34,6 +34,6 @@ pub use runtime::{
 };
 pub use settings::{should_compact, CompactionSettings};
 pub use summarizer::{
-    serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryError, SummaryKind,
-    SummaryRequest,
+    serialize_conversation, ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryError,
+    SummaryKind, SummaryRequest,
 };

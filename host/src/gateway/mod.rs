@@ -20,12 +20,14 @@
 //! `docs/gateway.schema.json`.
 
 pub mod client;
-pub mod connections;
-pub mod messages;
-pub mod protocol;
-pub mod server;
-pub mod service;
+pub(crate) mod connections;
+pub(crate) mod messages;
+pub(crate) mod protocol;
+pub(crate) mod server;
+pub(crate) mod service;
 
+pub use connections::ConnectionLimits;
 pub use protocol::{CallAnswer, CallRequest, GatewayError, GatewayMethod};
 pub use server::{bind, serve, Listeners, ServeOptions};
+pub use server::{gateway_token, DEFAULT_BODY_LIMIT};
 pub use service::{Gateway, GatewayParts};

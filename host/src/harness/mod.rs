@@ -37,11 +37,11 @@
 //! handle, [`Session`] ([`Harness::session`]), with the harness's own parameter types; the
 //! harness keeps its sessions behind the [`SessionStore`] trait.
 
-pub mod assemble;
-pub mod precheck;
-pub mod runner;
-pub mod session;
-pub mod tool_pairs;
+pub(crate) mod assemble;
+pub(crate) mod precheck;
+pub(crate) mod runner;
+pub(crate) mod session;
+pub(crate) mod tool_pairs;
 
 pub use assemble::AssembledView;
 pub use runner::SessionRunner;

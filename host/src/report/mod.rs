@@ -3,11 +3,11 @@
 //! [`exercise`] (every method of one engine, what `pincer check-engine` prints) and
 //! [`plugins`] (`pincer plugins list|inspect`, from manifests alone).
 
-pub mod doctor;
-pub mod exercise;
-pub mod health;
+pub(crate) mod doctor;
+pub(crate) mod exercise;
+pub(crate) mod health;
 pub mod plugins;
-pub mod sessions;
+pub(crate) mod sessions;
 
 pub use doctor::{doctor, DoctorReport};
 pub use exercise::{exercise_engine, MethodOutcome};
