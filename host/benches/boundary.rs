@@ -29,17 +29,17 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use pincer_host::config::{FallbackPolicy, ResultLimits};
+use pincer_host::runtime::Quarantine;
 use pincer_host::testing::engines::crash_journal::JournalTag;
 use pincer_host::testing::engines::instance::{EngineInstance, EngineOrigin};
 use pincer_host::testing::engines::legacy::shared_legacy;
 use pincer_host::testing::engines::request::no_entry_ids;
 use pincer_host::testing::engines::request::{AssembleRequest, HostInputs, IngestRequest};
 use pincer_host::testing::engines::services::{HostServices, NoRuntimeCompaction};
-use pincer_host::testing::engines::session_worker::SessionWorker;
 use pincer_host::testing::plugins::library::{EngineDirs, Loader};
-use pincer_host::testing::slot::guarded::GuardedEngine;
-use pincer_host::testing::slot::quarantine::Quarantine;
 use pincer_host::testing::types::{Method, Owner};
+use pincer_host::GuardedEngine;
+use pincer_host::SessionWorker;
 use pincer_plugin_abi::latest::{
     AbortController, AbortSignal, AssembleParams, EntryId, HostParams, IngestParams,
 };

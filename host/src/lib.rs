@@ -109,7 +109,9 @@ pub mod runtime {
     //! The runtime's companions: what [`Runtime::open`](crate::Runtime::open) loads, how a
     //! resolution answers, the quarantine it keeps, and the plugin-directory watcher.
     pub use crate::slot::quarantine::{Quarantine, QuarantineRecord};
-    pub use crate::slot::runtime::{OpenLibraries, Resolution, Runtime, RuntimeOptions};
+    pub use crate::slot::runtime::{
+        OpenLibraries, PluginState, Resolution, Runtime, RuntimeOptions,
+    };
     pub use crate::slot::watch::{OnReload, PluginWatcher, WatchEvent, WatchOptions};
 }
 

@@ -23,7 +23,7 @@ use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
 use pincer_host::testing::engines::request::{AssembleRequest, HostInputs};
-use pincer_host::testing::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, EntryId, Message};
 use serde_json::{json, Value};
 
@@ -223,7 +223,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// (criterion, the file watcher's 100 ms debounce included), and, printed, call latency p50/p99
 /// in steady state and during reloads, and resident memory per kept generation.
 fn gateway_reload(c: &mut Criterion) {
-    use pincer_host::testing::slot::watch::{PluginWatcher, WatchOptions};
+    use pincer_host::runtime::{PluginWatcher, WatchOptions};
     use std::sync::atomic::{AtomicBool, Ordering};
     let staged = pincer_tests::staged_plugin("faulty");
     let plugins = tempfile::tempdir().unwrap();

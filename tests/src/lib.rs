@@ -359,9 +359,9 @@ pub fn find_by_id(list: &serde_json::Value, id: &str) -> serde_json::Value {
 /// Asserts that `failure` is `method`'s per-call timeout and that it quarantined `engine_id`
 /// under that operation.
 pub fn assert_timed_out_and_quarantined(
-    quarantine: &pincer_host::testing::slot::quarantine::Quarantine,
+    quarantine: &pincer_host::runtime::Quarantine,
     engine_id: &str,
-    failure: &pincer_host::testing::engines::instance::EngineCallError,
+    failure: &pincer_host::EngineCallError,
     method: &str,
 ) {
     assert_eq!(

@@ -426,7 +426,7 @@ fn the_other_durable_writes_go_through_the_seam() {
 #[test]
 fn the_merged_branches_writes_go_through_the_seam() {
     use pincer_host::session::{JsonlStore, SessionStore as _};
-    use pincer_host::testing::plugins::EngineDirs;
+    use pincer_host::testing::plugins::library::EngineDirs;
 
     let home = tempfile::tempdir().unwrap();
     let sessions = home.path().join("agents/main/sessions");
@@ -523,7 +523,7 @@ fn the_gateways_session_goes_on_after_failed_writes_and_syncs() {
     use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
     use pincer_host::session::JsonlStore;
     use pincer_host::testing::gateway::parse_call;
-    use pincer_host::testing::slot::runtime::{Runtime, RuntimeOptions};
+    use pincer_host::{Runtime, RuntimeOptions};
 
     struct NoModel;
     impl ModelProvider for NoModel {
@@ -677,7 +677,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// was (and no temporary file); the next write goes through.
 #[test]
 fn a_failed_quarantine_mirror_write_leaves_the_mirror_whole() {
-    use pincer_host::testing::slot::Quarantine;
+    use pincer_host::runtime::Quarantine;
 
     let state = tempfile::tempdir().unwrap();
     let quarantine = Quarantine::new(Some(state.path()));

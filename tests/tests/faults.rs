@@ -7,7 +7,7 @@ use pincer_host::config::{LoadedConfig, PincerHome};
 use pincer_host::report::exercise_engine;
 use pincer_host::session::Transcript;
 use pincer_host::testing::engines::instance::CallErrorKind;
-use pincer_host::testing::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::ROption;
 use pincer_tests::*;
 use serde_json::json;

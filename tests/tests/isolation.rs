@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use pincer_host::config::PincerHome;
 use pincer_host::session::Transcript;
 use pincer_host::testing::engines::instance::CallErrorKind;
-use pincer_host::testing::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_tests::*;
 use serde_json::{json, Value};
@@ -455,8 +455,8 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
 
 /// `sliding-window` in process and isolated, each in a home of its own.
 struct SideBySide {
-    local: pincer_host::testing::slot::runtime::ResolvedEngine,
-    remote: pincer_host::testing::slot::runtime::ResolvedEngine,
+    local: pincer_host::ResolvedEngine,
+    remote: pincer_host::ResolvedEngine,
     _runtimes: (Runtime, Runtime),
     _homes: (TempDir, TempDir),
 }

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pincer_host::testing::engines::services::{HostServices, NoRuntimeCompaction};
-use pincer_host::testing::engines::EngineInstance;
 use pincer_host::testing::plugins::library::{EngineDirs, LoadError, Loader};
+use pincer_host::EngineInstance;
 use pincer_plugin_api::abi::latest::{AbortController, AssembleParams, HostParams, Message};
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use pincer_tests::*;

@@ -13,8 +13,8 @@ use pincer_host::config::PincerHome;
 use pincer_host::testing::engines::request::{
     HostInputs, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
-use pincer_host::testing::slot::guarded::GuardedEngine;
-use pincer_host::testing::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::GuardedEngine;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
 use pincer_tests::*;
 use serde_json::{json, Value};

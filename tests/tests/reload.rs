@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use pincer_host::config::PincerHome;
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::runtime::{PluginWatcher, WatchEvent, WatchOptions};
 use pincer_host::session::JsonlStore;
-use pincer_host::testing::slot::watch::{PluginWatcher, WatchEvent, WatchOptions};
-use pincer_host::testing::slot::{GuardedEngine, ReloadError, Runtime, RuntimeOptions};
 use pincer_host::Transcript;
+use pincer_host::{GuardedEngine, ReloadError, Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_tests::*;
 use serde_json::{json, Value};
@@ -167,7 +167,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn faulty_status(runtime: &Runtime) -> pincer_host::testing::slot::GenerationStatus {
+fn faulty_status(runtime: &Runtime) -> pincer_host::GenerationStatus {
     runtime
         .generations()
         .into_iter()
@@ -183,12 +183,11 @@ fn reload_under_load_by_the_watcher_fails_no_call_and_disposes_each_generation_o
     // run the factory twice; the spare instance is disposed at once and would be counted).
     assert_eq!(runtime.resolve().unwrap().engine.generation(), 1);
     let (events, reloads) = mpsc::channel();
-    let on_reload: pincer_host::testing::slot::watch::OnReload =
-        Arc::new(move |event: &WatchEvent| {
-            if let WatchEvent::Plugin(Ok(outcome)) = event {
-                let _ = events.send(outcome.clone());
-            }
-        });
+    let on_reload: pincer_host::runtime::OnReload = Arc::new(move |event: &WatchEvent| {
+        if let WatchEvent::Plugin(Ok(outcome)) = event {
+            let _ = events.send(outcome.clone());
+        }
+    });
     let watcher = PluginWatcher::start(
         Arc::clone(&runtime),
         WatchOptions {

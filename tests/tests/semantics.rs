@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_host::config::PincerHome;
+use pincer_host::operator::HostDescriptor;
+use pincer_host::runtime::PluginState;
+use pincer_host::runtime::Quarantine;
 use pincer_host::session::Transcript;
 use pincer_host::testing::engines::instance::CallErrorKind;
 use pincer_host::testing::engines::legacy::create_legacy;
@@ -16,14 +19,11 @@ use pincer_host::testing::engines::request::{
 use pincer_host::testing::engines::services::{
     HostServices, NoRuntimeCompaction, RuntimeCompactor,
 };
-use pincer_host::testing::slot::quarantine::Quarantine;
 use pincer_host::testing::slot::registry::{
     EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry,
 };
-use pincer_host::testing::slot::requirements::HostDescriptor;
-use pincer_host::testing::slot::runtime::PluginState;
-use pincer_host::testing::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
 use pincer_host::testing::types::{Owner, LEGACY_ENGINE_ID};
+use pincer_host::{ResolveError, Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, ToolCallParams};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::HostOperation;
@@ -83,7 +83,7 @@ fn native_legacy_factory() -> EngineFactory {
 }
 
 /// How often each method of the engine behind `resolved` was called (faulty's own count).
-fn faulty_calls(resolved: &pincer_host::testing::slot::runtime::ResolvedEngine) -> Value {
+fn faulty_calls(resolved: &pincer_host::ResolvedEngine) -> Value {
     let result = resolved
         .engine
         .primary()
@@ -469,10 +469,7 @@ fn a_validator_shaped_failure_is_not_retried_and_quarantines_assemble() {
 // Host-parameter projection (§6.1)
 // ---------------------------------------------------------------------------------------------
 
-fn every_host_param(
-    runtime: &Runtime,
-    resolved: &pincer_host::testing::slot::runtime::ResolvedEngine,
-) -> HostInputs {
+fn every_host_param(runtime: &Runtime, resolved: &pincer_host::ResolvedEngine) -> HostInputs {
     HostInputs {
         session_key: Some(Arc::from("key-1")),
         prompt: Some(Arc::from("book a flight")),
@@ -1050,7 +1047,7 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
         .register_for_owner(
             "nameless",
             EngineFactory::Native(Arc::new(|_| {
-                pincer_host::testing::engines::instance::EngineInstance::new(
+                pincer_host::EngineInstance::new(
                     pincer_plugin_api::into_engine_box(
                         Nameless,
                         pincer_plugin_api::optional_fns!(Nameless),

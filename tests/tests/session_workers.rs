@@ -22,10 +22,10 @@ use pincer_host::testing::engines::instance::{CallErrorKind, EngineCallError};
 use pincer_host::testing::engines::request::{
     no_entry_ids, AssembleRequest, CompactRequest, HostInputs,
 };
-use pincer_host::testing::engines::session_worker::{SessionWorker, WorkError};
-use pincer_host::testing::slot::guarded::{GuardError, Guarded};
-use pincer_host::testing::slot::runtime::{ResolvedEngine, Runtime, RuntimeOptions};
 use pincer_host::testing::types::Method;
+use pincer_host::{GuardError, Guarded};
+use pincer_host::{ResolvedEngine, Runtime, RuntimeOptions};
+use pincer_host::{SessionWorker, WorkError};
 use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
 use pincer_tests::*;
 use serde_json::{json, Value};

@@ -25,9 +25,9 @@ use pincer_host::testing::engines::instance::EngineOrigin;
 use pincer_host::testing::engines::request::{
     CompactRequest, HostInputs, IngestRequest, SubagentSpawnRequest,
 };
-use pincer_host::testing::engines::session_worker::SessionWorker;
-use pincer_host::testing::slot::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
+use pincer_host::SessionWorker;
 use pincer_host::Transcript;
+use pincer_host::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, CompactionTarget, SubagentContextMode};
 use pincer_tests::*;
 use serde_json::json;
@@ -183,7 +183,7 @@ struct Held {
     /// engine.
     assembled: pincer_plugin_api::abi::latest::AssembleResult,
     /// A failed call's error.
-    error: pincer_host::testing::slot::GuardError,
+    error: pincer_host::GuardError,
     /// A `prepareSubagentSpawn` rollback handle: the engine's code.
     rollback: pincer_host::testing::engines::instance::Rollback,
 }

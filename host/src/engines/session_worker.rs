@@ -173,6 +173,7 @@ thread_local! {
     };
 }
 
+#[cfg(test)]
 /// Whether this thread is a session worker.
 pub fn on_session_worker() -> bool {
     LOCAL.with(|l| !l.worker.get().is_null())

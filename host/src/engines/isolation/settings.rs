@@ -17,8 +17,6 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::config::Isolation;
-
 /// What a worker applies to itself before it opens the library; sent in the start request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
