@@ -88,8 +88,11 @@ pub fn worker_frames(data: &[u8]) {
     let _ = decode::<WorkerFrame>(data);
 }
 
+/// One entry: arbitrary bytes in, nothing out.
+pub type Entry = fn(&[u8]);
+
 /// Every entry, by name, for a fuzz driver that picks one.
-pub const ENTRIES: &[(&str, fn(&[u8]))] = &[
+pub const ENTRIES: &[(&str, Entry)] = &[
     ("plugin_manifest", plugin_manifest),
     ("embedded_manifest", embedded_manifest),
     ("library_verifier", library_verifier),
