@@ -24,27 +24,59 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## The public API
+//!
+//! What an embedder (the `pincer` binary is one) may use, and nothing else:
+//!
+//! - **The runtime** — [`Runtime`] (open, [`Runtime::resolve`], reload), [`RuntimeOptions`],
+//!   [`ResolvedEngine`], [`GuardedEngine`] and its [`Answer`], the reload outcomes
+//!   ([`ReloadOutcome`], [`ConfigReloadOutcome`], [`GenerationStatus`]), the errors
+//!   ([`ResolveError`], [`ReloadError`], [`GuardError`], [`LoadError`], [`EngineCallError`],
+//!   [`ConfigError`]); [`runtime`]: resolutions, the quarantine, the plugin watcher;
+//!   [`compaction::open_runtime`]: a runtime with the built-in compaction and the model.
+//! - **The harness and its session handle** — [`harness::Harness`], [`harness::Session`]
+//!   and its parameter types, [`harness::SessionRunner`], [`SessionWorker`]; [`model`]: the
+//!   models a turn calls.
+//! - **The store** — [`session`]: the [`session::SessionStore`] trait, the JSONL store
+//!   ([`session::JsonlStore`]), keys ([`session::SessionKey`], [`session::AgentId`]), the
+//!   session tree, transcripts and their import/export.
+//! - **The gateway** — [`gateway::serve`], [`gateway::bind`], [`gateway::client`].
+//! - **Operator tools** — [`config`] (`$PINCER_HOME`, `pincer.json`, the comment-keeping
+//!   [`config::edit`]or), [`admin`] (install, enable, disable, select, remove), [`report`]
+//!   (`doctor`, `health`, `check-engine`, plugin listings), [`compaction`], [`isolation`]
+//!   ([`isolation::serve_worker_if_requested`]) and [`operator`] (output streams, crash and
+//!   stop handlers, plugin packing, quarantine maintenance).
+//!
+//! Two `#[doc(hidden)]` modules are not part of it and may change in any release: `testing`
+//! (feature `test-support`, the internals pincer's own black-box tests reach) and `fuzzing`
+//! (feature `fuzzing`: one `fn(&[u8])` entry per parser at a trust boundary — the plugin
+//! manifest JSON, the embedded-manifest reader, the ELF/PE/Mach-O verifier, `pincer.json`
+//! and its editor, the session line parser and tree builder, the OpenAI transcript import,
+//! gateway call bodies, the isolated worker's frames).
+//!
 //! ## Layout
 //!
 //! Modules depend one way, each only on those above it in this list (enforced by
-//! `xtask`'s `tidy` test):
+//! `xtask`'s `tidy` test); the crate-private ones are in plain text:
 //!
-//! 1. [`disk`] — the one I/O seam of every durable write, and failure injection for tests.
-//! 2. [`types`] — core values: the `legacy` id, the plugin-id validator, method names,
+//! 1. `disk` — the one I/O seam of every durable write, and failure injection for tests.
+//! 2. `types` — core values: the `legacy` id, the plugin-id validator, method names,
 //!    registry owners, host requirements.
 //! 3. [`config`] — `$PINCER_HOME` and `pincer.json`.
-//! 4. [`plugins`] — plugins on disk: manifest, discovery, verification, cache, library.
-//! 5. [`engines`] — a live engine behind its backend, requests, bounded calls, services,
+//! 4. `plugins` — plugins on disk: manifest, discovery, verification, cache, library.
+//! 5. `engines` — a live engine behind its backend, requests, bounded calls, services,
 //!    the built-in `legacy`.
-//! 6. [`slot`] — registry, resolution, runtime, quarantine, the guard, projection,
+//! 6. `slot` — registry, resolution, runtime, quarantine, the guard, projection,
 //!    requirements, `runtimeSettings`.
-//! 7. [`session`] — conversations and running an engine over one.
-//! 8. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
-//! 9. [`compaction`] — the built-in compaction: cut point, summaries, `compaction` entries;
-//!    the runtime's compactor behind `legacy.compact`.
-//! 10. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
-//! 11. [`report`] — `doctor`, `health` and `check-engine` reports.
-//! 12. [`gateway`] — `pincer serve`: sessions and engines served over a socket and HTTP.
+//! 7. [`admin`] — the operator's plugin commands.
+//! 8. [`session`] — conversations and running an engine over one.
+//! 9. [`model`] — what answers a turn: the replay model and OpenAI-compatible servers.
+//! 10. [`compaction`] — the built-in compaction: cut point, summaries, `compaction` entries;
+//!     the runtime's compactor behind `legacy.compact`.
+//! 11. [`harness`] — the turn: assemble, precheck, model, tools, finalize, compaction.
+//! 12. [`report`] — `doctor`, `health` and `check-engine` reports.
+//! 13. [`gateway`] — `pincer serve`: sessions and engines served over a socket and HTTP.
+//! 14. `fuzzing` — the fuzzing seam, over all of them.
 //!
 //! The `pincer` binary sits on top of all of them.
 //!
@@ -57,11 +89,11 @@
 //! - [`harness::Harness`]: runs turns (assemble, model, tools, finalize, compaction) on
 //!   sessions; [`harness::SessionRunner`] runs one session's work on a worker of its own,
 //!   where engine calls run inline; [`model`] holds the models it calls.
-//! - [`plugins::Loader`]: the verified loading pipeline (manifest → path confinement → size,
-//!   sha256 and segment bounds → private copy → ABI checks → library manifest).
-//! - [`engines::EngineInstance`]: one live engine behind its [`engines::EngineBackend`].
+//! - The verified loading pipeline (manifest → path confinement → size, sha256 and segment
+//!   bounds → private copy → ABI checks → library manifest) runs inside [`Runtime::open`].
+//! - [`EngineInstance`]: one live engine behind its backend.
 //! - [`GuardedEngine`]: quarantine, fallback and host-parameter projection around it.
-//! - [`slot::Quarantine`]: the process's failed engines, mirrored to disk for `health`.
+//! - [`runtime::Quarantine`]: the process's failed engines, mirrored to disk for `health`.
 
 #![warn(missing_docs)]
 

@@ -2,17 +2,17 @@
 //! and serves every lifecycle operation per session to agents written in any language, over a
 //! Unix domain socket and optionally loopback HTTP with a bearer token.
 //!
-//! - [`protocol`] — the wire format: methods, the call, the answer envelope (`engineId`,
+//! - `protocol` — the wire format: methods, the call, the answer envelope (`engineId`,
 //!   `generation`), errors with stable codes, parameter reading.
-//! - [`messages`] — every message a client hands in, checked against OpenClaw's message model
+//! - `messages` — every message a client hands in, checked against OpenClaw's message model
 //!   before anything is stored (`invalid_message`, naming the message and the field).
-//! - [`service`] — [`Gateway`]: sessions held per key, each behind its own
-//!   [`SessionWorker`](crate::engines::session_worker::SessionWorker) (calls of one session in
+//! - `service` — [`Gateway`]: sessions held per key, each behind its own
+//!   [`SessionWorker`](crate::SessionWorker) (calls of one session in
 //!   order, sessions in parallel), and the methods.
-//! - [`server`] — the transports (one axum router over the socket and HTTP), binding and
+//! - `server` — the transports (one axum router over the socket and HTTP), binding and
 //!   checking every address before anything is announced, the token, the body limit and
 //!   deadline, graceful shutdown.
-//! - [`connections`] — each connection's header and idle deadlines, the connection cap, the
+//! - `connections` — each connection's header and idle deadlines, the connection cap, the
 //!   token checked before routing.
 //! - [`client`] — a blocking client over the socket (the CLI's `client`, `health --socket`).
 //!

@@ -1,6 +1,6 @@
-//! Reports over a runtime: [`doctor`](mod@doctor) (what `pincer doctor` prints), [`health`]
+//! Reports over a runtime: `doctor` (what `pincer doctor` prints), `health`
 //! (what `pincer health` and the gateway's `health` answer) and
-//! [`exercise`] (every method of one engine, what `pincer check-engine` prints) and
+//! `exercise` (every method of one engine, what `pincer check-engine` prints) and
 //! [`plugins`] (`pincer plugins list|inspect`, from manifests alone).
 
 pub(crate) mod doctor;

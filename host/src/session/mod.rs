@@ -1,8 +1,8 @@
-//! Conversations: reading them ([`transcript`]: OpenClaw message arrays or OpenAI chat
-//! transcripts), OpenClaw's session files ([`tree`]: the append-only JSONL tree, read as
-//! OpenClaw reads it; [`context`]: `buildSessionContext` and `convertToLlm`); writing session files OpenClaw reads back
-//! ([`writer`]; [`holder`]: who holds a session's lock), by many threads or tasks at once with group commit ([`group_commit`]); importing and exporting OpenAI chat transcripts ([`openai`]); where sessions live
-//! ([`store`]: the `SessionStore` seam, JSONL files and their `sessions.json` index; [`key`]: session keys, agent ids and checked session-file paths). The
+//! Conversations: reading them (`transcript`: OpenClaw message arrays or OpenAI chat
+//! transcripts), OpenClaw's session files (`tree`: the append-only JSONL tree, read as
+//! OpenClaw reads it; `context`: `buildSessionContext` and `convertToLlm`); writing session files OpenClaw reads back
+//! (`writer`; `holder`: who holds a session's lock), by many threads or tasks at once with group commit (`group_commit`); importing and exporting OpenAI chat transcripts (`openai`); where sessions live
+//! (`store`: the `SessionStore` seam, JSONL files and their `sessions.json` index; `key`: session keys, agent ids and checked session-file paths). The
 //! readers know nothing of engines.
 
 pub(crate) mod context;
