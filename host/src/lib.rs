@@ -144,7 +144,7 @@ pub mod runtime {
     pub use crate::slot::runtime::{
         OpenLibraries, PluginState, Resolution, Runtime, RuntimeOptions,
     };
-    pub use crate::slot::watch::{OnReload, PluginWatcher, WatchEvent, WatchOptions};
+    pub use crate::slot::watch::{OnReload, PluginWatcher, WatchError, WatchEvent, WatchOptions};
 }
 
 pub mod operator {
@@ -160,8 +160,8 @@ pub mod operator {
     };
     pub use crate::engines::stdio;
     pub use crate::plugins::catalog::{plugin_roots, Catalog};
-    pub use crate::plugins::install::{prepare, required_config_keys, RequiredKey};
-    pub use crate::plugins::pack::{pack, PackSource};
+    pub use crate::plugins::install::{prepare, required_config_keys, InstallError, RequiredKey};
+    pub use crate::plugins::pack::{pack, PackError, PackSource};
     pub use crate::slot::quarantine::{
         clear_exited, harvest_crashes, health_line, QuarantineRecord,
     };

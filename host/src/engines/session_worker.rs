@@ -667,7 +667,7 @@ impl<T> WorkHandle<T> {
         }
     }
 
-    /// Looks for the result for up to `limit` (see [`SPIN`]) without parking or registering a
+    /// Looks for the result for up to `limit` (see `SPIN`) without parking or registering a
     /// waker; whether it is there. Work expected to finish within microseconds is then taken
     /// without a thread wake-up; `wait` or `.await` it afterwards either way.
     pub fn spin(&self, limit: Duration) -> bool {

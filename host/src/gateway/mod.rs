@@ -29,5 +29,5 @@ pub(crate) mod service;
 pub use connections::ConnectionLimits;
 pub use protocol::{CallAnswer, CallRequest, GatewayError, GatewayMethod};
 pub use server::{bind, serve, Listeners, ServeOptions};
-pub use server::{gateway_token, DEFAULT_BODY_LIMIT};
+pub use server::{gateway_token, ServeError, DEFAULT_BODY_LIMIT};
 pub use service::{Gateway, GatewayParts};

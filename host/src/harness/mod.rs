@@ -116,7 +116,7 @@ impl HarnessOptions {
 }
 
 /// Why an engine's answer `compacted` is not taken as one: its tokens did not go down
-/// ([`crate::compaction::compact::not_smaller`]). `legacy`'s answer is the built-in
+/// (`compaction::compact::not_smaller`). `legacy`'s answer is the built-in
 /// compaction's, which applies the rule itself to like-for-like estimates (its `tokensBefore`
 /// may be a provider's count) and appends nothing when it fails.
 pub fn engine_not_smaller(

@@ -20,7 +20,10 @@ pub(crate) mod writer;
 
 pub use context::{build_session_context, convert_to_llm, SessionContext};
 pub use group_commit::{DurableAppend, SharedSessionWriter};
-pub use key::{AgentId, SessionFile, SessionFileError, SessionKey, SessionKeyError};
+pub use key::{
+    AgentId, SessionFile, SessionFileError, SessionKey, SessionKeyError, AGENT_ID_RULE,
+    SESSION_KEY_RULE,
+};
 pub use limits::{human_bytes, max_line_bytes, set_max_line_bytes};
 pub use openai::{export_openai, import_openai, ImportError};
 pub use store::{
@@ -28,6 +31,6 @@ pub use store::{
     StoreError, DEFAULT_AGENT,
 };
 pub use transcript::{ChatDialect, ChatList, ChatListError, Transcript, TranscriptError};
-pub use tree::{EntryKind, EntryType, SessionReadError, SessionTree};
+pub use tree::{Entry, EntryKind, EntryType, LongLine, SessionReadError, SessionTree};
 pub use writer::new_session_id;
 pub use writer::{Durability, SessionWriteError, SessionWriter};

@@ -171,7 +171,7 @@ fn check_worker_program(program: &Path) -> Result<(), String> {
 }
 
 /// The worker program: the one named with [`set_worker_program`]; else this executable
-/// ([`SELF_EXE`]) when `main` called [`serve_worker_if_requested`](super::serve_worker_if_requested).
+/// (`SELF_EXE`) when `main` called [`serve_worker_if_requested`](super::serve_worker_if_requested).
 ///
 /// # Errors
 /// Neither: what the embedder must do.
