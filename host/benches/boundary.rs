@@ -29,17 +29,17 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use pincer_host::config::{FallbackPolicy, ResultLimits};
-use pincer_host::engines::crash_journal::JournalTag;
-use pincer_host::engines::instance::{EngineInstance, EngineOrigin};
-use pincer_host::engines::legacy::shared_legacy;
-use pincer_host::engines::request::no_entry_ids;
-use pincer_host::engines::request::{AssembleRequest, HostInputs, IngestRequest};
-use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
-use pincer_host::engines::session_worker::SessionWorker;
-use pincer_host::plugins::library::{EngineDirs, Loader};
-use pincer_host::slot::guarded::GuardedEngine;
-use pincer_host::slot::quarantine::Quarantine;
-use pincer_host::types::{Method, Owner};
+use pincer_host::runtime::Quarantine;
+use pincer_host::testing::engines::crash_journal::JournalTag;
+use pincer_host::testing::engines::instance::{EngineInstance, EngineOrigin};
+use pincer_host::testing::engines::legacy::shared_legacy;
+use pincer_host::testing::engines::request::no_entry_ids;
+use pincer_host::testing::engines::request::{AssembleRequest, HostInputs, IngestRequest};
+use pincer_host::testing::engines::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::testing::plugins::library::{EngineDirs, Loader};
+use pincer_host::testing::types::{Method, Owner};
+use pincer_host::GuardedEngine;
+use pincer_host::SessionWorker;
 use pincer_plugin_abi::latest::{
     AbortController, AbortSignal, AssembleParams, EntryId, HostParams, IngestParams,
 };
@@ -111,7 +111,7 @@ fn engines(budget: u64) -> Engines {
         )
     };
     let guarded = Arc::new(guard());
-    pincer_host::engines::crash_journal::open_global(cache.path())
+    pincer_host::testing::engines::crash_journal::open_global(cache.path())
         .expect("the crash journal opens");
     let journaled = Arc::new(guard().with_trust(ResultLimits::default(), Some(library.sha256())));
     Engines {
@@ -356,7 +356,8 @@ fn bench_guard(c: &mut Criterion) {
     });
     group.finish();
 
-    let journal = pincer_host::engines::crash_journal::global().expect("opened by engines()");
+    let journal =
+        pincer_host::testing::engines::crash_journal::global().expect("opened by engines()");
     let tag = JournalTag::new("sliding-window", Some(&"ab".repeat(32)));
     let mut group = c.benchmark_group("crash-journal");
     group.bench_function("mark", |b| {

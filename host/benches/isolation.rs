@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use pincer_host::config::Isolation;
-use pincer_host::engines::instance::EngineInstance;
-use pincer_host::engines::isolation::settings::Confinement;
-use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
-use pincer_host::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use pincer_host::testing::engines::isolation::settings::Confinement;
+use pincer_host::testing::engines::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::testing::plugins::library::{EngineDirs, LoadedLibrary, Loader};
+use pincer_host::EngineInstance;
 use pincer_plugin_abi::latest::{AbortController, AssembleParams, EntryId, HostParams};
 use pincer_plugin_abi::{ROption, RSlice, RStr};
 use pincer_plugin_api::Message;

@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::{AssembleRequest, HostInputs};
-use pincer_host::gateway::connections::ConnectionLimits;
-use pincer_host::gateway::server::DEFAULT_BODY_LIMIT;
+use pincer_host::gateway::ConnectionLimits;
+use pincer_host::gateway::DEFAULT_BODY_LIMIT;
 use pincer_host::gateway::{bind, client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::testing::engines::request::{AssembleRequest, HostInputs};
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, EntryId, Message};
 use serde_json::{json, Value};
 
@@ -223,7 +223,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// (criterion, the file watcher's 100 ms debounce included), and, printed, call latency p50/p99
 /// in steady state and during reloads, and resident memory per kept generation.
 fn gateway_reload(c: &mut Criterion) {
-    use pincer_host::slot::watch::{PluginWatcher, WatchOptions};
+    use pincer_host::runtime::{PluginWatcher, WatchOptions};
     use std::sync::atomic::{AtomicBool, Ordering};
     let staged = pincer_tests::staged_plugin("faulty");
     let plugins = tempfile::tempdir().unwrap();
@@ -314,7 +314,7 @@ fn gateway_reload(c: &mut Criterion) {
             std::fs::rename(&tmp, &library).unwrap();
         }
         let mut manifest = pincer_tests::read_manifest_json(&dir);
-        manifest["sha256"] = json!(pincer_host::plugins::verify::sha256_hex(&bytes));
+        manifest["sha256"] = json!(pincer_host::testing::plugins::verify::sha256_hex(&bytes));
         pincer_tests::write_manifest_json(&dir, &manifest);
         while generation() == before {
             std::thread::sleep(Duration::from_millis(1));

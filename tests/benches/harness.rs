@@ -11,9 +11,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use pincer_host::config::PincerHome;
 use pincer_host::harness::{Harness, HarnessOptions, SessionRunner};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::session::Durability;
 use pincer_host::session::JsonlStore;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
-use pincer_host::types::Durability;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::Message;
 
 /// A model that answers at once.

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use pincer_host::config::PincerHome;
-use pincer_host::slot::watch::{PluginWatcher, WatchOptions};
-use pincer_host::slot::{Runtime, RuntimeOptions};
+use pincer_host::runtime::{PluginWatcher, WatchOptions};
 use pincer_host::Transcript;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_tests::*;
 use serde_json::json;

@@ -378,14 +378,14 @@ pub fn find_by_id(list: &serde_json::Value, id: &str) -> serde_json::Value {
 /// Asserts that `failure` is `method`'s per-call timeout and that it quarantined `engine_id`
 /// under that operation.
 pub fn assert_timed_out_and_quarantined(
-    quarantine: &pincer_host::slot::quarantine::Quarantine,
+    quarantine: &pincer_host::runtime::Quarantine,
     engine_id: &str,
-    failure: &pincer_host::engines::instance::EngineCallError,
+    failure: &pincer_host::EngineCallError,
     method: &str,
 ) {
     assert_eq!(
         failure.kind,
-        pincer_host::engines::instance::CallErrorKind::TimedOut
+        pincer_host::testing::engines::instance::CallErrorKind::TimedOut
     );
     assert!(
         failure
@@ -404,13 +404,13 @@ pub fn assert_timed_out_and_quarantined(
 pub fn assemble_request(
     t: &pincer_host::session::Transcript,
     session: &str,
-) -> std::sync::Arc<pincer_host::engines::request::AssembleRequest> {
-    std::sync::Arc::new(pincer_host::engines::request::AssembleRequest {
+) -> std::sync::Arc<pincer_host::testing::engines::request::AssembleRequest> {
+    std::sync::Arc::new(pincer_host::testing::engines::request::AssembleRequest {
         session_id: std::sync::Arc::from(session),
         messages: t.shared_messages(),
         entry_ids: t.entry_ids(),
         token_budget: None,
-        host: pincer_host::engines::request::HostInputs::default(),
+        host: pincer_host::testing::engines::request::HostInputs::default(),
     })
 }
 
@@ -418,14 +418,14 @@ pub fn assemble_request(
 pub fn ingest_request(
     t: &pincer_host::session::Transcript,
     session: &str,
-) -> std::sync::Arc<pincer_host::engines::request::IngestRequest> {
-    std::sync::Arc::new(pincer_host::engines::request::IngestRequest {
+) -> std::sync::Arc<pincer_host::testing::engines::request::IngestRequest> {
+    std::sync::Arc::new(pincer_host::testing::engines::request::IngestRequest {
         session_id: std::sync::Arc::from(session),
         messages: t.shared_messages(),
         entry_ids: t.entry_ids(),
         index: 0,
         is_heartbeat: false,
-        host: pincer_host::engines::request::HostInputs::default(),
+        host: pincer_host::testing::engines::request::HostInputs::default(),
     })
 }
 

@@ -14,8 +14,8 @@ use pincer_host::compaction::{
     MAX_COMPACTION_SUMMARY_CHARS, SUMMARY_TRUNCATED_MARKER, TURN_CONTEXT_PREFIX,
 };
 use pincer_host::config::CompactionConfig;
-use pincer_host::session::openai::import_openai;
-use pincer_host::session::tree::EntryType;
+use pincer_host::session::import_openai;
+use pincer_host::session::EntryType;
 use pincer_host::session::{build_session_context, Durability, SessionTree, SessionWriter};
 use pincer_plugin_api::abi::latest::{Message, Role};
 use pincer_plugin_api::tokens::estimate_context_tokens;
@@ -640,9 +640,9 @@ fn pincer_compact_through_the_binary_with_legacy() {
 fn the_runtime_compactor_finds_sessions_by_key_and_honours_abort_and_force() {
     use pincer_host::compaction::SessionCompactor;
     use pincer_host::config::Config;
-    use pincer_host::engines::request::{no_entry_ids, CompactRequest, HostInputs};
-    use pincer_host::engines::services::RuntimeCompactor;
     use pincer_host::session::{JsonlStore, OnExisting, SessionStore};
+    use pincer_host::testing::engines::request::{no_entry_ids, CompactRequest, HostInputs};
+    use pincer_host::testing::engines::services::RuntimeCompactor;
     use pincer_plugin_api::abi::latest::AbortController;
     use std::sync::Arc;
 

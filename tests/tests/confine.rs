@@ -1,5 +1,5 @@
 //! The confinement an isolated engine's worker applies to itself
-//! (`pincer_host::engines::isolation::confine`), tried on a real separate process: the hidden
+//! (`pincer_host::testing::engines::isolation::confine`), tried on a real separate process: the hidden
 //! `pincer sandbox-try` confines itself, prints the protections in force, then tries what the
 //! sandbox must refuse or allow. Never the test process itself.
 //!
@@ -14,7 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use pincer_host::engines::isolation::confine::{
+use pincer_host::testing::engines::isolation::confine::{
     available_protections, Protection, SANDBOX_VIOLATION_PREFIX, SANDBOX_VIOLATION_STATUS,
 };
 use pincer_tests::*;

@@ -1,6 +1,6 @@
 //! No acknowledged append is ever lost or corrupted, whatever the disk does.
 //!
-//! Faults are injected through the host's one I/O seam (`pincer_host::disk::faults`), armed for
+//! Faults are injected through the host's one I/O seam (`pincer_host::testing::disk::faults`), armed for
 //! each case's own temporary folder: short writes that go on, `ENOSPC` before anything is
 //! written, a short write then `ENOSPC` (the fragment a full disk leaves), a failed `fdatasync`
 //! (`EIO`), and a failed `ftruncate` on top of a torn write. For any sequence of appends, commits and faults, after
@@ -12,11 +12,11 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use pincer_host::disk::faults::{self, Fault, Op};
 use pincer_host::session::{
     Durability, OnExisting, SessionKey, SessionTree, SessionWriteError, SessionWriter,
     SharedSessionWriter,
 };
+use pincer_host::testing::disk::faults::{self, Fault, Op};
 use pincer_plugin_api::Message;
 use proptest::prelude::*;
 
@@ -425,8 +425,8 @@ fn the_other_durable_writes_go_through_the_seam() {
 /// the gateway's removal of a stale socket, and an uninstall's removal of its staging folder.
 #[test]
 fn the_merged_branches_writes_go_through_the_seam() {
-    use pincer_host::plugins::EngineDirs;
     use pincer_host::session::{JsonlStore, SessionStore as _};
+    use pincer_host::testing::plugins::library::EngineDirs;
 
     let home = tempfile::tempdir().unwrap();
     let sessions = home.path().join("agents/main/sessions");
@@ -486,7 +486,7 @@ fn the_merged_branches_writes_go_through_the_seam() {
 
     // The gateway's stale socket (nothing listens on it): its removal fails, and binding says so.
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-    let err = pincer_host::gateway::server::bind_socket(&socket).expect_err("the removal fails");
+    let err = pincer_host::testing::gateway::bind_socket(&socket).expect_err("the removal fails");
     assert!(err.to_string().contains("removing stale"), "{err}");
     assert!(socket.exists());
 
@@ -494,7 +494,7 @@ fn the_merged_branches_writes_go_through_the_seam() {
     let plugin = plugins.join("p");
     std::fs::create_dir_all(&plugin).unwrap();
     std::fs::write(plugin.join("plugin.json"), "{}").unwrap();
-    pincer_host::plugins::install::uninstall(&plugin, &plugins).unwrap();
+    pincer_host::testing::plugins::install::uninstall(&plugin, &plugins).unwrap();
     assert!(!plugin.exists());
     assert!(
         staging.is_dir(),
@@ -507,7 +507,7 @@ fn the_merged_branches_writes_go_through_the_seam() {
     std::fs::remove_dir(&staging).unwrap();
     let plugin = plugins.join("q");
     std::fs::create_dir_all(&plugin).unwrap();
-    pincer_host::plugins::install::uninstall(&plugin, &plugins).unwrap();
+    pincer_host::testing::plugins::install::uninstall(&plugin, &plugins).unwrap();
     assert!(!staging.exists());
 }
 
@@ -518,12 +518,12 @@ fn the_merged_branches_writes_go_through_the_seam() {
 #[test]
 fn the_gateways_session_goes_on_after_failed_writes_and_syncs() {
     use pincer_host::config::PincerHome;
-    use pincer_host::gateway::protocol::parse_call;
     use pincer_host::gateway::{Gateway, GatewayParts};
     use pincer_host::harness::{Harness, HarnessOptions};
     use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
     use pincer_host::session::JsonlStore;
-    use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+    use pincer_host::testing::gateway::parse_call;
+    use pincer_host::{Runtime, RuntimeOptions};
 
     struct NoModel;
     impl ModelProvider for NoModel {
@@ -646,14 +646,14 @@ fn a_plugin_install_on_a_full_disk_leaves_the_plugins_folder_as_it_was() {
     // The library's bytes are written from the verified copy: the disk fills up there.
     script.queue(Op::Write, &[Fault::Short(4096), Fault::NO_SPACE]);
     let source = pincer_tests::staged_plugin("sliding-window");
-    let err = pincer_host::plugins::install::install(&source, &plugins, false)
+    let err = pincer_host::testing::plugins::install::install(&source, &plugins, false)
         .expect_err("the disk is full");
     assert!(err.to_string().contains("No space left on device"), "{err}");
     let left: Vec<_> = walk(&plugins);
     assert!(left.is_empty(), "nothing is left behind: {left:?}");
     // With space again the same install goes through.
     script.clear();
-    pincer_host::plugins::install::install(&source, &plugins, false).unwrap();
+    pincer_host::testing::plugins::install::install(&source, &plugins, false).unwrap();
     assert!(plugins.join("sliding-window").is_dir());
 }
 
@@ -677,7 +677,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// was (and no temporary file); the next write goes through.
 #[test]
 fn a_failed_quarantine_mirror_write_leaves_the_mirror_whole() {
-    use pincer_host::slot::Quarantine;
+    use pincer_host::runtime::Quarantine;
 
     let state = tempfile::tempdir().unwrap();
     let quarantine = Quarantine::new(Some(state.path()));

@@ -4,10 +4,10 @@
 //! says so (`compact` and `prepareSubagentSpawn` fail closed), and the host goes on.
 
 use pincer_host::config::{LoadedConfig, PincerHome};
-use pincer_host::engines::instance::CallErrorKind;
-use pincer_host::report::exercise::exercise_engine;
+use pincer_host::report::exercise_engine;
 use pincer_host::session::Transcript;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::testing::engines::instance::CallErrorKind;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::ROption;
 use pincer_tests::*;
 use serde_json::json;

@@ -787,7 +787,7 @@ fn install_build(dir: &Path, original: &[u8], trailer: &str, how: Replace, trunc
         }
     }
     let mut manifest = pincer_tests::read_manifest_json(dir);
-    manifest["sha256"] = json!(pincer_host::plugins::verify::sha256_hex(&bytes));
+    manifest["sha256"] = json!(pincer_host::testing::plugins::verify::sha256_hex(&bytes));
     pincer_tests::write_manifest_json(dir, &manifest);
 }
 

@@ -5,13 +5,13 @@
 use std::sync::{Arc, Mutex};
 
 use pincer_host::config::PincerHome;
-use pincer_host::harness::tool_pairs::tool_pairs_are_sound;
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::replay::{ReplayModel, ReplayTools};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::{JsonlStore, SessionTree};
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::testing::harness::tool_pairs_are_sound;
 use pincer_host::GuardedEngine;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::Message;
 use pincer_plugin_api::interop::openai_chat_messages;
 use pincer_tests::chat_server::ChatServer;
@@ -1042,7 +1042,7 @@ fn every_tau_bench_task_runs_at_4096_tokens_through_legacy_and_sliding_window() 
                 last: Mutex::new(Vec::new()),
             });
             let mut harness_options = HarnessOptions::new(4096);
-            harness_options.durability = pincer_host::types::Durability::None;
+            harness_options.durability = pincer_host::session::Durability::None;
             let harness = Harness::new(
                 engine.clone(),
                 store.clone(),

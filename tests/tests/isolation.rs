@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::instance::CallErrorKind;
 use pincer_host::session::Transcript;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::testing::engines::instance::CallErrorKind;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_tests::*;
 use serde_json::{json, Value};
@@ -324,7 +324,7 @@ fn assemble_isolated(
 #[test]
 #[cfg(target_os = "linux")]
 fn the_sandbox_refuses_network_exec_fork_writes_outside_and_runaway_memory_and_says_so() {
-    let protections = pincer_host::engines::isolation::confine::available_protections();
+    let protections = pincer_host::testing::engines::isolation::confine::available_protections();
     let home = TempDir::new().unwrap();
     let user_home = TempDir::new().unwrap();
     for (behaviour, needs, expected) in [
@@ -455,8 +455,8 @@ fn a_library_whose_constructor_exits_is_refused_by_its_probe_instead_of_ending_t
 
 /// `sliding-window` in process and isolated, each in a home of its own.
 struct SideBySide {
-    local: pincer_host::slot::runtime::ResolvedEngine,
-    remote: pincer_host::slot::runtime::ResolvedEngine,
+    local: pincer_host::ResolvedEngine,
+    remote: pincer_host::ResolvedEngine,
     _runtimes: (Runtime, Runtime),
     _homes: (TempDir, TempDir),
 }
@@ -487,7 +487,7 @@ impl SideBySide {
     /// Both assemble `request`; the isolated engine answers, and answers the same.
     fn assert_same(
         &self,
-        request: Arc<pincer_host::engines::request::AssembleRequest>,
+        request: Arc<pincer_host::testing::engines::request::AssembleRequest>,
         what: &str,
     ) {
         let a = self
@@ -511,7 +511,7 @@ impl SideBySide {
 
 #[test]
 fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session() {
-    use pincer_host::engines::request::{AssembleRequest, HostInputs};
+    use pincer_host::testing::engines::request::{AssembleRequest, HostInputs};
     use pincer_plugin_api::abi::latest::{EntryId, Message};
 
     let Some(data) = tau_bench_transcripts() else {
@@ -560,7 +560,7 @@ fn an_isolated_engine_assembles_what_the_in_process_one_does_on_a_real_session()
 
 #[test]
 fn concurrent_calls_on_shared_sessions_stay_exact_across_lanes() {
-    use pincer_host::engines::request::{AssembleRequest, HostInputs};
+    use pincer_host::testing::engines::request::{AssembleRequest, HostInputs};
     use pincer_plugin_api::abi::latest::EntryId;
 
     let t = Transcript::read(&example_conversation()).unwrap();

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use std::sync::Arc;
 
-use pincer_host::engines::services::{HostServices, NoRuntimeCompaction};
-use pincer_host::engines::EngineInstance;
-use pincer_host::plugins::library::{EngineDirs, LoadError, Loader};
+use pincer_host::testing::engines::services::{HostServices, NoRuntimeCompaction};
+use pincer_host::testing::plugins::library::{EngineDirs, LoadError, Loader};
+use pincer_host::EngineInstance;
 use pincer_plugin_api::abi::latest::{AbortController, AssembleParams, HostParams, Message};
 use pincer_plugin_api::abi::{ROption, RSlice, RStr};
 use pincer_tests::*;
@@ -17,7 +17,7 @@ use serde_json::json;
 fn load(
     dir: &Path,
     cache: &Path,
-) -> Result<std::sync::Arc<pincer_host::plugins::library::LoadedLibrary>, LoadError> {
+) -> Result<std::sync::Arc<pincer_host::testing::plugins::library::LoadedLibrary>, LoadError> {
     Loader::new(cache.to_owned()).load(dir)
 }
 

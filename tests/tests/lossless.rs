@@ -10,11 +10,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::{
+use pincer_host::testing::engines::request::{
     HostInputs, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
-use pincer_host::slot::guarded::GuardedEngine;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::GuardedEngine;
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
 use pincer_tests::*;
 use serde_json::{json, Value};

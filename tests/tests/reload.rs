@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use pincer_host::config::PincerHome;
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::runtime::{PluginWatcher, WatchEvent, WatchOptions};
 use pincer_host::session::JsonlStore;
-use pincer_host::slot::watch::{PluginWatcher, WatchEvent, WatchOptions};
-use pincer_host::slot::{GuardedEngine, ReloadError, Runtime, RuntimeOptions};
 use pincer_host::Transcript;
+use pincer_host::{GuardedEngine, ReloadError, Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::AbortController;
 use pincer_tests::*;
 use serde_json::{json, Value};
@@ -167,7 +167,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn faulty_status(runtime: &Runtime) -> pincer_host::slot::GenerationStatus {
+fn faulty_status(runtime: &Runtime) -> pincer_host::GenerationStatus {
     runtime
         .generations()
         .into_iter()
@@ -183,7 +183,7 @@ fn reload_under_load_by_the_watcher_fails_no_call_and_disposes_each_generation_o
     // run the factory twice; the spare instance is disposed at once and would be counted).
     assert_eq!(runtime.resolve().unwrap().engine.generation(), 1);
     let (events, reloads) = mpsc::channel();
-    let on_reload: pincer_host::slot::watch::OnReload = Arc::new(move |event: &WatchEvent| {
+    let on_reload: pincer_host::runtime::OnReload = Arc::new(move |event: &WatchEvent| {
         if let WatchEvent::Plugin(Ok(outcome)) = event {
             let _ = events.send(outcome.clone());
         }
@@ -797,7 +797,7 @@ fn a_build_landing_while_a_reload_verifies_the_last_one_never_makes_two_generati
     // then quick, well within the time a reload takes to hash the previous one).
     let build = |n: usize| {
         let bytes = padded(n);
-        let sha = pincer_host::plugins::verify::sha256_hex(&bytes);
+        let sha = pincer_host::testing::plugins::verify::sha256_hex(&bytes);
         (bytes, sha)
     };
     // Written beside and renamed over, then the manifest pinning its sha256.

@@ -20,9 +20,9 @@ const CANARY: &str = "PINCER_TEST_CANARY_SECRET=sk-canary-4242";
 
 /// Whether this machine confines reads (Landlock); where it does not, an isolated worker
 /// refuses to start unless its entry accepts a weaker sandbox (`sandbox.allowWeak`; the
-/// decision is unit-tested in `pincer_host::engines::isolation`).
+/// decision is unit-tested in `pincer_host::testing::engines::isolation`).
 fn reads_confined() -> bool {
-    pincer_host::engines::isolation::confine::available_protections()
+    pincer_host::testing::engines::isolation::confine::available_protections()
         .landlock
         .is_active()
 }

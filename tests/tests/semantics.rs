@@ -6,22 +6,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::instance::CallErrorKind;
-use pincer_host::engines::legacy::create_legacy;
-use pincer_host::engines::request::{
+use pincer_host::operator::HostDescriptor;
+use pincer_host::runtime::PluginState;
+use pincer_host::runtime::Quarantine;
+use pincer_host::session::Transcript;
+use pincer_host::testing::engines::instance::CallErrorKind;
+use pincer_host::testing::engines::legacy::create_legacy;
+use pincer_host::testing::engines::request::{
     no_entry_ids, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
     IngestBatchRequest, MaintainRequest, PromptCacheInput,
 };
-use pincer_host::engines::services::{HostServices, NoRuntimeCompaction, RuntimeCompactor};
-use pincer_host::session::Transcript;
-use pincer_host::slot::quarantine::Quarantine;
-use pincer_host::slot::registry::{
+use pincer_host::testing::engines::services::{
+    HostServices, NoRuntimeCompaction, RuntimeCompactor,
+};
+use pincer_host::testing::slot::registry::{
     EngineFactory, Lifecycle, RegisterError, RegisterOptions, Registry,
 };
-use pincer_host::slot::requirements::HostDescriptor;
-use pincer_host::slot::runtime::PluginState;
-use pincer_host::slot::runtime::{ResolveError, Runtime, RuntimeOptions};
-use pincer_host::types::{Owner, LEGACY_ENGINE_ID};
+use pincer_host::testing::types::{Owner, LEGACY_ENGINE_ID};
+use pincer_host::{ResolveError, Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, ToolCallParams};
 use pincer_plugin_api::abi::{ROption, RStr};
 use pincer_plugin_api::HostOperation;
@@ -81,7 +83,7 @@ fn native_legacy_factory() -> EngineFactory {
 }
 
 /// How often each method of the engine behind `resolved` was called (faulty's own count).
-fn faulty_calls(resolved: &pincer_host::slot::runtime::ResolvedEngine) -> Value {
+fn faulty_calls(resolved: &pincer_host::ResolvedEngine) -> Value {
     let result = resolved
         .engine
         .primary()
@@ -467,10 +469,7 @@ fn a_validator_shaped_failure_is_not_retried_and_quarantines_assemble() {
 // Host-parameter projection (§6.1)
 // ---------------------------------------------------------------------------------------------
 
-fn every_host_param(
-    runtime: &Runtime,
-    resolved: &pincer_host::slot::runtime::ResolvedEngine,
-) -> HostInputs {
+fn every_host_param(runtime: &Runtime, resolved: &pincer_host::ResolvedEngine) -> HostInputs {
     HostInputs {
         session_key: Some(Arc::from("key-1")),
         prompt: Some(Arc::from("book a flight")),
@@ -480,7 +479,7 @@ fn every_host_param(
             Some(4000),
         )),
         session_target: Some(Arc::new(
-            pincer_host::engines::request::SessionTargetInput {
+            pincer_host::testing::engines::request::SessionTargetInput {
                 agent_id: Some(Arc::from("main")),
                 ..Default::default()
             },
@@ -1048,12 +1047,12 @@ fn an_embedders_engine_that_breaks_the_contract_is_quarantined_as_contract_valid
         .register_for_owner(
             "nameless",
             EngineFactory::Native(Arc::new(|_| {
-                pincer_host::engines::instance::EngineInstance::new(
+                pincer_host::EngineInstance::new(
                     pincer_plugin_api::into_engine_box(
                         Nameless,
                         pincer_plugin_api::optional_fns!(Nameless),
                     ),
-                    pincer_host::engines::instance::EngineOrigin::Builtin,
+                    pincer_host::testing::engines::instance::EngineOrigin::Builtin,
                     None,
                 )
             })),

@@ -709,7 +709,7 @@ fn a_200_mb_line_loads_and_leaves_its_neighbours_intact() {
     let s = Scratch::new();
     // Over the default `sessions.maxLineBytes` (64 MiB, past which a line is skipped: see
     // `input_bounds.rs`), so read with the bound raised, in this process and in the binary's.
-    pincer_host::session::limits::set_max_line_bytes(256 << 20);
+    pincer_host::session::set_max_line_bytes(256 << 20);
     std::fs::write(
         s.home.path().join("pincer.json"),
         r#"{"sessions": {"maxLineBytes": 268435456}}"#,

@@ -14,16 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::instance::{CallErrorKind, EngineCallError};
-use pincer_host::engines::request::{no_entry_ids, AssembleRequest, CompactRequest, HostInputs};
-use pincer_host::engines::session_worker::{SessionWorker, WorkError};
 use pincer_host::harness::{Harness, HarnessError, HarnessOptions, SessionRunner};
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
 use pincer_host::session::JsonlStore;
 use pincer_host::session::Transcript;
-use pincer_host::slot::guarded::{GuardError, Guarded};
-use pincer_host::slot::runtime::{ResolvedEngine, Runtime, RuntimeOptions};
-use pincer_host::types::Method;
+use pincer_host::testing::engines::instance::{CallErrorKind, EngineCallError};
+use pincer_host::testing::engines::request::{
+    no_entry_ids, AssembleRequest, CompactRequest, HostInputs,
+};
+use pincer_host::testing::types::Method;
+use pincer_host::{GuardError, Guarded};
+use pincer_host::{ResolvedEngine, Runtime, RuntimeOptions};
+use pincer_host::{SessionWorker, WorkError};
 use pincer_plugin_api::abi::latest::{AbortController, AssembleResult, Message};
 use pincer_tests::*;
 use serde_json::{json, Value};

@@ -218,7 +218,7 @@ use pincer_host::session::{Durability, SessionWriteError, SessionWriter};
 /// Replays every entry of a golden session through the writer (same tree shape, same fields,
 /// fresh ids) and returns the written file's tree.
 fn replay(golden: &SessionTree, path: &Path) -> SessionTree {
-    use pincer_host::session::tree::EntryKind;
+    use pincer_host::session::EntryKind;
     let mut writer = SessionWriter::create(path, "/srv/agent", Durability::None).unwrap();
     let mut ids: std::collections::HashMap<String, String> = Default::default();
     let map = |ids: &std::collections::HashMap<String, String>, v: Option<&Value>| {
@@ -553,7 +553,7 @@ fn arguments_parsed(transcript: &[Value]) -> Vec<Value> {
 
 #[test]
 fn every_tau_bench_transcript_imports_exports_and_reimports_unchanged() {
-    use pincer_host::session::openai::{export_openai, import_openai};
+    use pincer_host::session::{export_openai, import_openai};
     let Some(tasks) = pincer_tests::tau_bench_transcripts() else {
         return;
     };

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use pincer_host::config::PincerHome;
 use pincer_host::session::Transcript;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::ROption;
 use pincer_plugin_api::tokens::estimate_message_tokens;
 use pincer_plugin_api::Role;

@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::instance::EngineOrigin;
-use pincer_host::engines::request::{
+use pincer_host::testing::engines::instance::EngineOrigin;
+use pincer_host::testing::engines::request::{
     CompactRequest, HostInputs, IngestRequest, SubagentSpawnRequest,
 };
-use pincer_host::engines::session_worker::SessionWorker;
-use pincer_host::slot::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
+use pincer_host::SessionWorker;
 use pincer_host::Transcript;
+use pincer_host::{GenerationStatus, GuardedEngine, Runtime, RuntimeOptions};
 use pincer_plugin_api::abi::latest::{AbortController, CompactionTarget, SubagentContextMode};
 use pincer_tests::*;
 use serde_json::json;
@@ -183,9 +183,9 @@ struct Held {
     /// engine.
     assembled: pincer_plugin_api::abi::latest::AssembleResult,
     /// A failed call's error.
-    error: pincer_host::slot::GuardError,
+    error: pincer_host::GuardError,
     /// A `prepareSubagentSpawn` rollback handle: the engine's code.
-    rollback: pincer_host::engines::instance::Rollback,
+    rollback: pincer_host::testing::engines::instance::Rollback,
 }
 
 fn take_everything(runtime: &Runtime) -> Held {

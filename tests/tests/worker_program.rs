@@ -5,7 +5,7 @@
 //! its worker program through the staged-plugin helpers.)
 
 use pincer_host::config::PincerHome;
-use pincer_host::slot::runtime::{Runtime, RuntimeOptions};
+use pincer_host::{Runtime, RuntimeOptions};
 use pincer_tests::*;
 use serde_json::json;
 

@@ -59,6 +59,7 @@ const HOST_LAYERS: &[&str] = &[
     "harness",
     "report",
     "gateway",
+    "fuzzing",
 ];
 
 /// The source trees whose every folder and `.rs` file `ARCHITECTURE.md`'s code map must name.

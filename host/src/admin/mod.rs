@@ -3,4 +3,6 @@
 //! edits (`manage`) — by editing `pincer.json` and the plugin folders. Nothing here opens a
 //! library or touches a running runtime.
 
-pub mod manage;
+pub(crate) mod manage;
+
+pub use manage::{InstallMode, ManageError, Outcome, PluginCommands, SlotChange};

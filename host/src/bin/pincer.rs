@@ -6,22 +6,22 @@
 #![allow(rustdoc::invalid_html_tags)] // clap help text names `plugins.entries.<id>`
 
 // The host's own output goes through descriptors in-process engines do not hold
-// (`pincer_host::engines::stdio`): these shadow the standard macros in this binary and its
+// (`pincer_host::operator::stdio`): these shadow the standard macros in this binary and its
 // modules, declared below.
 macro_rules! print {
-    ($($arg:tt)*) => { pincer_host::engines::stdio::print(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { pincer_host::operator::stdio::print(format_args!($($arg)*)) };
 }
 macro_rules! println {
     () => { print!("\n") };
-    ($($arg:tt)*) => { pincer_host::engines::stdio::print(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { pincer_host::operator::stdio::print(format_args!("{}\n", format_args!($($arg)*))) };
 }
 #[allow(unused_macros)]
 macro_rules! eprint {
-    ($($arg:tt)*) => { pincer_host::engines::stdio::eprint(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { pincer_host::operator::stdio::eprint(format_args!($($arg)*)) };
 }
 macro_rules! eprintln {
     () => { eprint!("\n") };
-    ($($arg:tt)*) => { pincer_host::engines::stdio::eprint(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { pincer_host::operator::stdio::eprint(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 #[path = "pincer/assemble.rs"]
@@ -155,9 +155,9 @@ fn init_logging(level: LogLevel) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.directive()));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(pincer_host::engines::stdio::host_stderr)
+        .with_writer(pincer_host::operator::stdio::host_stderr)
         .with_target(false)
-        .with_ansi(pincer_host::engines::stdio::host_stderr().is_terminal())
+        .with_ansi(pincer_host::operator::stdio::host_stderr().is_terminal())
         .try_init();
 }
 
@@ -176,14 +176,14 @@ fn main() -> ExitCode {
     // How the process exits is watched from here on, before any library opens: a library's
     // `exit()` outside any call, or a crash in its exit code, is remembered (the crash
     // journal); the guard says "finishing" when `main` returns.
-    let _finishing = pincer_host::engines::crash_journal::install_exit_watch();
+    let _finishing = pincer_host::operator::install_exit_watch();
     let cli = Cli::parse();
     init_logging(cli.log);
     // Ctrl-C or `kill` during an engine call is the operator's stop, not the engine's crash:
     // the crash journal is told, so the next run does not quarantine the engine. (The gateway
     // handles these signals itself and shuts down gracefully.)
     if !matches!(cli.command, Command::Serve(_)) {
-        pincer_host::engines::crash_journal::install_stop_handlers();
+        pincer_host::operator::install_stop_handlers();
     }
     let home = PincerHome::resolve(cli.home.as_deref());
     // `sessions.maxLineBytes` bounds every session read and append of this process (a config
@@ -193,9 +193,7 @@ fn main() -> ExitCode {
         .is_ok_and(|text| text.is_some_and(|t| t.contains("maxLineBytes")));
     if names_the_bound {
         if let Ok(config) = LoadedConfig::load(&home.config_path()) {
-            pincer_host::session::limits::set_max_line_bytes(
-                config.config.sessions.max_line_bytes(),
-            );
+            pincer_host::session::set_max_line_bytes(config.config.sessions.max_line_bytes());
         }
     }
     match cli.command {

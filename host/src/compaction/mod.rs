@@ -3,21 +3,21 @@
 //! summarising its older part and **appending** a `compaction` entry; history is never
 //! rewritten, and `buildSessionContext` then starts from the summary and the kept tail.
 //!
-//! - [`settings`]: OpenClaw's defaults, the reserve floor, small windows, `shouldCompact`.
-//! - [`prepare`]: the anti-loop rule, the previous boundary, the cut point (never a
+//! - `settings`: OpenClaw's defaults, the reserve floor, small windows, `shouldCompact`.
+//! - `prepare`: the anti-loop rule, the previous boundary, the cut point (never a
 //!   toolResult), split turns, file operations.
-//! - [`summarizer`]: the [`Summarizer`] seam and the offline [`ExtractiveSummarizer`].
-//! - [`compact`](mod@compact): assembling the summary (turn context, file lists, the 16000-character cap)
+//! - `summarizer`: the [`Summarizer`] seam and the offline [`ExtractiveSummarizer`].
+//! - `compact`: assembling the summary (turn context, file lists, the 16000-character cap)
 //!   and compacting a session file ([`compact_session`]).
-//! - [`runtime`]: [`SessionCompactor`], the runtime's compactor behind `legacy.compact`.
-//! - [`text`]: lengths and cuts in UTF-16 units, as OpenClaw's character budgets count.
+//! - `runtime`: [`SessionCompactor`], the runtime's compactor behind `legacy.compact`.
+//! - `text`: lengths and cuts in UTF-16 units, as OpenClaw's character budgets count.
 
-pub mod compact;
-pub mod prepare;
-pub mod runtime;
-pub mod settings;
-pub mod summarizer;
-pub mod text;
+pub(crate) mod compact;
+pub(crate) mod prepare;
+pub(crate) mod runtime;
+pub(crate) mod settings;
+pub(crate) mod summarizer;
+pub(crate) mod text;
 
 pub use compact::{
     cap_compaction_summary, compact, compact_session, compact_session_until,
@@ -34,6 +34,6 @@ pub use runtime::{
 };
 pub use settings::{should_compact, CompactionSettings};
 pub use summarizer::{
-    serialize_conversation, ExtractiveSummarizer, Summarizer, SummaryError, SummaryKind,
-    SummaryRequest,
+    serialize_conversation, ExtractiveSummarizer, ModelSummarizer, Summarizer, SummaryError,
+    SummaryKind, SummaryRequest,
 };

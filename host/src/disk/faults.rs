@@ -1,8 +1,11 @@
-//! Failure injection for the [`disk`](super) seam: a test arms a [`FaultPlan`] for a folder of
-//! its own, and every operation of the seam on a path below it asks the plan whether to fail.
+//! Failure injection for the [`disk`](super) seam (reached by tests as
+//! `pincer_host::testing::disk::faults`, behind the `test-support` feature): a test arms a
+//! [`FaultPlan`] for a folder of its own, and every operation of the seam on a path below it
+//! asks the plan whether to fail.
 //!
 //! ```
-//! use pincer_host::disk::faults::{self, Fault, Op};
+//! # #[cfg(feature = "test-support")] {
+//! use pincer_host::testing::disk::faults::{self, Fault, Op};
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let file = dir.path().join("f");
@@ -10,16 +13,21 @@
 //! let armed = faults::arm(dir.path(), |op: Op, _: &std::path::Path| {
 //!     (op == Op::Sync).then_some(Fault::IO)
 //! });
-//! pincer_host::disk::write(&file, b"x").unwrap();
+//! pincer_host::testing::disk::write(&file, b"x").unwrap();
 //! let handle = std::fs::File::open(&file).unwrap();
-//! assert!(pincer_host::disk::sync_data(&handle, &file).is_err());
+//! assert!(pincer_host::testing::disk::sync_data(&handle, &file).is_err());
 //! drop(armed);
-//! assert!(pincer_host::disk::sync_data(&handle, &file).is_ok());
+//! assert!(pincer_host::testing::disk::sync_data(&handle, &file).is_ok());
+//! # }
 //! ```
 //!
 //! Plans are scoped by folder so that tests running in parallel in one process never see each
 //! other's faults. With nothing armed, [`armed`] is one relaxed atomic load and the seam goes
 //! straight to `std`.
+
+// Without test support nothing arms a plan: the seam keeps its checks (a cheap atomic load)
+// and the arming API below is used by the black-box tests only.
+#![cfg_attr(not(feature = "test-support"), allow(dead_code))]
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -105,24 +105,6 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_all(&file, path, bytes)
 }
 
-/// Writes `bytes` into a new file at `path` (which must not exist) and syncs it, with `mode`
-/// (Unix permission bits) when given.
-///
-/// # Errors
-/// As [`open`], [`write_all`] and [`sync_all`]; the partial file is left for the caller to
-/// remove.
-pub fn write_new(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    if let Some(mode) = mode {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(mode);
-    }
-    let file = open(path, &options)?;
-    write_all(&file, path, bytes)?;
-    sync_all(&file, path)
-}
-
 /// Replaces `path` by a file holding `bytes`, atomically: written to `temp` (beside it, in the
 /// same folder, created or truncated), synced, then renamed over `path`. On any error `temp`
 /// is removed and `path` is as it was.

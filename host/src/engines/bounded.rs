@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use pincer_plugin_abi::latest::AbortController;
 
-pub use super::deadline::{Deadline, Overrun, MAX_WINDOW, MAX_WINDOWS};
+pub use super::deadline::{Deadline, Overrun};
 
 thread_local! {
     static CURRENT_DEADLINE: RefCell<Option<Arc<Deadline>>> = const { RefCell::new(None) };
@@ -37,7 +37,7 @@ pub fn current_deadline() -> Option<Arc<Deadline>> {
 }
 
 /// Re-arms the window of the bounded call running on this thread — handed off or inline on a
-/// session worker — if there is one (never past [`MAX_WINDOWS`] windows from its start).
+/// session worker — if there is one (never past [`MAX_WINDOWS`](super::deadline::MAX_WINDOWS) windows from its start).
 pub fn refresh_current_deadline() {
     if let Some(deadline) = current_deadline() {
         deadline.refresh();

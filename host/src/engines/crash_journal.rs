@@ -360,6 +360,7 @@ impl CrashJournal {
         })
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The slot file.
     pub fn path(&self) -> &Path {
         &self.path

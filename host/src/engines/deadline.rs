@@ -47,6 +47,7 @@ impl Deadline {
         *self.until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    #[cfg(test)]
     /// The window length.
     pub fn window(&self) -> Duration {
         self.window

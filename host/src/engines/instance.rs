@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::backend::EngineBackend;
 pub use super::backend::Rollback;
-pub use super::descriptor::{EngineDescriptor, EngineOrigin, EngineTool};
+pub use super::descriptor::{EngineDescriptor, EngineOrigin};
 pub use super::error::{CallErrorKind, EngineCallError};
 use super::methods::for_each_engine_method;
 use crate::config::ResultLimits;

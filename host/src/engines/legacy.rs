@@ -6,8 +6,6 @@
 //! It is written against the same authoring API as any plugin and wrapped by the same adapter
 //! (`into_engine_box`), so the host treats it exactly like a loaded engine.
 
-use std::sync::Arc;
-
 use pincer_plugin_api::prelude::*;
 use pincer_plugin_api::{into_engine_box, optional_fns};
 
@@ -84,10 +82,13 @@ pub fn create_legacy(services: HostServices) -> Result<EngineInstance, EngineCal
     )
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// A shared legacy instance.
 ///
 /// # Errors
 /// As [`create_legacy`].
-pub fn shared_legacy(services: HostServices) -> Result<Arc<EngineInstance>, EngineCallError> {
-    create_legacy(services).map(Arc::new)
+pub fn shared_legacy(
+    services: HostServices,
+) -> Result<std::sync::Arc<EngineInstance>, EngineCallError> {
+    create_legacy(services).map(std::sync::Arc::new)
 }

@@ -50,7 +50,7 @@ impl EngineInstance {
     }
 
     /// Creates engine `engine_id` of an isolated `library` in a worker process of its own
-    /// (see [`super::isolation`]).
+    /// (see `isolation`).
     ///
     /// # Errors
     /// The worker could not start, or the factory failed (its error, or how the worker died).

@@ -31,8 +31,4 @@ pub mod services;
 pub mod session_worker;
 pub mod stdio;
 
-pub use backend::{EngineBackend, InProcess};
-pub use instance::{
-    CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, EngineOrigin, EngineTool,
-    Rollback,
-};
+pub use instance::{EngineCallError, EngineInstance};

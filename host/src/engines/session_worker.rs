@@ -173,6 +173,7 @@ thread_local! {
     };
 }
 
+#[cfg(test)]
 /// Whether this thread is a session worker.
 pub fn on_session_worker() -> bool {
     LOCAL.with(|l| !l.worker.get().is_null())
@@ -666,7 +667,7 @@ impl<T> WorkHandle<T> {
         }
     }
 
-    /// Looks for the result for up to `limit` (see [`SPIN`]) without parking or registering a
+    /// Looks for the result for up to `limit` (see `SPIN`) without parking or registering a
     /// waker; whether it is there. Work expected to finish within microseconds is then taken
     /// without a thread wake-up; `wait` or `.await` it afterwards either way.
     pub fn spin(&self, limit: Duration) -> bool {

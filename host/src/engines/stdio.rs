@@ -5,7 +5,7 @@
 //! duplicates the real stdout and stderr to new descriptors that only the host writes
 //! ([`host_stdout`], [`host_stderr`]), and puts pipes on 1 and 2 instead. A drain thread
 //! reads the pipes and forwards what arrives, capped and sanitized
-//! ([`super::output_cap::OutputCap`]), to the host's log as "in-process engine code stdout:
+//! (`output_cap::OutputCap`), to the host's log as "in-process engine code stdout:
 //! …". The host's `tracing` writer, its `println!`s (the binary shadows the macros), its panic
 //! message and the crash journal's abort message all go to the saved descriptors.
 //!

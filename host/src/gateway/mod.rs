@@ -2,17 +2,17 @@
 //! and serves every lifecycle operation per session to agents written in any language, over a
 //! Unix domain socket and optionally loopback HTTP with a bearer token.
 //!
-//! - [`protocol`] — the wire format: methods, the call, the answer envelope (`engineId`,
+//! - `protocol` — the wire format: methods, the call, the answer envelope (`engineId`,
 //!   `generation`), errors with stable codes, parameter reading.
-//! - [`messages`] — every message a client hands in, checked against OpenClaw's message model
+//! - `messages` — every message a client hands in, checked against OpenClaw's message model
 //!   before anything is stored (`invalid_message`, naming the message and the field).
-//! - [`service`] — [`Gateway`]: sessions held per key, each behind its own
-//!   [`SessionWorker`](crate::engines::session_worker::SessionWorker) (calls of one session in
+//! - `service` — [`Gateway`]: sessions held per key, each behind its own
+//!   [`SessionWorker`](crate::SessionWorker) (calls of one session in
 //!   order, sessions in parallel), and the methods.
-//! - [`server`] — the transports (one axum router over the socket and HTTP), binding and
+//! - `server` — the transports (one axum router over the socket and HTTP), binding and
 //!   checking every address before anything is announced, the token, the body limit and
 //!   deadline, graceful shutdown.
-//! - [`connections`] — each connection's header and idle deadlines, the connection cap, the
+//! - `connections` — each connection's header and idle deadlines, the connection cap, the
 //!   token checked before routing.
 //! - [`client`] — a blocking client over the socket (the CLI's `client`, `health --socket`).
 //!
@@ -20,12 +20,14 @@
 //! `docs/gateway.schema.json`.
 
 pub mod client;
-pub mod connections;
-pub mod messages;
-pub mod protocol;
-pub mod server;
-pub mod service;
+pub(crate) mod connections;
+pub(crate) mod messages;
+pub(crate) mod protocol;
+pub(crate) mod server;
+pub(crate) mod service;
 
+pub use connections::ConnectionLimits;
 pub use protocol::{CallAnswer, CallRequest, GatewayError, GatewayMethod};
 pub use server::{bind, serve, Listeners, ServeOptions};
+pub use server::{gateway_token, ServeError, DEFAULT_BODY_LIMIT};
 pub use service::{Gateway, GatewayParts};

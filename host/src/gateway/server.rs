@@ -328,6 +328,51 @@ pub async fn bind(options: &ServeOptions) -> Result<Listeners, ServeError> {
 ///
 /// # Errors
 /// None today: the listeners are bound already.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use pincer_host::gateway::{bind, serve, ConnectionLimits, Gateway, GatewayParts, ServeOptions};
+/// use pincer_host::harness::{Harness, HarnessOptions};
+/// use pincer_host::model::replay::ReplayModel;
+/// use pincer_host::model::NoTools;
+/// use pincer_host::session::JsonlStore;
+/// use pincer_host::{PincerHome, Runtime, RuntimeOptions};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let home = PincerHome::resolve(None);
+/// let runtime = Arc::new(Runtime::open(RuntimeOptions::new(home.clone()))?);
+/// let engine = Arc::new(runtime.resolve()?.engine);
+/// let harness = Arc::new(Harness::new(
+///     Arc::clone(&engine),
+///     JsonlStore::new(home.root().join("agents")),
+///     Arc::new(ReplayModel::new(&[])),
+///     Arc::new(NoTools),
+///     HarnessOptions::new(128_000),
+/// ));
+/// let gateway = Arc::new(Gateway::new(GatewayParts {
+///     runtime: Arc::clone(&runtime),
+///     source: Arc::new(pincer_host::FixedEngine(engine)),
+///     harness,
+///     has_model: false,
+///     call_timeout: Duration::from_secs(60),
+/// }));
+/// let options = ServeOptions {
+///     socket: home.state_dir().join("gateway.sock"),
+///     http: None,
+///     token: None,
+///     body_limit: pincer_host::gateway::DEFAULT_BODY_LIMIT,
+///     limits: ConnectionLimits::default(),
+/// };
+/// tokio::runtime::Runtime::new()?.block_on(async {
+///     let listeners = bind(&options).await?;
+///     serve(gateway, options, listeners, std::future::pending(), Box::new(|| {})).await
+/// })?;
+/// # Ok(()) }
+/// ```
 pub async fn serve(
     gateway: Arc<Gateway>,
     options: ServeOptions,

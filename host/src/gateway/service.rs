@@ -64,11 +64,6 @@ impl Served {
     }
 }
 
-/// The generation of `engine` that serves a call.
-pub fn generation_of(engine: &GuardedEngine) -> u64 {
-    engine.generation()
-}
-
 /// One held session: its runner (opened by the first call) and the subagent rollbacks
 /// prepared on it.
 #[derive(Default)]

@@ -4,12 +4,12 @@
 //! [`Harness::turn`] does, in order: the host-requirement check (`agent-run`); `bootstrap` and
 //! `maintain("bootstrap")` once per session when its file existed before; `assemble` over the
 //! session's history (its `systemPromptAddition` prepended to the system prompt), with tool
-//! pairs repaired ([`tool_pairs`]); the precheck ([`precheck`], skipped when the engine owns
+//! pairs repaired (`tool_pairs`); the precheck (`precheck`, skipped when the engine owns
 //! compaction and vouches for its assembly) and the compaction it asks for, and the truncation
 //! of oversized tool results in the model's view (the session keeps them whole); the model call,
 //! with overflow recovery — at most three compactions (`force`, `compactionTarget: "budget"`)
 //! and a retry after each; tool calls answered by the [`ToolExecutor`]; finalize with
-//! `afterTurn`, else the turn's messages handed over as [`session`] hands them (one batch call,
+//! `afterTurn`, else the turn's messages handed over as `session` hands them (one batch call,
 //! else one call per message); `maintain("turn")` after a clean turn; the threshold compaction.
 //! Every message of the turn is appended to the session as it is produced; compactions append `compaction` entries (history is never rewritten), and the
 //! index `sessions.json` gets the usage and compaction counters.
@@ -28,20 +28,20 @@
 //!
 //! [`Harness::turn`] runs on its caller's thread, so its engine calls take the guard's hand-off
 //! to a pooled worker. A [`SessionRunner`] binds a session to a
-//! [`SessionWorker`](crate::engines::session_worker::SessionWorker) of its own: its turns run
+//! [`SessionWorker`](crate::SessionWorker) of its own: its turns run
 //! there, their engine calls inline (tens of nanoseconds of guard instead of a thread hand-off),
-//! and a session whose engine call got stuck is recovered for its next work (see [`runner`]).
+//! and a session whose engine call got stuck is recovered for its next work (see `runner`).
 //! `pincer run` runs its turns that way.
 //!
 //! The fronts (the gateway, the CLI) run every other operation on a held session through its
 //! handle, [`Session`] ([`Harness::session`]), with the harness's own parameter types; the
 //! harness keeps its sessions behind the [`SessionStore`] trait.
 
-pub mod assemble;
-pub mod precheck;
-pub mod runner;
-pub mod session;
-pub mod tool_pairs;
+pub(crate) mod assemble;
+pub(crate) mod precheck;
+pub(crate) mod runner;
+pub(crate) mod session;
+pub(crate) mod tool_pairs;
 
 pub use assemble::AssembledView;
 pub use runner::SessionRunner;
@@ -116,7 +116,7 @@ impl HarnessOptions {
 }
 
 /// Why an engine's answer `compacted` is not taken as one: its tokens did not go down
-/// ([`crate::compaction::compact::not_smaller`]). `legacy`'s answer is the built-in
+/// (`compaction::compact::not_smaller`). `legacy`'s answer is the built-in
 /// compaction's, which applies the rule itself to like-for-like estimates (its `tokensBefore`
 /// may be a provider's count) and appends nothing when it fails.
 pub fn engine_not_smaller(

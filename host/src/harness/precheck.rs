@@ -14,9 +14,6 @@ use pincer_plugin_api::tokens::estimate_string_chars;
 
 /// `SAFETY_MARGIN`.
 pub const SAFETY_MARGIN: f64 = 1.2;
-/// The error a host gives when the prompt cannot be made to fit.
-pub const PRECHECK_OVERFLOW_TEXT: &str =
-    "Context overflow: prompt too large for the model (precheck).";
 const MESSAGE_OVERHEAD: u64 = 12;
 const BLOCK_OVERHEAD: u64 = 6;
 const IMAGE_TOKENS: u64 = 2000;

@@ -113,7 +113,7 @@ impl SessionRunner {
     }
 
     /// Queues `work` on the session's worker, behind earlier work; its handle. A stuck engine
-    /// call fails the handle with [`WorkError::Stuck`]; a panic in `work` is resumed on the
+    /// call fails the handle with [`WorkError::Stuck`](crate::WorkError::Stuck); a panic in `work` is resumed on the
     /// thread that takes the result.
     pub fn submit<T, F>(&self, work: F) -> WorkHandle<T>
     where

@@ -141,6 +141,36 @@ pub struct Session<'a> {
 
 impl Harness {
     /// The handle on `state`, a session this harness opened.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    ///
+    /// use pincer_host::harness::{AssembleParams, Harness, HarnessOptions};
+    /// use pincer_host::model::replay::ReplayModel;
+    /// use pincer_host::model::NoTools;
+    /// use pincer_host::session::{JsonlStore, SessionKey};
+    /// use pincer_host::{PincerHome, Runtime, RuntimeOptions};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let home = PincerHome::resolve(None);
+    /// let runtime = Runtime::open(RuntimeOptions::new(home.clone()))?;
+    /// let engine = Arc::new(runtime.resolve()?.engine);
+    /// let harness = Harness::new(
+    ///     Arc::clone(&engine),
+    ///     JsonlStore::new(home.root().join("agents")),
+    ///     Arc::new(ReplayModel::new(&[])),
+    ///     Arc::new(NoTools),
+    ///     HarnessOptions::new(128_000),
+    /// );
+    /// let mut state = harness.open_session(&SessionKey::parse("agent:main:demo")?)?;
+    /// let assembled = harness
+    ///     .session(&mut state)
+    ///     .assemble(&engine, AssembleParams::default())?;
+    /// println!("{} messages", assembled.messages.len());
+    /// # Ok(()) }
+    /// ```
     pub fn session<'a>(&'a self, state: &'a mut HarnessSession) -> Session<'a> {
         Session {
             harness: self,

@@ -67,6 +67,7 @@ pub fn repair_tool_pairs(messages: &mut Vec<(Message, Option<String>)>) -> Repai
     repairs
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// Whether `messages` are well paired (what [`repair_tool_pairs`] guarantees).
 pub fn tool_pairs_are_sound(messages: &[Message]) -> bool {
     let mut copy: Vec<(Message, Option<String>)> =

@@ -297,6 +297,7 @@ impl PreparedPlugin {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 /// Installs the plugin at `source` (a folder or a `.tar.gz`) into `plugins_dir/<id>/`:
 /// [`prepare`], then [`PreparedPlugin::commit`].
 ///

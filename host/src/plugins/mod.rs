@@ -18,6 +18,5 @@ pub mod pack;
 pub mod permissions;
 pub mod verify;
 
-pub use discovery::discover_plugin_dirs;
-pub use library::{host_api_version, EngineDirs, LibraryFacts, LoadError, LoadedLibrary, Loader};
-pub use manifest::{read_manifest, ManifestError, PluginManifest, MANIFEST_FILE_NAME};
+pub use library::LoadError;
+pub use manifest::MANIFEST_FILE_NAME;

@@ -1,13 +1,13 @@
-//! Reports over a runtime: [`doctor`](mod@doctor) (what `pincer doctor` prints), [`health`]
+//! Reports over a runtime: `doctor` (what `pincer doctor` prints), `health`
 //! (what `pincer health` and the gateway's `health` answer) and
-//! [`exercise`] (every method of one engine, what `pincer check-engine` prints) and
+//! `exercise` (every method of one engine, what `pincer check-engine` prints) and
 //! [`plugins`] (`pincer plugins list|inspect`, from manifests alone).
 
-pub mod doctor;
-pub mod exercise;
-pub mod health;
+pub(crate) mod doctor;
+pub(crate) mod exercise;
+pub(crate) mod health;
 pub mod plugins;
-pub mod sessions;
+pub(crate) mod sessions;
 
 pub use doctor::{doctor, DoctorReport};
 pub use exercise::{exercise_engine, MethodOutcome};

@@ -363,7 +363,7 @@ pub struct SessionTree {
     /// Whether the file held bytes that are not UTF-8 (read as U+FFFD).
     pub replaced_invalid_utf8: bool,
     /// Lines skipped unread because they are longer than `sessions.maxLineBytes`
-    /// ([`super::limits`]), in file order.
+    /// ([`set_max_line_bytes`](super::set_max_line_bytes)), in file order.
     pub long_lines: Vec<LongLine>,
     index: EntryIndex,
 }

@@ -26,7 +26,6 @@ pub(crate) mod suggest;
 pub mod watch;
 
 pub use guarded::{Answer, GuardError, Guarded, GuardedEngine};
-pub use quarantine::{Quarantine, QuarantineRecord};
 pub use reload::{ConfigReloadOutcome, GenerationStatus, ReloadError, ReloadOutcome};
 pub use runtime::{ResolveError, ResolvedEngine, Runtime, RuntimeOptions};
 pub use source::{EngineSource, FixedEngine};

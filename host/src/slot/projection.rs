@@ -8,16 +8,6 @@ use pincer_plugin_abi::ROption;
 use crate::engines::instance::EngineDescriptor;
 use crate::types::Method;
 
-/// Host-parameter projection (§6.1) for an engine's `info`: keep a host param when the engine
-/// declared none, listed it, or — for `compact` — it is the abort signal.
-pub fn project<'a>(
-    info: &EngineDescriptor,
-    method: Method,
-    host: &HostParams<'a>,
-) -> HostParams<'a> {
-    HostParamMask::of_engine(info).apply(method, host)
-}
-
 /// An engine's `acceptedHostParams` as a bit set, worked out once so that projecting a call's
 /// host parameters is a few bit tests (and the mask is `Copy`, so a hand-off carries it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

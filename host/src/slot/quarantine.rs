@@ -384,7 +384,7 @@ pub fn clear_exited(
 
 /// Turns the crash journals of dead processes in `state_dir` into crash records in the mirror:
 /// `the host process died during <method> (pid N)`, or what it died of outside any call
-/// ([`crate::engines::crash_journal::Crash::reason`]), active until cleared or until the library
+/// (`crash_journal::Crash::reason`), active until cleared or until the library
 /// changes. Returns how many crashes it found.
 pub fn harvest_crashes(state_dir: &Path) -> usize {
     let crashes = crate::engines::crash_journal::harvest(state_dir);

@@ -318,6 +318,20 @@ impl Runtime {
     /// # Errors
     /// Only a config that cannot be read; plugin problems are recorded in
     /// [`Runtime::plugins`], never fatal.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use pincer_host::{PincerHome, Runtime, RuntimeOptions};
+    ///
+    /// # fn main() -> Result<(), pincer_host::ConfigError> {
+    /// let runtime = Runtime::open(RuntimeOptions::new(PincerHome::resolve(None)))?;
+    /// for plugin in runtime.plugins() {
+    ///     println!("{} {}", plugin.id, plugin.status);
+    /// }
+    /// runtime.shutdown();
+    /// # Ok(()) }
+    /// ```
     pub fn open(options: RuntimeOptions) -> Result<Self, ConfigError> {
         let config = LoadedConfig::load(&options.home.config_path())?;
         Ok(Self::with_config(options, config))
@@ -827,6 +841,18 @@ impl Runtime {
     ///
     /// # Errors
     /// Strict policy with an unusable engine.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use pincer_host::{PincerHome, Runtime, RuntimeOptions};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = Runtime::open(RuntimeOptions::new(PincerHome::resolve(None)))?;
+    /// let resolved = runtime.resolve()?;
+    /// println!("{} answers", resolved.resolution.resolved);
+    /// # Ok(()) }
+    /// ```
     pub fn resolve(&self) -> Result<ResolvedEngine, ResolveError> {
         let selected = self.config().config.selected_engine().to_owned();
         self.resolve_id(&selected)

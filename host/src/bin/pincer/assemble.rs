@@ -4,12 +4,12 @@
 use std::process::ExitCode;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::HostInputs;
+use pincer_host::operator::health_line;
+use pincer_host::operator::HostDescriptor;
+use pincer_host::operator::HostInputs;
+use pincer_host::operator::HostOperation;
+use pincer_host::runtime::Runtime;
 use pincer_host::session::Transcript;
-use pincer_host::slot::quarantine::health_line;
-use pincer_host::slot::requirements::HostDescriptor;
-use pincer_host::slot::runtime::Runtime;
-use pincer_host::types::HostOperation;
 use pincer_plugin_api::{BlockKind, Content, Message};
 
 use crate::common::{fail, prepare, print_resolution, EngineRun};

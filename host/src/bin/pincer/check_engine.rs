@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use pincer_host::config::PincerHome;
-use pincer_host::report::exercise::exercise_engine;
+use pincer_host::report::exercise_engine;
+use pincer_host::runtime::Runtime;
 use pincer_host::session::Transcript;
-use pincer_host::slot::runtime::Runtime;
 
 use crate::common::{fail, prepare, print_resolution, EngineRun};
 

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use pincer_host::compaction::with_configured_services;
 use pincer_host::config::{EntryConfig, LoadedConfig, PincerHome};
+use pincer_host::runtime::{OpenLibraries, Resolution, Runtime, RuntimeOptions};
 use pincer_host::session::{
     AgentId, JsonlStore, SessionFile, SessionKey, SessionStore, SessionSummary, SessionTree,
     Transcript,
 };
-use pincer_host::slot::runtime::{OpenLibraries, Resolution, Runtime, RuntimeOptions};
 
 /// What the commands that run an engine over a conversation take.
 #[derive(clap::Args, Debug)]
@@ -80,7 +80,7 @@ pub fn open_with(
     llm: Option<Arc<dyn pincer_host::model::ModelProvider>>,
 ) -> Result<Runtime, ExitCode> {
     // Before any library opens: what in-process engines print goes, capped, to the log.
-    if let Err(err) = pincer_host::engines::stdio::keep_host_output_apart() {
+    if let Err(err) = pincer_host::operator::stdio::keep_host_output_apart() {
         tracing::warn!("engine output is not kept apart from the host's: {err}");
     }
     let mut config = match LoadedConfig::load(&home.config_path()) {
@@ -199,7 +199,7 @@ pub fn read_session(
 /// ` (1.0 GiB)`: the size of `path`, when known.
 pub fn file_size_note(path: &Path) -> String {
     std::fs::metadata(path)
-        .map(|m| format!(" ({})", pincer_host::session::limits::human_bytes(m.len())))
+        .map(|m| format!(" ({})", pincer_host::session::human_bytes(m.len())))
         .unwrap_or_default()
 }
 

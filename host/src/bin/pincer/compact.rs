@@ -6,15 +6,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::{CompactRequest, HostInputs, SessionTargetInput};
 use pincer_host::harness::engine_not_smaller;
+use pincer_host::operator::HostDescriptor;
+use pincer_host::operator::HostOperation;
+use pincer_host::operator::{CompactRequest, HostInputs, SessionTargetInput};
+use pincer_host::runtime::Runtime;
 use pincer_host::session::{
     build_session_context, AgentId, CounterUpdate, SessionKey, SessionStore, SessionSummary,
     SessionTree,
 };
-use pincer_host::slot::requirements::HostDescriptor;
-use pincer_host::slot::runtime::Runtime;
-use pincer_host::types::HostOperation;
 use pincer_plugin_abi::latest::{AbortController, EntryId};
 
 use crate::common::{

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use pincer_host::config::PincerHome;
-use pincer_host::report::doctor::doctor;
-use pincer_host::slot::runtime::OpenLibraries;
+use pincer_host::report::doctor;
+use pincer_host::runtime::OpenLibraries;
 
 use crate::common::{fail, open_with};
 
@@ -38,8 +38,7 @@ pub fn run(home: PincerHome, args: DoctorArgs) -> ExitCode {
         load,
     } = args;
     if fix {
-        let commands =
-            pincer_host::admin::manage::PluginCommands::new(home.clone(), plugins_dirs.clone());
+        let commands = pincer_host::admin::PluginCommands::new(home.clone(), plugins_dirs.clone());
         // With --json on stderr, so that stdout stays one JSON document.
         let say = |line: String| {
             if json {

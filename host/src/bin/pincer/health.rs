@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use pincer_host::config::PincerHome;
-use pincer_host::report::health::HealthReport;
-use pincer_host::slot::quarantine::{clear_exited, harvest_crashes, QuarantineRecord};
+use pincer_host::operator::{clear_exited, harvest_crashes, QuarantineRecord};
+use pincer_host::report::HealthReport;
 
 use crate::common::{fail, print_pretty};
 

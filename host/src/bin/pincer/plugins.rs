@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
 
-use pincer_host::admin::manage::ManageError;
+use pincer_host::admin::ManageError;
 use pincer_host::config::edit::{ConfigEditor, Edit};
-use pincer_host::plugins::catalog::Catalog;
-use pincer_host::plugins::install::{required_config_keys, RequiredKey};
+use pincer_host::operator::Catalog;
+use pincer_host::operator::{required_config_keys, RequiredKey};
 
 use crate::common::{fail, print_pretty};
 
@@ -130,8 +130,8 @@ pub enum PluginsCommand {
 
 /// Runs `pincer plugins`.
 pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
-    use pincer_host::admin::manage::{InstallMode, PluginCommands};
-    use pincer_host::plugins::catalog::plugin_roots;
+    use pincer_host::admin::{InstallMode, PluginCommands};
+    use pincer_host::operator::plugin_roots;
     use pincer_host::report::plugins::{inspect, list};
     let read = |extra: &[PathBuf]| -> Result<(LoadedConfig, Catalog), ExitCode> {
         let config = LoadedConfig::load(&home.config_path()).map_err(|err| fail(err, 2))?;
@@ -185,12 +185,10 @@ pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
                 InstallMode::Copy { replace: force }
             };
             // What the plugin's schema requires, known before it is installed.
-            let needs = pincer_host::plugins::install::prepare(&path)
-                .ok()
-                .map(|prepared| {
-                    let manifest = prepared.manifest();
-                    (manifest.id.clone(), required_config_keys(manifest))
-                });
+            let needs = pincer_host::operator::prepare(&path).ok().map(|prepared| {
+                let manifest = prepared.manifest();
+                (manifest.id.clone(), required_config_keys(manifest))
+            });
             let installed = PluginCommands::new(home.clone(), Vec::new()).install(&path, mode);
             if let (Ok(outcome), Some((id, required))) = (&installed, needs) {
                 for message in &outcome.messages {
@@ -230,7 +228,7 @@ pub fn run(home: PincerHome, command: PluginsCommand) -> ExitCode {
             out,
             release,
         } => {
-            use pincer_host::plugins::pack::{pack, PackSource};
+            use pincer_host::operator::{pack, PackSource};
             let source = match library {
                 Some(path) => PackSource::Library(path),
                 None => PackSource::Crate {

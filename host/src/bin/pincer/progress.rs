@@ -4,7 +4,7 @@
 //! draws nothing). On a pipe, or with `--json`, nothing is ever drawn.
 //!
 //! "stderr" is the host's own: descriptor 2 is a pipe that in-process engines may write to
-//! (`pincer_host::engines::stdio`), so progress is drawn on the saved descriptor through
+//! (`pincer_host::operator::stdio`), so progress is drawn on the saved descriptor through
 //! [`HostTerm`].
 
 use std::io::Write as _;
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
-use pincer_host::engines::stdio;
+use pincer_host::operator::stdio;
 
 /// How long work runs before it is shown.
 const SHOW_AFTER: Duration = Duration::from_secs(1);

@@ -79,7 +79,7 @@ pub fn run(home: PincerHome, args: RunArgs) -> ExitCode {
         home.clone(),
         args.plugins_dirs.clone(),
         Some((args.engine.clone(), None)),
-        pincer_host::slot::runtime::OpenLibraries::Selected,
+        pincer_host::runtime::OpenLibraries::Selected,
         llm,
     ) {
         Ok(runtime) => runtime,
@@ -370,5 +370,5 @@ fn drive(runner: &SessionRunner, plan: &Plan, json: bool) -> ExitCode {
 
 /// A fresh, time-ordered id for a generated session key.
 fn uuid_like() -> String {
-    pincer_host::session::writer::new_session_id()
+    pincer_host::session::new_session_id()
 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
 
-use pincer_host::engines::isolation::confine::{apply_sandbox, SandboxPolicy, WorkerLimits};
+use pincer_host::operator::{apply_sandbox, SandboxPolicy, WorkerLimits};
 
 /// `pincer sandbox-try`'s arguments.
 #[derive(clap::Args, Debug)]

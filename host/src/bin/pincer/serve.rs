@@ -9,15 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
-use pincer_host::gateway::connections::ConnectionLimits;
-use pincer_host::gateway::server::{gateway_token, DEFAULT_BODY_LIMIT};
+use pincer_host::gateway::ConnectionLimits;
 use pincer_host::gateway::{bind, client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
+use pincer_host::gateway::{gateway_token, DEFAULT_BODY_LIMIT};
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::openai::model_for_spec;
 use pincer_host::model::{ModelError, ModelProvider, ModelReply, ModelRequest, NoTools};
+use pincer_host::runtime::OpenLibraries;
+use pincer_host::runtime::{OnReload, PluginWatcher, WatchEvent, WatchOptions};
 use pincer_host::session::JsonlStore;
-use pincer_host::slot::runtime::OpenLibraries;
-use pincer_host::slot::watch::{OnReload, PluginWatcher, WatchEvent, WatchOptions};
 
 /// `pincer serve`'s arguments.
 #[derive(clap::Args, Debug)]

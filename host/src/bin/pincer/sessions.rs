@@ -356,7 +356,7 @@ fn session_import(
         Ok(_) => {}
         Err(err) => return fail(err, 1),
     }
-    let session_id = pincer_host::session::writer::new_session_id();
+    let session_id = pincer_host::session::new_session_id();
     let path = out.unwrap_or_else(|| {
         store(home)
             .sessions_dir(key.agent())
@@ -386,8 +386,8 @@ fn session_import(
     let staging = parent.join(format!(".import-{session_id}"));
     let staged = staging.join(name);
     let discard = || {
-        let _ = pincer_host::disk::remove_file(&staged);
-        let _ = pincer_host::disk::remove_dir(&staging);
+        let _ = pincer_host::operator::remove_file(&staged);
+        let _ = pincer_host::operator::remove_dir(&staging);
     };
     let working = crate::progress::Working::start(
         format!(
@@ -397,12 +397,8 @@ fn session_import(
         ),
         crate::progress::drawable(false),
     );
-    let imported = pincer_host::session::openai::import_openai(
-        transcript.messages(),
-        &staged,
-        &cwd,
-        durability,
-    );
+    let imported =
+        pincer_host::session::import_openai(transcript.messages(), &staged, &cwd, durability);
     drop(working);
     match imported {
         Ok(writer) => drop(writer),
@@ -410,13 +406,13 @@ fn session_import(
             discard();
             // A message the mapping cannot take is bad input (exit 2); a write that failed is 1.
             let code = match err {
-                pincer_host::session::openai::ImportError::Message { .. } => 2,
+                pincer_host::session::ImportError::Message { .. } => 2,
                 _ => 1,
             };
             return fail(err, code);
         }
     }
-    if let Err(err) = pincer_host::disk::rename(&staged, &path) {
+    if let Err(err) = pincer_host::operator::rename(&staged, &path) {
         discard();
         return fail(
             format!(
@@ -444,7 +440,7 @@ fn session_import(
             ExitCode::SUCCESS
         }
         Err(err) => {
-            let _ = pincer_host::disk::remove_file(&path);
+            let _ = pincer_host::operator::remove_file(&path);
             fail(err, 1)
         }
     }
@@ -461,7 +457,7 @@ fn session_export(path: &Path, format: ExportFormat) -> ExitCode {
         },
         ExportFormat::Openai => match read_session(path, false) {
             Ok(tree) => {
-                let out = pincer_host::session::openai::export_openai(&tree);
+                let out = pincer_host::session::export_openai(&tree);
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&out).expect("serializes")

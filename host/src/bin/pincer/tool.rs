@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
-use pincer_host::engines::request::{HostInputs, ToolCallRequest};
+use pincer_host::operator::{HostInputs, ToolCallRequest};
 use pincer_plugin_abi::latest::AbortController;
 use serde_json::{json, Value};
 
@@ -73,7 +73,7 @@ pub fn run(home: PincerHome, args: ToolArgs) -> ExitCode {
 fn call(
     runtime: &pincer_host::Runtime,
     args: &ToolArgs,
-    session: &pincer_host::session::store::SessionSummary,
+    session: &pincer_host::session::SessionSummary,
     arguments: &Value,
 ) -> ExitCode {
     let resolved = match runtime.resolve() {

@@ -116,7 +116,7 @@ pub const SANDBOX_VIOLATION_STATUS: i32 = 121;
 pub const SANDBOX_VIOLATION_PREFIX: &str = "pincer-sandbox: refused system call ";
 
 /// Resource limits a worker applies to itself. The defaults are documented in the
-/// [module docs](self); serde camelCase, so they can sit in `pincer.json` under
+/// module docs; serde camelCase, so they can sit in `pincer.json` under
 /// `plugins.entries.<id>.limits`. A missing field takes its default; `null` leaves the
 /// inherited limit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,9 +196,9 @@ pub const ALWAYS_READABLE: &[&str] = &[
 ];
 
 /// What the sandbox allows. Reading only beneath `readable_paths`, `writable_dirs` and
-/// [`ALWAYS_READABLE`]; writing only beneath `writable_dirs` (and `/dev/null`); network, exec
+/// `ALWAYS_READABLE`; writing only beneath `writable_dirs` (and `/dev/null`); network, exec
 /// and new processes never (threads are allowed); no capabilities. See the
-/// [module docs](self).
+/// module docs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxPolicy {
     /// Directories the engine may write beneath: its state directory, its workspace. Each must
@@ -207,7 +207,7 @@ pub struct SandboxPolicy {
     /// Paths the engine may read (a folder: everything beneath it): its library, its plugin
     /// folder, the operator's `sandbox.readPaths`. A path that does not exist is skipped.
     pub readable_paths: Vec<PathBuf>,
-    /// The limits [`apply_sandbox`] applies (reported as [`Protections::limits`]).
+    /// The limits [`apply_sandbox`] applies (reported as `Protections::limits`).
     pub limits: WorkerLimits,
     /// Whether `connect(2)` stays allowed (only Unix sockets can be created, so this is about
     /// the user's Unix sockets: a gateway, D-Bus, `docker.sock` as root). Default `false`:
@@ -416,11 +416,11 @@ pub fn apply_limits(limits: &WorkerLimits) -> Result<(), ConfineError> {
 }
 
 /// Confines the calling process (irreversibly), following `policy`; see the
-/// [module docs](self) for what it allows and in which order it is applied. Called once in
+/// module docs for what it allows and in which order it is applied. Called once in
 /// the worker, possibly after it started threads of its own (seccomp covers them all).
 ///
 /// Returns which protections are now in force; a protection this kernel lacks is reported
-/// [`Protection::Unavailable`], not an error. `Err` only for a policy that cannot be applied
+/// `Protection::Unavailable`, not an error. `Err` only for a policy that cannot be applied
 /// as written (a writable directory that does not exist), before anything is changed. On an
 /// OS other than Linux every protection is unavailable.
 pub fn apply_sandbox(policy: &SandboxPolicy) -> Result<Protections, ConfineError> {

@@ -481,16 +481,13 @@ impl ProcessBackend {
         Ok(Launched::Engine(ProcessBackend { worker }))
     }
 
-    /// The worker's process id.
-    pub fn pid(&self) -> u32 {
-        self.worker.pid
-    }
-
+    #[cfg(feature = "test-support")]
     /// The protections the worker applied, one line.
     pub fn protections(&self) -> &str {
         &self.worker.protections
     }
 
+    #[cfg(feature = "test-support")]
     /// Why the worker is gone, if it is.
     pub fn death(&self) -> Option<String> {
         lock(&self.worker.death).clone()

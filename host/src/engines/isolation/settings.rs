@@ -17,8 +17,6 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::config::Isolation;
-
 /// What a worker applies to itself before it opens the library; sent in the start request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -173,7 +171,7 @@ fn check_worker_program(program: &Path) -> Result<(), String> {
 }
 
 /// The worker program: the one named with [`set_worker_program`]; else this executable
-/// ([`SELF_EXE`]) when `main` called [`serve_worker_if_requested`](super::serve_worker_if_requested).
+/// (`SELF_EXE`) when `main` called [`serve_worker_if_requested`](super::serve_worker_if_requested).
 ///
 /// # Errors
 /// Neither: what the embedder must do.
