@@ -302,6 +302,9 @@ pub struct MethodSpec {
     /// Whether the gateway answers it as a call of its own, by its contract name
     /// (`gateway::protocol`).
     pub gateway: bool,
+    /// Its place among the engine methods in the gateway's listing (`docs/GATEWAY.md`'s order,
+    /// which the unknown-method answer repeats); unused when `gateway` is false.
+    pub gateway_place: u8,
     /// How `check-engine` exercises it (`report::exercise`).
     pub exercise: Exercise,
 }
@@ -333,6 +336,7 @@ const fn row(
         offered: true,
         params,
         gateway: false,
+        gateway_place: 0,
         exercise: Exercise::Guarded,
     }
 }
@@ -342,10 +346,11 @@ const fn exercised(exercise: Exercise, spec: MethodSpec) -> MethodSpec {
     MethodSpec { exercise, ..spec }
 }
 
-/// `row`, answered by the gateway too.
-const fn at_gateway(spec: MethodSpec) -> MethodSpec {
+/// `row`, answered by the gateway too, listed at `place` among its engine methods.
+const fn at_gateway(place: u8, spec: MethodSpec) -> MethodSpec {
     MethodSpec {
         gateway: true,
+        gateway_place: place,
         ..spec
     }
 }
@@ -369,68 +374,90 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
         },
         BOOTSTRAP_PARAMS,
     ),
-    at_gateway(row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS)),
-    at_gateway(row(
-        Method::IngestBatch,
-        Some(OptionalMethods::INGEST_BATCH),
-        GuardPolicy::OPEN,
-        INGEST_BATCH_PARAMS,
-    )),
-    at_gateway(row(
-        Method::AfterTurn,
-        Some(OptionalMethods::AFTER_TURN),
-        GuardPolicy::OPEN,
-        AFTER_TURN_PARAMS,
-    )),
-    at_gateway(row(
-        Method::Assemble,
-        None,
-        GuardPolicy::OPEN,
-        ASSEMBLE_PARAMS,
-    )),
-    at_gateway(row(
-        Method::Compact,
-        None,
-        GuardPolicy {
-            timeout: TimeoutKey::Compaction,
-            overrun_counts: false,
-            ..GuardPolicy::CLOSED
-        },
-        COMPACT_PARAMS,
-    )),
-    at_gateway(row(
-        Method::Maintain,
-        Some(OptionalMethods::MAINTAIN),
-        GuardPolicy {
-            timeout: TimeoutKey::PerCallElseCompaction,
-            ..GuardPolicy::OPEN
-        },
-        MAINTAIN_PARAMS,
-    )),
-    at_gateway(row(
-        Method::PrepareSubagentSpawn,
-        Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
-        GuardPolicy::CLOSED,
-        PREPARE_SUBAGENT_SPAWN_PARAMS,
-    )),
-    at_gateway(row(
-        Method::OnSubagentEnded,
-        Some(OptionalMethods::ON_SUBAGENT_ENDED),
-        GuardPolicy::OPEN,
-        ON_SUBAGENT_ENDED_PARAMS,
-    )),
+    at_gateway(
+        0,
+        row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS),
+    ),
+    at_gateway(
+        1,
+        row(
+            Method::IngestBatch,
+            Some(OptionalMethods::INGEST_BATCH),
+            GuardPolicy::OPEN,
+            INGEST_BATCH_PARAMS,
+        ),
+    ),
+    at_gateway(
+        4,
+        row(
+            Method::AfterTurn,
+            Some(OptionalMethods::AFTER_TURN),
+            GuardPolicy::OPEN,
+            AFTER_TURN_PARAMS,
+        ),
+    ),
+    at_gateway(
+        2,
+        row(Method::Assemble, None, GuardPolicy::OPEN, ASSEMBLE_PARAMS),
+    ),
+    at_gateway(
+        3,
+        row(
+            Method::Compact,
+            None,
+            GuardPolicy {
+                timeout: TimeoutKey::Compaction,
+                overrun_counts: false,
+                ..GuardPolicy::CLOSED
+            },
+            COMPACT_PARAMS,
+        ),
+    ),
+    at_gateway(
+        5,
+        row(
+            Method::Maintain,
+            Some(OptionalMethods::MAINTAIN),
+            GuardPolicy {
+                timeout: TimeoutKey::PerCallElseCompaction,
+                ..GuardPolicy::OPEN
+            },
+            MAINTAIN_PARAMS,
+        ),
+    ),
+    at_gateway(
+        6,
+        row(
+            Method::PrepareSubagentSpawn,
+            Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
+            GuardPolicy::CLOSED,
+            PREPARE_SUBAGENT_SPAWN_PARAMS,
+        ),
+    ),
+    at_gateway(
+        7,
+        row(
+            Method::OnSubagentEnded,
+            Some(OptionalMethods::ON_SUBAGENT_ENDED),
+            GuardPolicy::OPEN,
+            ON_SUBAGENT_ENDED_PARAMS,
+        ),
+    ),
     exercised(
         Exercise::Direct,
         row(Method::Rollback, None, GuardPolicy::CLOSED, &[]),
     ),
     exercised(
         Exercise::No,
-        at_gateway(row(
-            Method::CallTool,
-            Some(OptionalMethods::CALL_TOOL),
-            GuardPolicy::OPEN,
-            CALL_TOOL_PARAMS,
-        )),
+        at_gateway(
+            8,
+            row(
+                Method::CallTool,
+                Some(OptionalMethods::CALL_TOOL),
+                GuardPolicy::OPEN,
+                CALL_TOOL_PARAMS,
+            ),
+        ),
     ),
     MethodSpec {
         offered: false,
@@ -491,6 +518,32 @@ pub const OPTIONAL_METHODS: [(u32, Method); OPTIONAL_COUNT] = {
             i += 1;
         }
         bit += 1;
+    }
+    out
+};
+
+/// How many methods the gateway answers as calls of their own.
+pub const GATEWAY_COUNT: usize = {
+    let mut count = 0;
+    let mut i = 0;
+    while i < METHODS.len() {
+        if METHODS[i].gateway {
+            count += 1;
+        }
+        i += 1;
+    }
+    count
+};
+
+/// The methods the gateway answers, in its listing's order ([`MethodSpec::gateway_place`]).
+pub const GATEWAY_METHODS: [Method; GATEWAY_COUNT] = {
+    let mut out = [Method::Factory; GATEWAY_COUNT];
+    let mut i = 0;
+    while i < METHODS.len() {
+        if METHODS[i].gateway {
+            out[METHODS[i].gateway_place as usize] = METHODS[i].method;
+        }
+        i += 1;
     }
     out
 };
@@ -557,6 +610,17 @@ mod tests {
         for row in METHODS.iter().filter(|row| !row.offered) {
             assert!(row.params.iter().all(|p| !p.offered), "{}", row.method);
         }
+    }
+
+    #[test]
+    fn gateway_places_are_distinct() {
+        let mut places: Vec<u8> = METHODS
+            .iter()
+            .filter(|row| row.gateway)
+            .map(|row| row.gateway_place)
+            .collect();
+        places.sort_unstable();
+        assert_eq!(places, (0..GATEWAY_COUNT as u8).collect::<Vec<_>>());
     }
 
     #[test]

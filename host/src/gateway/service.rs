@@ -36,6 +36,7 @@ use crate::slot::runtime::Runtime;
 use crate::slot::source::EngineSource;
 
 use super::protocol::{kind_of, CallRequest, GatewayError, GatewayMethod, Params};
+use crate::types::Method;
 
 /// A method's answer before the envelope: who served it and the result, as JSON text.
 #[derive(Debug)]
@@ -466,7 +467,7 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Assemble => {
+        GatewayMethod::Engine(Method::Assemble) => {
             let engine = take(parts, involved);
             let full = params.flag("full")?;
             let assemble = AssembleParams {
@@ -603,10 +604,10 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Ingest | GatewayMethod::IngestBatch => {
+        GatewayMethod::Engine(Method::Ingest) | GatewayMethod::Engine(Method::IngestBatch) => {
             let engine = take(parts, involved);
             let is_heartbeat = params.flag("isHeartbeat")?;
-            let (messages, mode) = if method == GatewayMethod::Ingest {
+            let (messages, mode) = if method == GatewayMethod::Engine(Method::Ingest) {
                 let message =
                     message_of(method, "message", params.required("message", "a message")?)?;
                 (vec![message], IngestMode::EachMessage)
@@ -648,7 +649,7 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Compact => {
+        GatewayMethod::Engine(Method::Compact) => {
             let instructions = params.str("customInstructions")?;
             drop(take(parts, involved));
             let before = session.served_by().cloned();
@@ -662,7 +663,7 @@ fn serve_session(
                 .unwrap_or_else(|| EngineServed::of(&parts.source.current()));
             Served::by(served, &report)
         }
-        GatewayMethod::AfterTurn => {
+        GatewayMethod::Engine(Method::AfterTurn) => {
             let engine = take(parts, involved);
             let after = AfterTurnParams {
                 pre_prompt_message_count: params.u64("prePromptMessageCount")?,
@@ -676,7 +677,7 @@ fn serve_session(
                 .map_err(session_error)?;
             Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
         }
-        GatewayMethod::Maintain => {
+        GatewayMethod::Engine(Method::Maintain) => {
             let engine = take(parts, involved);
             let reason = params.str("reason")?.unwrap_or("manual");
             let answer = harness
@@ -695,7 +696,7 @@ fn serve_session(
                 }),
             )
         }
-        GatewayMethod::CallTool => {
+        GatewayMethod::Engine(Method::CallTool) => {
             let engine = take(parts, involved);
             let arguments_json = match params.get("arguments") {
                 None => "{}".to_owned(),
@@ -720,7 +721,7 @@ fn serve_session(
                 }),
             )
         }
-        GatewayMethod::PrepareSubagentSpawn => {
+        GatewayMethod::Engine(Method::PrepareSubagentSpawn) => {
             let engine = take(parts, involved);
             let child = params.required_str("childSessionKey")?;
             // A child is named by a key too, never by a path.
@@ -761,7 +762,7 @@ fn serve_session(
                 }),
             )
         }
-        GatewayMethod::OnSubagentEnded => {
+        GatewayMethod::Engine(Method::OnSubagentEnded) => {
             let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
@@ -801,6 +802,10 @@ fn serve_session(
         GatewayMethod::Health | GatewayMethod::Doctor | GatewayMethod::Reload => {
             unreachable!("served by serve_global")
         }
+        GatewayMethod::Engine(other) => Err(GatewayError::bad_request(
+            "unknown_method",
+            format!("the gateway does not answer {other}"),
+        )),
     }
 }
 
