@@ -17,6 +17,8 @@ use pincer_plugin_abi::latest::{
 };
 use pincer_plugin_abi::{ROption, RSlice, RStr};
 
+use crate::types::Method;
+
 fn rstr(value: &Option<Arc<str>>) -> ROption<RStr<'_>> {
     match value {
         Some(s) => ROption::RSome(RStr::from_str(s)),
@@ -240,6 +242,77 @@ impl IngestBatchRequest {
                 entry_ids: entry_ids(&self.entry_ids, self.messages.len(), self.range.clone()),
                 is_heartbeat: self.is_heartbeat,
                 host: project(host),
+            })
+        })
+    }
+}
+
+/// How messages are handed to the engine after they are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngestMode {
+    /// `ingest`, once per message.
+    EachMessage,
+    /// `ingestBatch`, else (an engine without it) `ingest` per message.
+    Batch,
+}
+
+impl IngestMode {
+    /// The mode a call of `method` hands messages over in, when it is an ingestion.
+    pub const fn of(method: Method) -> Option<IngestMode> {
+        match method {
+            Method::Ingest => Some(IngestMode::EachMessage),
+            Method::IngestBatch => Some(IngestMode::Batch),
+            _ => None,
+        }
+    }
+}
+
+/// Stored messages `messages[range]` to hand to the engine, as [`IngestMode`] says: the
+/// requests of the `ingestBatch` → `ingest` fallback (docs/CONTRACT.md), which
+/// `slot::guarded::GuardedEngine::hand_over` runs.
+#[derive(Debug, Clone)]
+pub struct HandOverRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The session's messages, holding the new ones.
+    pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
+    /// The new messages' positions.
+    pub range: Range<usize>,
+    /// Whether the turn is a heartbeat.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: HostInputs,
+    /// One batch, or one message at a time.
+    pub mode: IngestMode,
+}
+
+impl HandOverRequest {
+    /// The one batch call to try first (with [`IngestMode::Batch`]).
+    pub fn batch(&self) -> Option<Arc<IngestBatchRequest>> {
+        (self.mode == IngestMode::Batch).then(|| {
+            Arc::new(IngestBatchRequest {
+                session_id: Arc::clone(&self.session_id),
+                messages: Arc::clone(&self.messages),
+                entry_ids: Arc::clone(&self.entry_ids),
+                range: self.range.clone(),
+                is_heartbeat: self.is_heartbeat,
+                host: self.host.clone(),
+            })
+        })
+    }
+
+    /// The per-message calls, in order (without a batch, or when the engine has none).
+    pub fn each(&self) -> impl Iterator<Item = Arc<IngestRequest>> + '_ {
+        self.range.clone().map(|index| {
+            Arc::new(IngestRequest {
+                session_id: Arc::clone(&self.session_id),
+                messages: Arc::clone(&self.messages),
+                entry_ids: Arc::clone(&self.entry_ids),
+                index,
+                is_heartbeat: self.is_heartbeat,
+                host: self.host.clone(),
             })
         })
     }

@@ -604,21 +604,24 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Engine(Method::Ingest) | GatewayMethod::Engine(Method::IngestBatch) => {
+        GatewayMethod::Engine(ingest) if IngestMode::of(ingest).is_some() => {
             let engine = take(parts, involved);
             let is_heartbeat = params.flag("isHeartbeat")?;
-            let (messages, mode) = if method == GatewayMethod::Engine(Method::Ingest) {
-                let message =
-                    message_of(method, "message", params.required("message", "a message")?)?;
-                (vec![message], IngestMode::EachMessage)
-            } else {
-                let list = params.array("messages")?.ok_or_else(|| {
-                    GatewayError::bad_request(
-                        "invalid_params",
-                        "ingestBatch needs params.messages (an array of messages)",
-                    )
-                })?;
-                (messages_of(method, "messages", list)?, IngestMode::Batch)
+            let (messages, mode) = match IngestMode::of(ingest) {
+                Some(IngestMode::Batch) => {
+                    let list = params.array("messages")?.ok_or_else(|| {
+                        GatewayError::bad_request(
+                            "invalid_params",
+                            format!("{method} needs params.messages (an array of messages)"),
+                        )
+                    })?;
+                    (messages_of(method, "messages", list)?, IngestMode::Batch)
+                }
+                _ => {
+                    let message =
+                        message_of(method, "message", params.required("message", "a message")?)?;
+                    (vec![message], IngestMode::EachMessage)
+                }
             };
             let ingested = harness
                 .session(session)

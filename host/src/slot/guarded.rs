@@ -58,7 +58,9 @@ use crate::engines::instance::{
     CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, Rollback,
 };
 use crate::engines::methods::{for_each_engine_method, spec, FailMode, TimeoutKey};
-use crate::engines::request::{SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest};
+use crate::engines::request::{
+    HandOverRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+};
 use crate::engines::session_worker::{self, OnStuck, WorkError};
 use crate::plugins::library::LoadedLibrary;
 use crate::slot::contract::{
@@ -872,6 +874,35 @@ impl GuardedEngine {
     }
 
     for_each_engine_method!(guarded_calls);
+
+    /// Hands stored messages to the engine: one batch call when `what` asks for one and the
+    /// engine has it, else one call per message — the contract's batch → per-message
+    /// fallback, in one place for every front. Returns how many the engine says it ingested
+    /// and who answered the last call (`None`: no call was made).
+    ///
+    /// # Errors
+    /// As [`GuardedEngine::call`], for the first call that fails.
+    pub fn hand_over(
+        &self,
+        what: &HandOverRequest,
+    ) -> Result<(u64, Option<EngineName>), GuardError> {
+        if let Some(batch) = what.batch() {
+            if let Some(guarded) = self.call(&batch, &Arc::new(AbortController::new()))? {
+                return Ok((
+                    guarded.value.ingested_count,
+                    Some(guarded.answer.answered_by),
+                ));
+            }
+        }
+        let mut ingested = 0;
+        let mut answered_by = None;
+        for one in what.each() {
+            let guarded = self.run(&one, &Arc::new(AbortController::new()))?;
+            ingested += u64::from(guarded.value.ingested);
+            answered_by = Some(guarded.answer.answered_by);
+        }
+        Ok((ingested, answered_by))
+    }
 
     /// `prepareSubagentSpawn`: fails closed. `Ok(None)` when the engine has none.
     ///
