@@ -482,6 +482,22 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
     ),
 ];
 
+/// The methods `check-engine` calls ([`Exercise::Guarded`] and [`Exercise::Direct`] rows), in
+/// the lifecycle order it calls them.
+pub const EXERCISE_ORDER: [Method; 11] = [
+    Method::Bootstrap,
+    Method::Ingest,
+    Method::IngestBatch,
+    Method::Assemble,
+    Method::AfterTurn,
+    Method::Maintain,
+    Method::Compact,
+    Method::PrepareSubagentSpawn,
+    Method::Rollback,
+    Method::OnSubagentEnded,
+    Method::Dispose,
+];
+
 /// The row of `method`.
 pub const fn spec(method: Method) -> &'static MethodSpec {
     &METHODS[method as usize]
@@ -610,6 +626,18 @@ mod tests {
         for row in METHODS.iter().filter(|row| !row.offered) {
             assert!(row.params.iter().all(|p| !p.offered), "{}", row.method);
         }
+    }
+
+    #[test]
+    fn check_engine_orders_every_method_it_exercises() {
+        let mut ordered = EXERCISE_ORDER.to_vec();
+        ordered.sort();
+        let exercised: Vec<Method> = METHODS
+            .iter()
+            .filter(|row| row.exercise != Exercise::No)
+            .map(|row| row.method)
+            .collect();
+        assert_eq!(ordered, exercised);
     }
 
     #[test]

@@ -646,3 +646,132 @@ impl ToolCallRequest {
         })
     }
 }
+
+/// The conversation `check-engine` (`report::exercise`) calls every method over: messages of
+/// a session that has no entries.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The transcript file named to the engine.
+    pub session_file: Arc<str>,
+    /// The messages.
+    pub messages: Arc<[Message]>,
+    /// Their entry ids (none).
+    pub entry_ids: Arc<[EntryId]>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+/// A request `check-engine` makes of a [`Conversation`], for each method of the table
+/// (`engines::methods::for_each_engine_method`).
+pub trait Exemplar: Sized {
+    /// The request over `conversation`; `None` when it needs what a conversation does not
+    /// give (a tool call) or has nothing to pass.
+    fn exemplar(conversation: &Conversation) -> Option<Self>;
+}
+
+impl Exemplar for BootstrapRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(BootstrapRequest {
+            session_id: Arc::clone(&c.session_id),
+            session_file: Arc::clone(&c.session_file),
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for IngestRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        (!c.messages.is_empty()).then(|| IngestRequest {
+            session_id: Arc::clone(&c.session_id),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            index: 0,
+            is_heartbeat: false,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for IngestBatchRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(IngestBatchRequest {
+            session_id: Arc::clone(&c.session_id),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            range: 0..c.messages.len(),
+            is_heartbeat: false,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for AssembleRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(AssembleRequest {
+            session_id: Arc::clone(&c.session_id),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            token_budget: None,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for AfterTurnRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(AfterTurnRequest {
+            session_id: Arc::clone(&c.session_id),
+            session_file: Arc::clone(&c.session_file),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            pre_prompt_message_count: c.messages.len().saturating_sub(1) as u64,
+            auto_compaction_summary: None,
+            is_heartbeat: false,
+            token_budget: None,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for MaintainRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(MaintainRequest {
+            session_id: Arc::clone(&c.session_id),
+            session_file: Arc::clone(&c.session_file),
+            reason: MaintainReason::Turn,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for CompactRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(CompactRequest::manual(
+            Arc::clone(&c.session_id),
+            Arc::clone(&c.session_file),
+            Arc::clone(&c.messages),
+            Arc::clone(&c.entry_ids),
+            c.host.clone(),
+        ))
+    }
+}
+
+impl Exemplar for SubagentEndedRequest {
+    fn exemplar(_: &Conversation) -> Option<Self> {
+        Some(SubagentEndedRequest {
+            child_session_key: Arc::from(EXEMPLAR_CHILD),
+            reason: SubagentEndReason::Completed,
+        })
+    }
+}
+
+impl Exemplar for ToolCallRequest {
+    fn exemplar(_: &Conversation) -> Option<Self> {
+        None
+    }
+}
+
+/// The child session key of `check-engine`'s subagent calls.
+pub const EXEMPLAR_CHILD: &str = "check-engine:child";
