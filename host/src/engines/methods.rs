@@ -18,10 +18,12 @@
 //!   ([`OPTIONAL_METHODS`]), the gateway which engine methods it answers.
 //!
 //! Adding an engine method means a row in each view, plus (besides the ABI and the author API)
-//! its [`Method`] variant, its owned request type, its isolation wire variant
-//! (`isolation::{protocol, worker, process}`), the string check of a new result type
-//! ([`super::checked`]) and its step in `check-engine` (`report::exercise`): those are still
-//! written by hand. So are the methods whose calls are not one shape (`prepareSubagentSpawn`
+//! its [`Method`] variant, its owned request type and the request `check-engine` makes of a
+//! conversation ([`super::request`]), its wire forms (`isolation::wire`), the string check of
+//! a new result type that holds strings ([`super::checked`]), and its place in
+//! [`EXERCISE_ORDER`]: those are still written by hand. The isolation wire variants, the
+//! worker's dispatch, the gateway's rows ([`GATEWAY_METHODS`]) and `check-engine`'s calls are
+//! driven by the table. So are the methods whose calls are not one shape (`prepareSubagentSpawn`
 //! returns a rollback handle, `dispose` runs once), beside the generated ones.
 
 use pincer_plugin_abi::latest::OptionalMethods;
@@ -37,6 +39,8 @@ use crate::types::Method;
 ///     canned: [the result when legacy lacks it] (empty: none, or a custom fallback),
 ///     check: [contract check of the result] (empty: none),
 ///     fallback: legacy | custom,
+///     strings: none | own (none: the result holds no string, its `CheckedStrings` is
+///         generated; own: written in `checked`),
 /// }
 /// ```
 ///
@@ -50,14 +54,17 @@ macro_rules! for_each_engine_method {
             ingest(IngestParams) -> abi::IngestResult {
                 variant: Ingest, request: IngestRequest,
                 optional: no, canned: [], check: [], fallback: legacy,
+                strings: none,
             }
             assemble(AssembleParams) -> abi::AssembleResult {
                 variant: Assemble, request: AssembleRequest,
                 optional: no, canned: [], check: [check_assemble], fallback: legacy,
+                strings: own,
             }
             compact(CompactParams) -> abi::CompactResult {
                 variant: Compact, request: CompactRequest,
                 optional: no, canned: [], check: [check_compact], fallback: legacy,
+                strings: own,
             }
             bootstrap(BootstrapParams) -> abi::BootstrapResult {
                 variant: Bootstrap, request: BootstrapRequest,
@@ -67,15 +74,18 @@ macro_rules! for_each_engine_method {
                     reason: ROption::RSome(DOWNGRADED_REASON.into()),
                 }],
                 check: [check_bootstrap], fallback: legacy,
+                strings: own,
             }
             ingest_batch(IngestBatchParams) -> abi::IngestBatchResult {
                 variant: IngestBatch, request: IngestBatchRequest,
                 optional: yes, canned: [abi::IngestBatchResult { ingested_count: 0 }],
                 check: [], fallback: legacy,
+                strings: none,
             }
             after_turn(AfterTurnParams) -> () {
                 variant: AfterTurn, request: AfterTurnRequest,
                 optional: yes, canned: [()], check: [], fallback: legacy,
+                strings: own,
             }
             maintain(MaintainParams) -> abi::MaintainResult {
                 variant: Maintain, request: MaintainRequest,
@@ -86,14 +96,17 @@ macro_rules! for_each_engine_method {
                     reason: ROption::RSome(DOWNGRADED_REASON.into()),
                 }],
                 check: [check_maintain], fallback: legacy,
+                strings: own,
             }
             call_tool(ToolCallParams) -> abi::ToolCallResult {
                 variant: CallTool, request: ToolCallRequest,
                 optional: yes, canned: [], check: [check_tool_result], fallback: custom,
+                strings: own,
             }
             on_subagent_ended(SubagentEndedParams) -> () {
                 variant: OnSubagentEnded, request: SubagentEndedRequest,
                 optional: yes, canned: [], check: [], fallback: custom,
+                strings: own,
             }
         }
     };

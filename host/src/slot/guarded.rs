@@ -293,6 +293,7 @@ macro_rules! guarded_methods {
     ($($name:ident($params:ident) -> $output:ty {
         variant: $method:ident, request: $request:ident, optional: $optional:ident,
         canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+        strings: $strings:ident,
     })*) => {
         $(guarded_methods!(@one $fallback $name $output, $method, $request,
             [$($canned)?], [$($check)?]);)*
@@ -346,6 +347,7 @@ macro_rules! guarded_calls {
     ($($name:ident($params:ident) -> $output:ty {
         variant: $method:ident, request: $request:ident, optional: $optional:ident,
         canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+        strings: $strings:ident,
     })*) => {
         $(guarded_calls!(@one $name $optional $output, $method, $request);)*
     };
