@@ -606,8 +606,14 @@ pub struct SubagentEndedRequest {
 }
 
 impl SubagentEndedRequest {
-    /// The ABI params for this request.
-    pub fn with_abi<R>(&self, f: impl FnOnce(&SubagentEndedParams<'_>) -> R) -> R {
+    /// The ABI params for this request, in the common shape of the table's requests: the
+    /// method takes no host parameters, so `abort` and `project` are unused.
+    pub fn with_abi<R>(
+        &self,
+        _abort: &AbortSignal,
+        _project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&SubagentEndedParams<'_>) -> R,
+    ) -> R {
         f(&SubagentEndedParams {
             child_session_key: RStr::from_str(&self.child_session_key),
             reason: self.reason,
