@@ -1270,16 +1270,20 @@ macro_rules! process_methods {
                     Some((session, messages, ids)) => self.worker.synced_call(
                         Method::$variant,
                         session,
-                        |synced| Call::Engine(EngineCall::$variant(SendParams::to_wire(params, synced))),
+                        |synced| {
+                            Call::Engine(Box::new(EngineCall::$variant(SendParams::to_wire(
+                                params, synced,
+                            ))))
+                        },
                         messages,
                         ids,
                     )?,
                     None => self.worker.call(
                         Method::$variant,
-                        Call::Engine(EngineCall::$variant(SendParams::to_wire(
+                        Call::Engine(Box::new(EngineCall::$variant(SendParams::to_wire(
                             params,
                             SyncedMessages::default(),
-                        ))),
+                        )))),
                     )?,
                 };
                 match reply {

@@ -403,8 +403,9 @@ for_each_engine_method!(wire_calls);
 /// The calls of the contract (and the rollback handles `prepareSubagentSpawn` returns).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Call {
-    /// A call of the method table's common shape.
-    Engine(EngineCall),
+    /// A call of the method table's common shape (boxed: its largest forms are several times
+    /// the size of the other calls).
+    Engine(Box<EngineCall>),
     /// `prepareSubagentSpawn`.
     PrepareSubagentSpawn {
         /// `parentSessionKey`.

@@ -443,7 +443,7 @@ for_each_engine_method!(serve_engine_methods);
 fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<CallReply, WireError> {
     let engine = &state.engine;
     match call {
-        Call::Engine(call) => serve_engine_method(state, call, signal),
+        Call::Engine(call) => serve_engine_method(state, *call, signal),
         Call::Ping => Ok(CallReply::Done),
         Call::PrepareSubagentSpawn {
             parent_session_key,
