@@ -24,12 +24,15 @@ use std::borrow::Cow;
 
 use pincer_plugin_abi::latest::{
     is_utf8, AssembleResult, AssembledItem, BootstrapResult, CommitTurnStatus, CompactParams,
-    CompactResult, EngineError, EngineInfo, EntryId, IngestBatchResult, IngestResult,
-    LlmCompleteRequest, MaintainResult, Message, SpawnRollbackBox, ToolCallResult,
+    CompactResult, EngineError, EngineInfo, EntryId, LlmCompleteRequest, MaintainResult, Message,
+    SpawnRollbackBox, ToolCallResult,
 };
 use pincer_plugin_abi::{ROption, RResult, RStr, RString};
 
+use pincer_plugin_abi::latest as abi;
+
 use super::error::{CallErrorKind, EngineCallError};
+use super::methods::for_each_engine_method;
 use crate::config::ResultLimits;
 use crate::types::Method;
 
@@ -63,17 +66,27 @@ impl CheckedStrings for () {
     }
 }
 
-impl CheckedStrings for IngestResult {
-    fn invalid_utf8(&self) -> Option<String> {
-        None
-    }
+/// `CheckedStrings` of each result of the method table that holds no string
+/// (`strings: none`).
+macro_rules! stringless_results {
+    ($($name:ident($params:ident) -> $result:ty {
+        variant: $variant:ident, request: $request:ident, optional: $optional:ident,
+        canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+        strings: $strings:ident,
+    })*) => {
+        $(stringless_results!(@one $strings $result);)*
+    };
+    (@one own $result:ty) => {};
+    (@one none $result:ty) => {
+        impl CheckedStrings for $result {
+            fn invalid_utf8(&self) -> Option<String> {
+                None
+            }
+        }
+    };
 }
 
-impl CheckedStrings for IngestBatchResult {
-    fn invalid_utf8(&self) -> Option<String> {
-        None
-    }
-}
+for_each_engine_method!(stringless_results);
 
 impl CheckedStrings for CommitTurnStatus {
     fn invalid_utf8(&self) -> Option<String> {

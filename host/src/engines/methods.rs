@@ -18,10 +18,12 @@
 //!   ([`OPTIONAL_METHODS`]), the gateway which engine methods it answers.
 //!
 //! Adding an engine method means a row in each view, plus (besides the ABI and the author API)
-//! its [`Method`] variant, its owned request type, its isolation wire variant
-//! (`isolation::{protocol, worker, process}`), the string check of a new result type
-//! ([`super::checked`]) and its step in `check-engine` (`report::exercise`): those are still
-//! written by hand. So are the methods whose calls are not one shape (`prepareSubagentSpawn`
+//! its [`Method`] variant, its owned request type and the request `check-engine` makes of a
+//! conversation ([`super::request`]), its wire forms (`isolation::wire`), the string check of
+//! a new result type that holds strings ([`super::checked`]), and its place in
+//! [`EXERCISE_ORDER`]: those are still written by hand. The isolation wire variants, the
+//! worker's dispatch, the gateway's rows ([`GATEWAY_METHODS`]) and `check-engine`'s calls are
+//! driven by the table. So are the methods whose calls are not one shape (`prepareSubagentSpawn`
 //! returns a rollback handle, `dispose` runs once), beside the generated ones.
 
 use pincer_plugin_abi::latest::OptionalMethods;
@@ -37,6 +39,8 @@ use crate::types::Method;
 ///     canned: [the result when legacy lacks it] (empty: none, or a custom fallback),
 ///     check: [contract check of the result] (empty: none),
 ///     fallback: legacy | custom,
+///     strings: none | own (none: the result holds no string, its `CheckedStrings` is
+///         generated; own: written in `checked`),
 /// }
 /// ```
 ///
@@ -50,14 +54,17 @@ macro_rules! for_each_engine_method {
             ingest(IngestParams) -> abi::IngestResult {
                 variant: Ingest, request: IngestRequest,
                 optional: no, canned: [], check: [], fallback: legacy,
+                strings: none,
             }
             assemble(AssembleParams) -> abi::AssembleResult {
                 variant: Assemble, request: AssembleRequest,
                 optional: no, canned: [], check: [check_assemble], fallback: legacy,
+                strings: own,
             }
             compact(CompactParams) -> abi::CompactResult {
                 variant: Compact, request: CompactRequest,
                 optional: no, canned: [], check: [check_compact], fallback: legacy,
+                strings: own,
             }
             bootstrap(BootstrapParams) -> abi::BootstrapResult {
                 variant: Bootstrap, request: BootstrapRequest,
@@ -67,15 +74,18 @@ macro_rules! for_each_engine_method {
                     reason: ROption::RSome(DOWNGRADED_REASON.into()),
                 }],
                 check: [check_bootstrap], fallback: legacy,
+                strings: own,
             }
             ingest_batch(IngestBatchParams) -> abi::IngestBatchResult {
                 variant: IngestBatch, request: IngestBatchRequest,
                 optional: yes, canned: [abi::IngestBatchResult { ingested_count: 0 }],
                 check: [], fallback: legacy,
+                strings: none,
             }
             after_turn(AfterTurnParams) -> () {
                 variant: AfterTurn, request: AfterTurnRequest,
                 optional: yes, canned: [()], check: [], fallback: legacy,
+                strings: own,
             }
             maintain(MaintainParams) -> abi::MaintainResult {
                 variant: Maintain, request: MaintainRequest,
@@ -86,14 +96,17 @@ macro_rules! for_each_engine_method {
                     reason: ROption::RSome(DOWNGRADED_REASON.into()),
                 }],
                 check: [check_maintain], fallback: legacy,
+                strings: own,
             }
             call_tool(ToolCallParams) -> abi::ToolCallResult {
                 variant: CallTool, request: ToolCallRequest,
                 optional: yes, canned: [], check: [check_tool_result], fallback: custom,
+                strings: own,
             }
             on_subagent_ended(SubagentEndedParams) -> () {
                 variant: OnSubagentEnded, request: SubagentEndedRequest,
                 optional: yes, canned: [], check: [], fallback: custom,
+                strings: own,
             }
         }
     };
@@ -302,6 +315,9 @@ pub struct MethodSpec {
     /// Whether the gateway answers it as a call of its own, by its contract name
     /// (`gateway::protocol`).
     pub gateway: bool,
+    /// Its place among the engine methods in the gateway's listing (`docs/GATEWAY.md`'s order,
+    /// which the unknown-method answer repeats); unused when `gateway` is false.
+    pub gateway_place: u8,
     /// How `check-engine` exercises it (`report::exercise`).
     pub exercise: Exercise,
 }
@@ -333,6 +349,7 @@ const fn row(
         offered: true,
         params,
         gateway: false,
+        gateway_place: 0,
         exercise: Exercise::Guarded,
     }
 }
@@ -342,10 +359,11 @@ const fn exercised(exercise: Exercise, spec: MethodSpec) -> MethodSpec {
     MethodSpec { exercise, ..spec }
 }
 
-/// `row`, answered by the gateway too.
-const fn at_gateway(spec: MethodSpec) -> MethodSpec {
+/// `row`, answered by the gateway too, listed at `place` among its engine methods.
+const fn at_gateway(place: u8, spec: MethodSpec) -> MethodSpec {
     MethodSpec {
         gateway: true,
+        gateway_place: place,
         ..spec
     }
 }
@@ -369,68 +387,90 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
         },
         BOOTSTRAP_PARAMS,
     ),
-    at_gateway(row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS)),
-    at_gateway(row(
-        Method::IngestBatch,
-        Some(OptionalMethods::INGEST_BATCH),
-        GuardPolicy::OPEN,
-        INGEST_BATCH_PARAMS,
-    )),
-    at_gateway(row(
-        Method::AfterTurn,
-        Some(OptionalMethods::AFTER_TURN),
-        GuardPolicy::OPEN,
-        AFTER_TURN_PARAMS,
-    )),
-    at_gateway(row(
-        Method::Assemble,
-        None,
-        GuardPolicy::OPEN,
-        ASSEMBLE_PARAMS,
-    )),
-    at_gateway(row(
-        Method::Compact,
-        None,
-        GuardPolicy {
-            timeout: TimeoutKey::Compaction,
-            overrun_counts: false,
-            ..GuardPolicy::CLOSED
-        },
-        COMPACT_PARAMS,
-    )),
-    at_gateway(row(
-        Method::Maintain,
-        Some(OptionalMethods::MAINTAIN),
-        GuardPolicy {
-            timeout: TimeoutKey::PerCallElseCompaction,
-            ..GuardPolicy::OPEN
-        },
-        MAINTAIN_PARAMS,
-    )),
-    at_gateway(row(
-        Method::PrepareSubagentSpawn,
-        Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
-        GuardPolicy::CLOSED,
-        PREPARE_SUBAGENT_SPAWN_PARAMS,
-    )),
-    at_gateway(row(
-        Method::OnSubagentEnded,
-        Some(OptionalMethods::ON_SUBAGENT_ENDED),
-        GuardPolicy::OPEN,
-        ON_SUBAGENT_ENDED_PARAMS,
-    )),
+    at_gateway(
+        0,
+        row(Method::Ingest, None, GuardPolicy::OPEN, INGEST_PARAMS),
+    ),
+    at_gateway(
+        1,
+        row(
+            Method::IngestBatch,
+            Some(OptionalMethods::INGEST_BATCH),
+            GuardPolicy::OPEN,
+            INGEST_BATCH_PARAMS,
+        ),
+    ),
+    at_gateway(
+        4,
+        row(
+            Method::AfterTurn,
+            Some(OptionalMethods::AFTER_TURN),
+            GuardPolicy::OPEN,
+            AFTER_TURN_PARAMS,
+        ),
+    ),
+    at_gateway(
+        2,
+        row(Method::Assemble, None, GuardPolicy::OPEN, ASSEMBLE_PARAMS),
+    ),
+    at_gateway(
+        3,
+        row(
+            Method::Compact,
+            None,
+            GuardPolicy {
+                timeout: TimeoutKey::Compaction,
+                overrun_counts: false,
+                ..GuardPolicy::CLOSED
+            },
+            COMPACT_PARAMS,
+        ),
+    ),
+    at_gateway(
+        5,
+        row(
+            Method::Maintain,
+            Some(OptionalMethods::MAINTAIN),
+            GuardPolicy {
+                timeout: TimeoutKey::PerCallElseCompaction,
+                ..GuardPolicy::OPEN
+            },
+            MAINTAIN_PARAMS,
+        ),
+    ),
+    at_gateway(
+        6,
+        row(
+            Method::PrepareSubagentSpawn,
+            Some(OptionalMethods::PREPARE_SUBAGENT_SPAWN),
+            GuardPolicy::CLOSED,
+            PREPARE_SUBAGENT_SPAWN_PARAMS,
+        ),
+    ),
+    at_gateway(
+        7,
+        row(
+            Method::OnSubagentEnded,
+            Some(OptionalMethods::ON_SUBAGENT_ENDED),
+            GuardPolicy::OPEN,
+            ON_SUBAGENT_ENDED_PARAMS,
+        ),
+    ),
     exercised(
         Exercise::Direct,
         row(Method::Rollback, None, GuardPolicy::CLOSED, &[]),
     ),
     exercised(
         Exercise::No,
-        at_gateway(row(
-            Method::CallTool,
-            Some(OptionalMethods::CALL_TOOL),
-            GuardPolicy::OPEN,
-            CALL_TOOL_PARAMS,
-        )),
+        at_gateway(
+            8,
+            row(
+                Method::CallTool,
+                Some(OptionalMethods::CALL_TOOL),
+                GuardPolicy::OPEN,
+                CALL_TOOL_PARAMS,
+            ),
+        ),
     ),
     MethodSpec {
         offered: false,
@@ -453,6 +493,22 @@ pub const METHODS: [MethodSpec; Method::ALL.len()] = [
             &[],
         ),
     ),
+];
+
+/// The methods `check-engine` calls ([`Exercise::Guarded`] and [`Exercise::Direct`] rows), in
+/// the lifecycle order it calls them.
+pub const EXERCISE_ORDER: [Method; 11] = [
+    Method::Bootstrap,
+    Method::Ingest,
+    Method::IngestBatch,
+    Method::Assemble,
+    Method::AfterTurn,
+    Method::Maintain,
+    Method::Compact,
+    Method::PrepareSubagentSpawn,
+    Method::Rollback,
+    Method::OnSubagentEnded,
+    Method::Dispose,
 ];
 
 /// The row of `method`.
@@ -491,6 +547,32 @@ pub const OPTIONAL_METHODS: [(u32, Method); OPTIONAL_COUNT] = {
             i += 1;
         }
         bit += 1;
+    }
+    out
+};
+
+/// How many methods the gateway answers as calls of their own.
+pub const GATEWAY_COUNT: usize = {
+    let mut count = 0;
+    let mut i = 0;
+    while i < METHODS.len() {
+        if METHODS[i].gateway {
+            count += 1;
+        }
+        i += 1;
+    }
+    count
+};
+
+/// The methods the gateway answers, in its listing's order ([`MethodSpec::gateway_place`]).
+pub const GATEWAY_METHODS: [Method; GATEWAY_COUNT] = {
+    let mut out = [Method::Factory; GATEWAY_COUNT];
+    let mut i = 0;
+    while i < METHODS.len() {
+        if METHODS[i].gateway {
+            out[METHODS[i].gateway_place as usize] = METHODS[i].method;
+        }
+        i += 1;
     }
     out
 };
@@ -557,6 +639,29 @@ mod tests {
         for row in METHODS.iter().filter(|row| !row.offered) {
             assert!(row.params.iter().all(|p| !p.offered), "{}", row.method);
         }
+    }
+
+    #[test]
+    fn check_engine_orders_every_method_it_exercises() {
+        let mut ordered = EXERCISE_ORDER.to_vec();
+        ordered.sort();
+        let exercised: Vec<Method> = METHODS
+            .iter()
+            .filter(|row| row.exercise != Exercise::No)
+            .map(|row| row.method)
+            .collect();
+        assert_eq!(ordered, exercised);
+    }
+
+    #[test]
+    fn gateway_places_are_distinct() {
+        let mut places: Vec<u8> = METHODS
+            .iter()
+            .filter(|row| row.gateway)
+            .map(|row| row.gateway_place)
+            .collect();
+        places.sort_unstable();
+        assert_eq!(places, (0..GATEWAY_COUNT as u8).collect::<Vec<_>>());
     }
 
     #[test]

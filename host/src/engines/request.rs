@@ -17,6 +17,8 @@ use pincer_plugin_abi::latest::{
 };
 use pincer_plugin_abi::{ROption, RSlice, RStr};
 
+use crate::types::Method;
+
 fn rstr(value: &Option<Arc<str>>) -> ROption<RStr<'_>> {
     match value {
         Some(s) => ROption::RSome(RStr::from_str(s)),
@@ -240,6 +242,77 @@ impl IngestBatchRequest {
                 entry_ids: entry_ids(&self.entry_ids, self.messages.len(), self.range.clone()),
                 is_heartbeat: self.is_heartbeat,
                 host: project(host),
+            })
+        })
+    }
+}
+
+/// How messages are handed to the engine after they are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngestMode {
+    /// `ingest`, once per message.
+    EachMessage,
+    /// `ingestBatch`, else (an engine without it) `ingest` per message.
+    Batch,
+}
+
+impl IngestMode {
+    /// The mode a call of `method` hands messages over in, when it is an ingestion.
+    pub const fn of(method: Method) -> Option<IngestMode> {
+        match method {
+            Method::Ingest => Some(IngestMode::EachMessage),
+            Method::IngestBatch => Some(IngestMode::Batch),
+            _ => None,
+        }
+    }
+}
+
+/// Stored messages `messages[range]` to hand to the engine, as [`IngestMode`] says: the
+/// requests of the `ingestBatch` → `ingest` fallback (docs/CONTRACT.md), which
+/// `slot::guarded::GuardedEngine::hand_over` runs.
+#[derive(Debug, Clone)]
+pub struct HandOverRequest {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The session's messages, holding the new ones.
+    pub messages: Arc<[Message]>,
+    /// The session entry of each message (empty: none).
+    pub entry_ids: Arc<[EntryId]>,
+    /// The new messages' positions.
+    pub range: Range<usize>,
+    /// Whether the turn is a heartbeat.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: HostInputs,
+    /// One batch, or one message at a time.
+    pub mode: IngestMode,
+}
+
+impl HandOverRequest {
+    /// The one batch call to try first (with [`IngestMode::Batch`]).
+    pub fn batch(&self) -> Option<Arc<IngestBatchRequest>> {
+        (self.mode == IngestMode::Batch).then(|| {
+            Arc::new(IngestBatchRequest {
+                session_id: Arc::clone(&self.session_id),
+                messages: Arc::clone(&self.messages),
+                entry_ids: Arc::clone(&self.entry_ids),
+                range: self.range.clone(),
+                is_heartbeat: self.is_heartbeat,
+                host: self.host.clone(),
+            })
+        })
+    }
+
+    /// The per-message calls, in order (without a batch, or when the engine has none).
+    pub fn each(&self) -> impl Iterator<Item = Arc<IngestRequest>> + '_ {
+        self.range.clone().map(|index| {
+            Arc::new(IngestRequest {
+                session_id: Arc::clone(&self.session_id),
+                messages: Arc::clone(&self.messages),
+                entry_ids: Arc::clone(&self.entry_ids),
+                index,
+                is_heartbeat: self.is_heartbeat,
+                host: self.host.clone(),
             })
         })
     }
@@ -533,8 +606,14 @@ pub struct SubagentEndedRequest {
 }
 
 impl SubagentEndedRequest {
-    /// The ABI params for this request.
-    pub fn with_abi<R>(&self, f: impl FnOnce(&SubagentEndedParams<'_>) -> R) -> R {
+    /// The ABI params for this request, in the common shape of the table's requests: the
+    /// method takes no host parameters, so `abort` and `project` are unused.
+    pub fn with_abi<R>(
+        &self,
+        _abort: &AbortSignal,
+        _project: impl FnOnce(HostParams<'_>) -> HostParams<'_>,
+        f: impl FnOnce(&SubagentEndedParams<'_>) -> R,
+    ) -> R {
         f(&SubagentEndedParams {
             child_session_key: RStr::from_str(&self.child_session_key),
             reason: self.reason,
@@ -573,3 +652,132 @@ impl ToolCallRequest {
         })
     }
 }
+
+/// The conversation `check-engine` (`report::exercise`) calls every method over: messages of
+/// a session that has no entries.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// The session id.
+    pub session_id: Arc<str>,
+    /// The transcript file named to the engine.
+    pub session_file: Arc<str>,
+    /// The messages.
+    pub messages: Arc<[Message]>,
+    /// Their entry ids (none).
+    pub entry_ids: Arc<[EntryId]>,
+    /// Host parameters.
+    pub host: HostInputs,
+}
+
+/// A request `check-engine` makes of a [`Conversation`], for each method of the table
+/// (`engines::methods::for_each_engine_method`).
+pub trait Exemplar: Sized {
+    /// The request over `conversation`; `None` when it needs what a conversation does not
+    /// give (a tool call) or has nothing to pass.
+    fn exemplar(conversation: &Conversation) -> Option<Self>;
+}
+
+impl Exemplar for BootstrapRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(BootstrapRequest {
+            session_id: Arc::clone(&c.session_id),
+            session_file: Arc::clone(&c.session_file),
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for IngestRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        (!c.messages.is_empty()).then(|| IngestRequest {
+            session_id: Arc::clone(&c.session_id),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            index: 0,
+            is_heartbeat: false,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for IngestBatchRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(IngestBatchRequest {
+            session_id: Arc::clone(&c.session_id),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            range: 0..c.messages.len(),
+            is_heartbeat: false,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for AssembleRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(AssembleRequest {
+            session_id: Arc::clone(&c.session_id),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            token_budget: None,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for AfterTurnRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(AfterTurnRequest {
+            session_id: Arc::clone(&c.session_id),
+            session_file: Arc::clone(&c.session_file),
+            messages: Arc::clone(&c.messages),
+            entry_ids: Arc::clone(&c.entry_ids),
+            pre_prompt_message_count: c.messages.len().saturating_sub(1) as u64,
+            auto_compaction_summary: None,
+            is_heartbeat: false,
+            token_budget: None,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for MaintainRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(MaintainRequest {
+            session_id: Arc::clone(&c.session_id),
+            session_file: Arc::clone(&c.session_file),
+            reason: MaintainReason::Turn,
+            host: c.host.clone(),
+        })
+    }
+}
+
+impl Exemplar for CompactRequest {
+    fn exemplar(c: &Conversation) -> Option<Self> {
+        Some(CompactRequest::manual(
+            Arc::clone(&c.session_id),
+            Arc::clone(&c.session_file),
+            Arc::clone(&c.messages),
+            Arc::clone(&c.entry_ids),
+            c.host.clone(),
+        ))
+    }
+}
+
+impl Exemplar for SubagentEndedRequest {
+    fn exemplar(_: &Conversation) -> Option<Self> {
+        Some(SubagentEndedRequest {
+            child_session_key: Arc::from(EXEMPLAR_CHILD),
+            reason: SubagentEndReason::Completed,
+        })
+    }
+}
+
+impl Exemplar for ToolCallRequest {
+    fn exemplar(_: &Conversation) -> Option<Self> {
+        None
+    }
+}
+
+/// The child session key of `check-engine`'s subagent calls.
+pub const EXEMPLAR_CHILD: &str = "check-engine:child";

@@ -1,8 +1,8 @@
 //! The gateway's wire protocol: one JSON request per HTTP `POST /v1/call`, one JSON answer.
 //!
-//! A request names a contract method (`ingest`, `ingestBatch`, `assemble`, `compact`,
-//! `afterTurn`, `maintain`, `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`), the
-//! harness's `turn`, or a gateway method (`health`, `doctor`, `reload`), the session key it is
+//! A request names a contract method (the method table's rows answered at the gateway:
+//! [`crate::engines::methods::GATEWAY_METHODS`]), the harness's `turn`, or a gateway method
+//! (`health`, `doctor`, `reload`), the session key it is
 //! for, and its parameters. Every successful answer carries the `engineId` and `generation`
 //! that served it; every failure a stable snake_case `code` and a message saying what was wrong
 //! and what to do, and — when an engine had been taken for the call — that engine's `engineId`
@@ -11,7 +11,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::engines::methods::GATEWAY_METHODS;
 use crate::session::key::SessionKey;
+use crate::types::Method;
 
 /// The path every call is posted to.
 pub const CALL_PATH: &str = "/v1/call";
@@ -21,24 +23,9 @@ pub const CALL_PATH: &str = "/v1/call";
 pub enum GatewayMethod {
     /// One agent turn through the harness (`prompt`).
     Turn,
-    /// Appends one message and has the engine ingest it.
-    Ingest,
-    /// Appends messages and has the engine ingest them as a batch.
-    IngestBatch,
-    /// The engine's assembly of the session (by reference unless `full`).
-    Assemble,
-    /// Compacts the session now.
-    Compact,
-    /// `afterTurn` over the session's snapshot.
-    AfterTurn,
-    /// `maintain` with a reason.
-    Maintain,
-    /// `prepareSubagentSpawn` for a child session.
-    PrepareSubagentSpawn,
-    /// `onSubagentEnded` for a child session.
-    OnSubagentEnded,
-    /// `callTool` of an engine tool.
-    CallTool,
+    /// An engine method the method table has the gateway answer
+    /// ([`crate::engines::methods::MethodSpec::gateway`]), on the session's snapshot.
+    Engine(Method),
     /// Engines, generations, quarantine.
     Health,
     /// The doctor report.
@@ -48,36 +35,26 @@ pub enum GatewayMethod {
 }
 
 impl GatewayMethod {
-    /// Every method, in the order the documentation lists them.
-    pub const ALL: [GatewayMethod; 13] = [
-        GatewayMethod::Turn,
-        GatewayMethod::Ingest,
-        GatewayMethod::IngestBatch,
-        GatewayMethod::Assemble,
-        GatewayMethod::Compact,
-        GatewayMethod::AfterTurn,
-        GatewayMethod::Maintain,
-        GatewayMethod::PrepareSubagentSpawn,
-        GatewayMethod::OnSubagentEnded,
-        GatewayMethod::CallTool,
-        GatewayMethod::Health,
-        GatewayMethod::Doctor,
-        GatewayMethod::Reload,
-    ];
+    /// Every method, in the order the documentation lists them: `turn`, the engine methods
+    /// ([`GATEWAY_METHODS`]), then the gateway's own.
+    pub const ALL: [GatewayMethod; GATEWAY_METHODS.len() + 4] = {
+        let mut all = [GatewayMethod::Turn; GATEWAY_METHODS.len() + 4];
+        let mut i = 0;
+        while i < GATEWAY_METHODS.len() {
+            all[i + 1] = GatewayMethod::Engine(GATEWAY_METHODS[i]);
+            i += 1;
+        }
+        all[i + 1] = GatewayMethod::Health;
+        all[i + 2] = GatewayMethod::Doctor;
+        all[i + 3] = GatewayMethod::Reload;
+        all
+    };
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             GatewayMethod::Turn => "turn",
-            GatewayMethod::Ingest => "ingest",
-            GatewayMethod::IngestBatch => "ingestBatch",
-            GatewayMethod::Assemble => "assemble",
-            GatewayMethod::Compact => "compact",
-            GatewayMethod::AfterTurn => "afterTurn",
-            GatewayMethod::Maintain => "maintain",
-            GatewayMethod::PrepareSubagentSpawn => "prepareSubagentSpawn",
-            GatewayMethod::OnSubagentEnded => "onSubagentEnded",
-            GatewayMethod::CallTool => "callTool",
+            GatewayMethod::Engine(method) => method.as_str(),
             GatewayMethod::Health => "health",
             GatewayMethod::Doctor => "doctor",
             GatewayMethod::Reload => "reload",
@@ -89,11 +66,12 @@ impl GatewayMethod {
         Self::ALL.into_iter().find(|m| m.as_str() == name)
     }
 
-    /// The engine method a call of this method is, when it is one (the method table's rows
-    /// answered at the gateway: [`crate::engines::methods::MethodSpec::gateway`]).
-    pub fn engine_method(self) -> Option<crate::types::Method> {
-        crate::types::Method::from_name(self.as_str())
-            .filter(|method| crate::engines::methods::spec(*method).gateway)
+    /// The engine method a call of this method is, when it is one.
+    pub fn engine_method(self) -> Option<Method> {
+        match self {
+            GatewayMethod::Engine(method) => Some(method),
+            _ => None,
+        }
     }
 
     /// Whether the method works on a session (and so needs `session`).

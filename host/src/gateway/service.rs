@@ -36,6 +36,7 @@ use crate::slot::runtime::Runtime;
 use crate::slot::source::EngineSource;
 
 use super::protocol::{kind_of, CallRequest, GatewayError, GatewayMethod, Params};
+use crate::types::Method;
 
 /// A method's answer before the envelope: who served it and the result, as JSON text.
 #[derive(Debug)]
@@ -461,7 +462,7 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Assemble => {
+        GatewayMethod::Engine(Method::Assemble) => {
             let engine = take(parts, involved);
             let full = params.flag("full")?;
             let assemble = AssembleParams {
@@ -598,21 +599,24 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Ingest | GatewayMethod::IngestBatch => {
+        GatewayMethod::Engine(ingest) if IngestMode::of(ingest).is_some() => {
             let engine = take(parts, involved);
             let is_heartbeat = params.flag("isHeartbeat")?;
-            let (messages, mode) = if method == GatewayMethod::Ingest {
-                let message =
-                    message_of(method, "message", params.required("message", "a message")?)?;
-                (vec![message], IngestMode::EachMessage)
-            } else {
-                let list = params.array("messages")?.ok_or_else(|| {
-                    GatewayError::bad_request(
-                        "invalid_params",
-                        "ingestBatch needs params.messages (an array of messages)",
-                    )
-                })?;
-                (messages_of(method, "messages", list)?, IngestMode::Batch)
+            let (messages, mode) = match IngestMode::of(ingest) {
+                Some(IngestMode::Batch) => {
+                    let list = params.array("messages")?.ok_or_else(|| {
+                        GatewayError::bad_request(
+                            "invalid_params",
+                            format!("{method} needs params.messages (an array of messages)"),
+                        )
+                    })?;
+                    (messages_of(method, "messages", list)?, IngestMode::Batch)
+                }
+                _ => {
+                    let message =
+                        message_of(method, "message", params.required("message", "a message")?)?;
+                    (vec![message], IngestMode::EachMessage)
+                }
             };
             let ingested = harness
                 .session(session)
@@ -643,7 +647,7 @@ fn serve_session(
                 },
             )
         }
-        GatewayMethod::Compact => {
+        GatewayMethod::Engine(Method::Compact) => {
             let instructions = params.str("customInstructions")?;
             drop(take(parts, involved));
             let before = session.served_by().cloned();
@@ -657,7 +661,7 @@ fn serve_session(
                 .unwrap_or_else(|| EngineServed::of(&parts.source.current()));
             Served::by(served, &report)
         }
-        GatewayMethod::AfterTurn => {
+        GatewayMethod::Engine(Method::AfterTurn) => {
             let engine = take(parts, involved);
             let after = AfterTurnParams {
                 pre_prompt_message_count: params.u64("prePromptMessageCount")?,
@@ -671,7 +675,7 @@ fn serve_session(
                 .map_err(session_error)?;
             Served::of(&engine, &called(answer.map(|g| g.answer.answered_by)))
         }
-        GatewayMethod::Maintain => {
+        GatewayMethod::Engine(Method::Maintain) => {
             let engine = take(parts, involved);
             let reason = params.str("reason")?.unwrap_or("manual");
             let answer = harness
@@ -690,7 +694,7 @@ fn serve_session(
                 }),
             )
         }
-        GatewayMethod::CallTool => {
+        GatewayMethod::Engine(Method::CallTool) => {
             let engine = take(parts, involved);
             let arguments_json = match params.get("arguments") {
                 None => "{}".to_owned(),
@@ -715,7 +719,7 @@ fn serve_session(
                 }),
             )
         }
-        GatewayMethod::PrepareSubagentSpawn => {
+        GatewayMethod::Engine(Method::PrepareSubagentSpawn) => {
             let engine = take(parts, involved);
             let child = params.required_str("childSessionKey")?;
             // A child is named by a key too, never by a path.
@@ -756,7 +760,7 @@ fn serve_session(
                 }),
             )
         }
-        GatewayMethod::OnSubagentEnded => {
+        GatewayMethod::Engine(Method::OnSubagentEnded) => {
             let engine = take(parts, involved);
             harness.settle(session);
             let child = params.required_str("childSessionKey")?;
@@ -796,6 +800,10 @@ fn serve_session(
         GatewayMethod::Health | GatewayMethod::Doctor | GatewayMethod::Reload => {
             unreachable!("served by serve_global")
         }
+        GatewayMethod::Engine(other) => Err(GatewayError::bad_request(
+            "unknown_method",
+            format!("the gateway does not answer {other}"),
+        )),
     }
 }
 

@@ -1,5 +1,5 @@
 //! The session handle: every operation a front (the gateway, the CLI) runs on one held session
-//! — `assemble`, `ingest` and `ingestBatch` (with its fallback to `ingest` per message),
+//! — `assemble`, `ingest` one message at a time or as a batch (the engine layer falls back),
 //! `afterTurn`, `maintain`, tool calls, subagent preparation and end, turns and compaction —
 //! as methods of [`Session`], taking the harness's own parameter types. A front parses its
 //! input into those types, calls the handle, and prints what it returns: it builds no engine
@@ -19,8 +19,8 @@ use pincer_plugin_abi::latest::{
 
 use crate::engines::instance::Rollback;
 use crate::engines::request::{
-    no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
-    MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+    no_entry_ids, AfterTurnRequest, AssembleRequest, HandOverRequest, HostInputs, MaintainRequest,
+    SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
 
@@ -69,16 +69,9 @@ pub struct Assembled {
     pub answer: Guarded<AssembleResult>,
 }
 
-/// How messages are handed to the engine after they are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IngestMode {
-    /// `ingest`, once per message.
-    EachMessage,
-    /// `ingestBatch`, else (an engine without it) `ingest` per message.
-    Batch,
-}
+pub use crate::engines::request::IngestMode;
 
-/// What `ingest` / `ingestBatch` store and hand to the engine.
+/// What an ingestion stores and hands to the engine.
 #[derive(Debug, Clone)]
 pub struct IngestParams {
     /// The messages, appended to the session in order.
@@ -270,7 +263,7 @@ impl Session<'_> {
     }
 
     /// Appends the messages to the session, makes them durable, and hands them to `engine`
-    /// (`ingestBatch`, else `ingest` per message; or `ingest` per message).
+    /// as [`IngestParams::mode`] says.
     ///
     /// # Errors
     /// The session could not be written or read; the guard refused.
@@ -444,52 +437,24 @@ pub(super) struct HandedOver {
     pub(super) answered_by: Option<String>,
 }
 
-/// Hands `what` to `engine`: with [`IngestMode::Batch`] one `ingestBatch`, else (the engine
-/// has none) and with [`IngestMode::EachMessage`] `ingest` per message. The one place of the
-/// `ingestBatch` → `ingest` fallback, for the fronts and the turn's finalize.
+/// Hands `what` to `engine` as `mode` says ([`GuardedEngine::hand_over`], which runs the
+/// batch → per-message fallback), for the fronts and the turn's finalize.
 pub(super) fn hand_over(
     engine: &GuardedEngine,
     what: &HandOver<'_>,
     mode: IngestMode,
 ) -> Result<HandedOver, GuardError> {
-    let snapshot = what.snapshot;
-    if mode == IngestMode::Batch {
-        let batch = engine.ingest_batch(
-            Arc::new(IngestBatchRequest {
-                session_id: Arc::clone(&what.session_id),
-                messages: Arc::clone(&snapshot.messages),
-                entry_ids: Arc::clone(&snapshot.entry_ids),
-                range: what.range.clone(),
-                is_heartbeat: what.is_heartbeat,
-                host: what.host.clone(),
-            }),
-            abort(),
-        )?;
-        if let Some(guarded) = batch {
-            return Ok(HandedOver {
-                ingested: guarded.value.ingested_count,
-                answered_by: Some(guarded.answer.answered_by.to_string()),
-            });
-        }
-    }
-    let mut handed = HandedOver {
-        ingested: 0,
-        answered_by: None,
-    };
-    for index in what.range.clone() {
-        let guarded = engine.ingest(
-            Arc::new(IngestRequest {
-                session_id: Arc::clone(&what.session_id),
-                messages: Arc::clone(&snapshot.messages),
-                entry_ids: Arc::clone(&snapshot.entry_ids),
-                index,
-                is_heartbeat: what.is_heartbeat,
-                host: what.host.clone(),
-            }),
-            abort(),
-        )?;
-        handed.ingested += u64::from(guarded.value.ingested);
-        handed.answered_by = Some(guarded.answer.answered_by.to_string());
-    }
-    Ok(handed)
+    let (ingested, answered_by) = engine.hand_over(&HandOverRequest {
+        session_id: Arc::clone(&what.session_id),
+        messages: Arc::clone(&what.snapshot.messages),
+        entry_ids: Arc::clone(&what.snapshot.entry_ids),
+        range: what.range.clone(),
+        is_heartbeat: what.is_heartbeat,
+        host: what.host.clone(),
+        mode,
+    })?;
+    Ok(HandedOver {
+        ingested,
+        answered_by: answered_by.map(|name| name.to_string()),
+    })
 }

@@ -8,13 +8,12 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_abi::latest::{AbortController, SubagentContextMode, SubagentEndReason};
+use pincer_plugin_abi::latest::{AbortController, SubagentContextMode};
 use serde::Serialize;
 
+use crate::engines::methods::{for_each_engine_method, EXERCISE_ORDER};
 use crate::engines::request::{
-    AfterTurnRequest, AssembleRequest, BootstrapRequest, CompactRequest, HostInputs,
-    IngestBatchRequest, IngestRequest, MaintainReason, MaintainRequest, SubagentEndedRequest,
-    SubagentSpawnRequest,
+    Conversation, Exemplar, HostInputs, SubagentSpawnRequest, EXEMPLAR_CHILD,
 };
 
 use crate::engines::instance::EngineCallError;
@@ -115,122 +114,105 @@ impl Recorder<'_> {
     }
 }
 
-/// Calls every method of `engine` once over `transcript`; see the module docs.
+/// A call of each row of the method table over a conversation, by its method.
+macro_rules! exercise_rows {
+    ($($name:ident($params:ident) -> $result:ty {
+        variant: $variant:ident, request: $request:ident, $($row:tt)*
+    })*) => {
+        /// Calls `method` (a row of the table's common shape) over `conversation` through the
+        /// guard; `false` when it is not such a row.
+        fn exercise_row(
+            engine: &GuardedEngine,
+            method: Method,
+            conversation: &Conversation,
+            record: &mut Recorder<'_>,
+        ) -> bool {
+            match method {
+                $(Method::$variant => {
+                    if let Some(request) =
+                        <crate::engines::request::$request as Exemplar>::exemplar(conversation)
+                    {
+                        let abort = Arc::new(AbortController::new());
+                        record.guarded(method, engine.call(&Arc::new(request), &abort));
+                    }
+                    true
+                })*
+                _ => false,
+            }
+        }
+    };
+}
+
+for_each_engine_method!(exercise_rows);
+
+/// Calls every method of `engine` once over `transcript`, in the table's lifecycle order
+/// ([`EXERCISE_ORDER`]); see the module docs.
 pub fn exercise_engine(
     engine: &GuardedEngine,
     quarantine: &Quarantine,
     transcript: &Transcript,
 ) -> Vec<MethodOutcome> {
-    let messages = transcript.shared_messages();
     let session: Arc<str> = Arc::from("check-engine");
-    let file: Arc<str> = Arc::from("check-engine.jsonl");
-    let host = HostInputs {
-        session_key: Some(Arc::clone(&session)),
-        ..HostInputs::default()
+    let conversation = Conversation {
+        session_id: Arc::clone(&session),
+        session_file: Arc::from("check-engine.jsonl"),
+        messages: transcript.shared_messages(),
+        // A conversation file has no session entries: nothing to pass beside the messages.
+        entry_ids: crate::engines::request::no_entry_ids(),
+        host: HostInputs {
+            session_key: Some(Arc::clone(&session)),
+            ..HostInputs::default()
+        },
     };
-    let abort = || Arc::new(AbortController::new());
-    // A conversation file has no session entries: nothing to pass beside the messages.
-    let entry_ids = crate::engines::request::no_entry_ids();
     let mut record = Recorder {
         quarantine,
         id: engine.id().to_owned(),
         out: Vec::new(),
     };
-
-    let bootstrap = BootstrapRequest {
-        session_id: Arc::clone(&session),
-        session_file: Arc::clone(&file),
-        host: host.clone(),
-    };
-    record.guarded(
-        Method::Bootstrap,
-        engine.bootstrap(Arc::new(bootstrap), abort()),
-    );
-    if !messages.is_empty() {
-        let ingest = IngestRequest {
-            session_id: Arc::clone(&session),
-            messages: Arc::clone(&messages),
-            entry_ids: Arc::clone(&entry_ids),
-            index: 0,
-            is_heartbeat: false,
-            host: host.clone(),
-        };
-        record.guarded(
-            Method::Ingest,
-            engine.ingest(Arc::new(ingest), abort()).map(Some),
-        );
+    for method in EXERCISE_ORDER {
+        match method {
+            Method::PrepareSubagentSpawn => spawn_and_roll_back(engine, &session, &mut record),
+            // Run right after `prepareSubagentSpawn` gave its handle.
+            Method::Rollback => {}
+            // `dispose` is optional: an engine without one has nothing to call.
+            Method::Dispose => {
+                if engine
+                    .primary()
+                    .descriptor()
+                    .has(pincer_plugin_abi::latest::OptionalMethods::DISPOSE)
+                {
+                    record.direct(Method::Dispose, engine.dispose());
+                } else {
+                    record.push(MethodOutcome {
+                        method: Method::Dispose,
+                        outcome: "not-implemented",
+                        answered_by: None,
+                        error: None,
+                        quarantined: false,
+                    });
+                }
+            }
+            other => {
+                exercise_row(engine, other, &conversation, &mut record);
+            }
+        }
     }
-    let batch = IngestBatchRequest {
-        session_id: Arc::clone(&session),
-        messages: Arc::clone(&messages),
-        entry_ids: Arc::clone(&entry_ids),
-        range: 0..messages.len(),
-        is_heartbeat: false,
-        host: host.clone(),
-    };
-    record.guarded(
-        Method::IngestBatch,
-        engine.ingest_batch(Arc::new(batch), abort()),
-    );
-    let assemble = AssembleRequest {
-        session_id: Arc::clone(&session),
-        messages: Arc::clone(&messages),
-        entry_ids: Arc::clone(&entry_ids),
-        token_budget: None,
-        host: host.clone(),
-    };
-    record.guarded(
-        Method::Assemble,
-        engine.assemble(Arc::new(assemble), abort()).map(Some),
-    );
-    let after_turn = AfterTurnRequest {
-        session_id: Arc::clone(&session),
-        session_file: Arc::clone(&file),
-        messages: Arc::clone(&messages),
-        entry_ids: Arc::clone(&entry_ids),
-        pre_prompt_message_count: messages.len().saturating_sub(1) as u64,
-        auto_compaction_summary: None,
-        is_heartbeat: false,
-        token_budget: None,
-        host: host.clone(),
-    };
-    record.guarded(
-        Method::AfterTurn,
-        engine.after_turn(Arc::new(after_turn), abort()),
-    );
-    let maintain = MaintainRequest {
-        session_id: Arc::clone(&session),
-        session_file: Arc::clone(&file),
-        reason: MaintainReason::Turn,
-        host: host.clone(),
-    };
-    record.guarded(
-        Method::Maintain,
-        engine.maintain(Arc::new(maintain), abort()),
-    );
-    let compact = CompactRequest::manual(
-        Arc::clone(&session),
-        file,
-        Arc::clone(&messages),
-        entry_ids,
-        host,
-    );
-    record.guarded(
-        Method::Compact,
-        engine.compact(Arc::new(compact), abort()).map(Some),
-    );
+    record.out
+}
 
+/// `prepareSubagentSpawn`, and the rollback handle it gives: the spawn "fails" right after
+/// preparing.
+fn spawn_and_roll_back(engine: &GuardedEngine, session: &Arc<str>, record: &mut Recorder<'_>) {
     let spawn = engine.prepare_subagent_spawn(Arc::new(SubagentSpawnRequest {
-        parent_session_key: Arc::clone(&session),
-        child_session_key: Arc::from("check-engine:child"),
+        parent_session_key: Arc::clone(session),
+        child_session_key: Arc::from(EXEMPLAR_CHILD),
         context_mode: Some(SubagentContextMode::Isolated),
-        parent_session_id: Some(Arc::clone(&session)),
+        parent_session_id: Some(Arc::clone(session)),
         parent_session_file: None,
         child_session_id: None,
         child_session_file: None,
         ttl_ms: None,
     }));
-    // Exercise the rollback handle too: the spawn "fails" right after preparing.
     let (spawn, rollback) = match spawn {
         Ok(Some(Guarded {
             value: Some(rollback),
@@ -249,31 +231,6 @@ pub fn exercise_engine(
     if let Some(result) = rollback {
         record.direct(Method::Rollback, result);
     }
-    let ended = SubagentEndedRequest {
-        child_session_key: Arc::from("check-engine:child"),
-        reason: SubagentEndReason::Completed,
-    };
-    record.guarded(
-        Method::OnSubagentEnded,
-        engine.on_subagent_ended(Arc::new(ended)),
-    );
-    // `dispose` is optional: an engine without one has nothing to call.
-    if engine
-        .primary()
-        .descriptor()
-        .has(pincer_plugin_abi::latest::OptionalMethods::DISPOSE)
-    {
-        record.direct(Method::Dispose, engine.dispose());
-    } else {
-        record.push(MethodOutcome {
-            method: Method::Dispose,
-            outcome: "not-implemented",
-            answered_by: None,
-            error: None,
-            quarantined: false,
-        });
-    }
-    record.out
 }
 
 #[cfg(test)]

@@ -35,7 +35,8 @@
 //! methods (`assemble`, `ingest`, …) are one-line wrappers around it. The impls and the named
 //! methods are expanded from the method table ([`crate::engines::methods`]), which also gives
 //! each method's fail mode, optional bit, deadline window and whether an overrun counts; only
-//! the methods of another shape (`callTool`'s error result, the subagent calls) are written
+//! the guard's own fallbacks ([`CustomFallback`]: a tool call's error result) and the
+//! methods of another shape (`prepareSubagentSpawn`, the rollback, `dispose`) are written
 //! here. Nothing is cloned per call: the request and the controller are borrowed inline (the
 //! hand-off clones their `Arc`s), who answered is a shared [`EngineName`], and the deadline
 //! windows and the projection mask are worked out when the guard is built.
@@ -58,7 +59,9 @@ use crate::engines::instance::{
     CallErrorKind, EngineCallError, EngineDescriptor, EngineInstance, Rollback,
 };
 use crate::engines::methods::{for_each_engine_method, spec, FailMode, TimeoutKey};
-use crate::engines::request::{SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest};
+use crate::engines::request::{
+    HandOverRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+};
 use crate::engines::session_worker::{self, OnStuck, WorkError};
 use crate::plugins::library::LoadedLibrary;
 use crate::slot::contract::{
@@ -285,18 +288,41 @@ fn trusted_call<R: GuardedMethod>(
     Ok(output)
 }
 
-/// Implements [`GuardedMethod`] for each method of the table whose fallback is `legacy`'s
-/// same method; its canned result answers when legacy lacks an optional one.
+/// Implements [`GuardedMethod`] for each method of the table: the engine's call through the
+/// host-parameter mask, the row's contract check, and its fallback — `legacy`'s same method
+/// (its canned result when legacy lacks an optional one), or the guard's own
+/// ([`CustomFallback`]).
 macro_rules! guarded_methods {
     ($($name:ident($params:ident) -> $output:ty {
         variant: $method:ident, request: $request:ident, optional: $optional:ident,
         canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+        strings: $strings:ident,
     })*) => {
         $(guarded_methods!(@one $fallback $name $output, $method, $request,
             [$($canned)?], [$($check)?]);)*
     };
-    (@one custom $($rest:tt)*) => {};
-    (@one legacy $name:ident $output:ty, $method:ident, $request:ident,
+    (@fallback custom $name:ident $output:ty, [$($canned:expr)?]) => {
+        fn fallback(
+            &self,
+            _: &EngineInstance,
+            _: &AbortSignal,
+        ) -> Result<$output, EngineCallError> {
+            Ok(CustomFallback::fallback_result(self))
+        }
+    };
+    (@fallback legacy $name:ident $output:ty, [$($canned:expr)?]) => {
+        fn fallback(
+            &self,
+            legacy: &EngineInstance,
+            abort: &AbortSignal,
+        ) -> Result<$output, EngineCallError> {
+            $(if Self::OPTIONAL.is_some_and(|bit| !legacy.descriptor().has(bit)) {
+                return Ok($canned);
+            })?
+            self.with_abi(abort, |host| host, |p| legacy.$name(p))
+        }
+    };
+    (@one $fallback:ident $name:ident $output:ty, $method:ident, $request:ident,
         [$($canned:expr)?], [$($check:path)?]) => {
         impl GuardedMethod for crate::engines::request::$request {
             type Output = $output;
@@ -313,16 +339,7 @@ macro_rules! guarded_methods {
                 })
             }
 
-            fn fallback(
-                &self,
-                legacy: &EngineInstance,
-                abort: &AbortSignal,
-            ) -> Result<$output, EngineCallError> {
-                $(if Self::OPTIONAL.is_some_and(|bit| !legacy.descriptor().has(bit)) {
-                    return Ok($canned);
-                })?
-                self.with_abi(abort, |host| host, |p| legacy.$name(p))
-            }
+            guarded_methods!(@fallback $fallback $name $output, [$($canned)?]);
 
             $(fn check_result(
                 &self,
@@ -335,6 +352,32 @@ macro_rules! guarded_methods {
     };
 }
 
+/// The guard's own answer when a method of the table with `fallback: custom` fails: what the
+/// caller gets instead of `legacy`'s.
+trait CustomFallback: GuardedMethod {
+    /// The stand-in result.
+    fn fallback_result(&self) -> Self::Output;
+}
+
+/// A tool call: `legacy` declares no tools, so the model gets an error result.
+impl CustomFallback for ToolCallRequest {
+    fn fallback_result(&self) -> ToolCallResult {
+        ToolCallResult {
+            content: format!(
+                "Tool {} is unavailable: its context engine failed and was quarantined.",
+                self.tool_name
+            )
+            .into(),
+            is_error: true,
+        }
+    }
+}
+
+/// A subagent's end: nothing to tell `legacy`.
+impl CustomFallback for SubagentEndedRequest {
+    fn fallback_result(&self) {}
+}
+
 for_each_engine_method!(guarded_methods);
 
 /// [`GuardedEngine`]'s named call of each method of the table that takes an abort signal:
@@ -344,6 +387,7 @@ macro_rules! guarded_calls {
     ($($name:ident($params:ident) -> $output:ty {
         variant: $method:ident, request: $request:ident, optional: $optional:ident,
         canned: [$($canned:expr)?], check: [$($check:path)?], fallback: $fallback:ident,
+        strings: $strings:ident,
     })*) => {
         $(guarded_calls!(@one $name $optional $output, $method, $request);)*
     };
@@ -376,48 +420,6 @@ macro_rules! guarded_calls {
     };
 }
 
-/// `callTool`: `legacy` declares no tools, so the model gets an error result.
-impl GuardedMethod for ToolCallRequest {
-    type Output = ToolCallResult;
-    const METHOD: Method = Method::CallTool;
-
-    fn call(
-        &self,
-        engine: &EngineInstance,
-        abort: &AbortSignal,
-        mask: HostParamMask,
-    ) -> Result<ToolCallResult, EngineCallError> {
-        self.with_abi(
-            abort,
-            |host| mask.apply(Method::CallTool, &host),
-            |p| engine.call_tool(p),
-        )
-    }
-
-    fn check_result(
-        &self,
-        output: &mut ToolCallResult,
-        limits: &ResultLimits,
-    ) -> Result<(), ContractViolation> {
-        check_tool_result(self, output, limits)
-    }
-
-    fn fallback(
-        &self,
-        _: &EngineInstance,
-        _: &AbortSignal,
-    ) -> Result<ToolCallResult, EngineCallError> {
-        Ok(ToolCallResult {
-            content: format!(
-                "Tool {} is unavailable: its context engine failed and was quarantined.",
-                self.tool_name
-            )
-            .into(),
-            is_error: true,
-        })
-    }
-}
-
 /// `prepareSubagentSpawn`: fails closed; no host parameters.
 impl GuardedMethod for SubagentSpawnRequest {
     type Output = Option<Rollback>;
@@ -438,25 +440,6 @@ impl GuardedMethod for SubagentSpawnRequest {
         _: &AbortSignal,
     ) -> Result<Self::Output, EngineCallError> {
         Ok(None)
-    }
-}
-
-/// `onSubagentEnded`: no host parameters.
-impl GuardedMethod for SubagentEndedRequest {
-    type Output = ();
-    const METHOD: Method = Method::OnSubagentEnded;
-
-    fn call(
-        &self,
-        engine: &EngineInstance,
-        _: &AbortSignal,
-        _: HostParamMask,
-    ) -> Result<(), EngineCallError> {
-        self.with_abi(|p| engine.on_subagent_ended(p))
-    }
-
-    fn fallback(&self, _: &EngineInstance, _: &AbortSignal) -> Result<(), EngineCallError> {
-        Ok(())
     }
 }
 
@@ -872,6 +855,35 @@ impl GuardedEngine {
     }
 
     for_each_engine_method!(guarded_calls);
+
+    /// Hands stored messages to the engine: one batch call when `what` asks for one and the
+    /// engine has it, else one call per message — the contract's batch → per-message
+    /// fallback, in one place for every front. Returns how many the engine says it ingested
+    /// and who answered the last call (`None`: no call was made).
+    ///
+    /// # Errors
+    /// As [`GuardedEngine::call`], for the first call that fails.
+    pub fn hand_over(
+        &self,
+        what: &HandOverRequest,
+    ) -> Result<(u64, Option<EngineName>), GuardError> {
+        if let Some(batch) = what.batch() {
+            if let Some(guarded) = self.call(&batch, &Arc::new(AbortController::new()))? {
+                return Ok((
+                    guarded.value.ingested_count,
+                    Some(guarded.answer.answered_by),
+                ));
+            }
+        }
+        let mut ingested = 0;
+        let mut answered_by = None;
+        for one in what.each() {
+            let guarded = self.run(&one, &Arc::new(AbortController::new()))?;
+            ingested += u64::from(guarded.value.ingested);
+            answered_by = Some(guarded.answer.answered_by);
+        }
+        Ok((ingested, answered_by))
+    }
 
     /// `prepareSubagentSpawn`: fails closed. `Ok(None)` when the engine has none.
     ///

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use pincer_host::config::{LoadedConfig, PincerHome};
 use pincer_host::gateway::ConnectionLimits;
-use pincer_host::gateway::{bind, client, serve, CallRequest, Gateway, GatewayParts, ServeOptions};
+use pincer_host::gateway::{
+    bind, client, serve, CallRequest, Gateway, GatewayMethod, GatewayParts, ServeOptions,
+};
 use pincer_host::gateway::{gateway_token, DEFAULT_BODY_LIMIT};
 use pincer_host::harness::{Harness, HarnessOptions};
 use pincer_host::model::openai::model_for_spec;
@@ -64,9 +66,8 @@ pub struct ClientArgs {
     /// The gateway's socket.
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
-    /// The method (`turn`, `ingest`, `ingestBatch`, `assemble`, `compact`, `afterTurn`,
-    /// `maintain`, `prepareSubagentSpawn`, `onSubagentEnded`, `callTool`, `health`, `doctor`,
-    /// `reload`).
+    // The method: its help lists what the gateway answers (`method_help`).
+    #[arg(help = method_help())]
     method: String,
     /// The session key (created on first use).
     #[arg(long, value_name = "ID")]
@@ -74,6 +75,16 @@ pub struct ClientArgs {
     /// The parameters, a JSON object.
     #[arg(long, value_name = "JSON")]
     params: Option<String>,
+}
+
+/// `pincer client`'s help for its method: "The method (`turn`, `ingest`, …, `reload`)", every
+/// method the gateway answers in its order ([`GatewayMethod::ALL`]).
+fn method_help() -> String {
+    let names: Vec<String> = GatewayMethod::ALL
+        .iter()
+        .map(|method| format!("`{method}`"))
+        .collect();
+    format!("The method ({})", names.join(", "))
 }
 
 /// The model of a gateway started without `--model` (never called: `turn` is refused first).

@@ -36,24 +36,22 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pincer_plugin_abi::latest::{
-    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CompactParams, CompactResult, EngineError, EntryId, HostServicesArc, IngestBatchParams,
-    IngestBatchResult, IngestParams, IngestResult, LlmCompleteRequest, MaintainParams,
-    MaintainResult, Message, SpawnRollbackAbi, SubagentContextMode, SubagentEndedParams,
-    SubagentSpawnParams, ToolCallParams, ToolCallResult,
+    self as abi, AbortSignal, EngineError, EntryId, HostServicesArc, LlmCompleteRequest, Message,
+    SpawnRollbackAbi, SubagentContextMode, SubagentSpawnParams,
 };
-use pincer_plugin_abi::{RResult, RSlice, RString};
+use pincer_plugin_abi::{RResult, RSlice};
 
 use super::protocol::{
-    self, Call, CallFrame, CallReply, ExpectedLibrary, FrameError, HostFrame, ServiceReply,
-    ServiceRequest, StartRequest, SyncedMessages, WireModel, WorkerFrame, CONTROL_FD,
+    self, Call, CallFrame, CallReply, EngineCall, EngineReply, ExpectedLibrary, FrameError,
+    HostFrame, ServiceReply, ServiceRequest, StartRequest, SyncedMessages, WorkerFrame, CONTROL_FD,
     FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
 use super::settings::{Confinement, WorkerSettings};
-use super::wire;
+use super::wire::{self, SendParams, WireResult};
 use crate::engines::backend::{current_call_abort, EngineBackend, Rollback};
 use crate::engines::descriptor::EngineDescriptor;
 use crate::engines::error::{CallErrorKind, EngineCallError};
+use crate::engines::methods::for_each_engine_method;
 use crate::engines::output_cap::{OutputCap, Stream, Verdict};
 use crate::plugins::library::{EngineDirs, LoadedLibrary};
 use crate::types::Method;
@@ -1259,12 +1257,46 @@ fn unexpected(method: Method, reply: &CallReply) -> EngineCallError {
     )
 }
 
-fn wire_model(params: &AssembleParams<'_>) -> Option<WireModel> {
-    params.model.into_option().map(|m| WireModel {
-        provider: wire::owned_opt(m.provider),
-        id: wire::owned(m.id),
-        context_window: m.context_window.into_option(),
-    })
+/// The forwards of the method table's rows: the call's wire form (synced with the worker's
+/// copy of the session's messages when the method passes them), and its reply back.
+macro_rules! process_methods {
+    ($($name:ident($params:ident) -> $result:ty { variant: $variant:ident, $($row:tt)* })*) => {
+        $(
+            fn $name(&self, params: &abi::$params<'_>) -> Result<$result, EngineCallError> {
+                let reply = match SendParams::synced(params) {
+                    Some((session, messages, ids)) => self.worker.synced_call(
+                        Method::$variant,
+                        session,
+                        |synced| {
+                            Call::Engine(Box::new(EngineCall::$variant(SendParams::to_wire(
+                                params, synced,
+                            ))))
+                        },
+                        messages,
+                        ids,
+                    )?,
+                    None => self.worker.call(
+                        Method::$variant,
+                        Call::Engine(Box::new(EngineCall::$variant(SendParams::to_wire(
+                            params,
+                            SyncedMessages::default(),
+                        )))),
+                    )?,
+                };
+                match reply {
+                    CallReply::Engine(EngineReply::$variant(result)) => {
+                        <$result as WireResult>::from_wire(result).map_err(|e| {
+                            EngineCallError::new(
+                                CallErrorKind::Failed,
+                                format!("engine worker sent a {} result with {e}", Method::$variant),
+                            )
+                        })
+                    }
+                    other => Err(unexpected(Method::$variant, &other)),
+                }
+            }
+        )*
+    };
 }
 
 impl EngineBackend for ProcessBackend {
@@ -1284,145 +1316,7 @@ impl EngineBackend for ProcessBackend {
         Ok(EngineDescriptor::from_abi(&info))
     }
 
-    fn ingest(&self, params: &IngestParams<'_>) -> Result<IngestResult, EngineCallError> {
-        let call = Call::Ingest {
-            session_id: wire::owned(params.session_id),
-            message_json: serde_json::to_string(params.message).unwrap_or_default(),
-            entry_id: params.entry_id.as_str().map(str::to_owned),
-            is_heartbeat: params.is_heartbeat,
-            host: wire::wire_host(&params.host),
-        };
-        match self.worker.call(Method::Ingest, call)? {
-            CallReply::Ingest(ingested) => Ok(IngestResult { ingested }),
-            other => Err(unexpected(Method::Ingest, &other)),
-        }
-    }
-
-    fn assemble(&self, params: &AssembleParams<'_>) -> Result<AssembleResult, EngineCallError> {
-        let session = params.session_id.as_str();
-        let reply = self.worker.synced_call(
-            Method::Assemble,
-            session,
-            |messages| Call::Assemble {
-                session_id: session.to_owned(),
-                messages,
-                token_budget: params.token_budget.into_option(),
-                available_tools: params
-                    .available_tools
-                    .iter()
-                    .map(|t| t.as_str().to_owned())
-                    .collect(),
-                citations_mode: wire::owned_opt(params.citations_mode),
-                model: wire_model(params),
-                host: wire::wire_host(&params.host),
-            },
-            params.messages.as_slice(),
-            params.entry_ids.as_slice(),
-        )?;
-        match reply {
-            CallReply::Assemble(assembled) => wire::assembled(assembled).map_err(|e| {
-                EngineCallError::new(
-                    CallErrorKind::Failed,
-                    format!("engine worker sent an assemble result with {e}"),
-                )
-            }),
-            other => Err(unexpected(Method::Assemble, &other)),
-        }
-    }
-
-    fn compact(&self, params: &CompactParams<'_>) -> Result<CompactResult, EngineCallError> {
-        let session = params.session_id.as_str();
-        let reply = self.worker.synced_call(
-            Method::Compact,
-            session,
-            |messages| Call::Compact {
-                params: Box::new(wire::wire_compact(params)),
-                messages,
-            },
-            params.messages.as_slice(),
-            params.entry_ids.as_slice(),
-        )?;
-        match reply {
-            CallReply::Compact(result) => Ok(wire::compact_result(result)),
-            other => Err(unexpected(Method::Compact, &other)),
-        }
-    }
-
-    fn bootstrap(&self, params: &BootstrapParams<'_>) -> Result<BootstrapResult, EngineCallError> {
-        let call = Call::Bootstrap {
-            session_id: wire::owned(params.session_id),
-            session_file: wire::owned(params.session_file),
-            host: wire::wire_host(&params.host),
-        };
-        match self.worker.call(Method::Bootstrap, call)? {
-            CallReply::Bootstrap(bootstrapped, imported, reason) => Ok(BootstrapResult {
-                bootstrapped,
-                imported_messages: imported.into(),
-                reason: reason.map(RString::from).into(),
-            }),
-            other => Err(unexpected(Method::Bootstrap, &other)),
-        }
-    }
-
-    fn ingest_batch(
-        &self,
-        params: &IngestBatchParams<'_>,
-    ) -> Result<IngestBatchResult, EngineCallError> {
-        let call = Call::IngestBatch {
-            session_id: wire::owned(params.session_id),
-            messages: wire::whole(params.messages, params.entry_ids),
-            is_heartbeat: params.is_heartbeat,
-            host: wire::wire_host(&params.host),
-        };
-        match self.worker.call(Method::IngestBatch, call)? {
-            CallReply::IngestBatch(ingested_count) => Ok(IngestBatchResult { ingested_count }),
-            other => Err(unexpected(Method::IngestBatch, &other)),
-        }
-    }
-
-    fn after_turn(&self, params: &AfterTurnParams<'_>) -> Result<(), EngineCallError> {
-        let session = params.session_id.as_str();
-        let reply = self.worker.synced_call(
-            Method::AfterTurn,
-            session,
-            |messages| Call::AfterTurn {
-                session_id: session.to_owned(),
-                session_file: wire::owned(params.session_file),
-                messages,
-                pre_prompt_message_count: params.pre_prompt_message_count,
-                auto_compaction_summary: wire::owned_opt(params.auto_compaction_summary),
-                is_heartbeat: params.is_heartbeat,
-                token_budget: params.token_budget.into_option(),
-                host: wire::wire_host(&params.host),
-            },
-            params.messages.as_slice(),
-            params.entry_ids.as_slice(),
-        )?;
-        match reply {
-            CallReply::Done => Ok(()),
-            other => Err(unexpected(Method::AfterTurn, &other)),
-        }
-    }
-
-    fn maintain(&self, params: &MaintainParams<'_>) -> Result<MaintainResult, EngineCallError> {
-        let call = Call::Maintain {
-            session_id: wire::owned(params.session_id),
-            session_file: wire::owned(params.session_file),
-            reason: wire::owned(params.reason),
-            host: wire::wire_host(&params.host),
-        };
-        match self.worker.call(Method::Maintain, call)? {
-            CallReply::Maintain(changed, bytes_freed, rewritten_entries, reason) => {
-                Ok(MaintainResult {
-                    changed,
-                    bytes_freed,
-                    rewritten_entries,
-                    reason: reason.map(RString::from).into(),
-                })
-            }
-            other => Err(unexpected(Method::Maintain, &other)),
-        }
-    }
+    for_each_engine_method!(process_methods);
 
     fn prepare_subagent_spawn(
         &self,
@@ -1452,33 +1346,6 @@ impl EngineBackend for ProcessBackend {
                 None,
             ))),
             other => Err(unexpected(Method::PrepareSubagentSpawn, &other)),
-        }
-    }
-
-    fn on_subagent_ended(&self, params: &SubagentEndedParams<'_>) -> Result<(), EngineCallError> {
-        let call = Call::OnSubagentEnded {
-            child_session_key: wire::owned(params.child_session_key),
-            reason: params.reason as u8,
-        };
-        match self.worker.call(Method::OnSubagentEnded, call)? {
-            CallReply::Done => Ok(()),
-            other => Err(unexpected(Method::OnSubagentEnded, &other)),
-        }
-    }
-
-    fn call_tool(&self, params: &ToolCallParams<'_>) -> Result<ToolCallResult, EngineCallError> {
-        let call = Call::CallTool {
-            session_id: wire::owned(params.session_id),
-            tool_name: wire::owned(params.tool_name),
-            arguments_json: wire::owned(params.arguments_json),
-            host: wire::wire_host(&params.host),
-        };
-        match self.worker.call(Method::CallTool, call)? {
-            CallReply::Tool(content, is_error) => Ok(ToolCallResult {
-                content: content.into(),
-                is_error,
-            }),
-            other => Err(unexpected(Method::CallTool, &other)),
         }
     }
 

@@ -33,10 +33,13 @@
 //! frame is length-checked before it is read and decoded with errors, never trusted; a
 //! protocol violation ends the worker like a crash.
 
+use pincer_plugin_abi::latest as abi;
 use serde::{Deserialize, Serialize};
 
+use crate::engines::methods::for_each_engine_method;
+
 /// The protocol version both sides must speak.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The descriptor of the shared page in the worker.
 pub const SHARED_FD: i32 = 3;
 /// The descriptor of the control socket in the worker.
@@ -261,7 +264,7 @@ pub struct SyncedMessages {
     pub with_ids: bool,
 }
 
-/// Messages sent whole (`ingest`, `ingestBatch`, a service's request).
+/// Messages sent whole (a call that passes a few, a service's request).
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct WholeMessages {
     /// A JSON array.
@@ -364,96 +367,45 @@ pub struct CallFrame {
     pub call: Call,
 }
 
+/// An engine method's params or result type as it crosses the socket: its wire form
+/// (`super::wire` has the forms and their conversions).
+pub trait WireForm {
+    /// What the frame carries.
+    type Wire: std::fmt::Debug + Serialize + serde::de::DeserializeOwned;
+}
+
+/// `EngineCall` and `EngineReply`: one variant per row of the method table, carrying its
+/// params' or result's [`WireForm`].
+macro_rules! wire_calls {
+    ($($name:ident($params:ident) -> $result:ty { variant: $variant:ident, $($row:tt)* })*) => {
+        /// A call of the method table's common shape.
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum EngineCall {
+            $(
+                #[doc = concat!("[`Method::", stringify!($variant), "`](crate::types::Method).")]
+                $variant(<abi::$params<'static> as WireForm>::Wire),
+            )*
+        }
+
+        /// What an [`EngineCall`] returned.
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum EngineReply {
+            $(
+                #[doc = concat!("[`Method::", stringify!($variant), "`](crate::types::Method).")]
+                $variant(<$result as WireForm>::Wire),
+            )*
+        }
+    };
+}
+
+for_each_engine_method!(wire_calls);
+
 /// The calls of the contract (and the rollback handles `prepareSubagentSpawn` returns).
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Call {
-    /// `ingest`.
-    Ingest {
-        /// `sessionId`.
-        session_id: String,
-        /// The message, JSON.
-        message_json: String,
-        /// Its entry id.
-        entry_id: Option<String>,
-        /// `isHeartbeat`.
-        is_heartbeat: bool,
-        /// Host parameters.
-        host: WireHost,
-    },
-    /// `ingestBatch`.
-    IngestBatch {
-        /// `sessionId`.
-        session_id: String,
-        /// The messages.
-        messages: WholeMessages,
-        /// `isHeartbeat`.
-        is_heartbeat: bool,
-        /// Host parameters.
-        host: WireHost,
-    },
-    /// `assemble`.
-    Assemble {
-        /// `sessionId`.
-        session_id: String,
-        /// The messages.
-        messages: SyncedMessages,
-        /// `tokenBudget`.
-        token_budget: Option<u64>,
-        /// `availableTools`.
-        available_tools: Vec<String>,
-        /// `citationsMode`.
-        citations_mode: Option<String>,
-        /// `model`.
-        model: Option<WireModel>,
-        /// Host parameters.
-        host: WireHost,
-    },
-    /// `compact`.
-    Compact {
-        /// The parameters.
-        params: Box<WireCompact>,
-        /// The messages.
-        messages: SyncedMessages,
-    },
-    /// `bootstrap`.
-    Bootstrap {
-        /// `sessionId`.
-        session_id: String,
-        /// `sessionFile`.
-        session_file: String,
-        /// Host parameters.
-        host: WireHost,
-    },
-    /// `afterTurn`.
-    AfterTurn {
-        /// `sessionId`.
-        session_id: String,
-        /// `sessionFile`.
-        session_file: String,
-        /// The messages.
-        messages: SyncedMessages,
-        /// `prePromptMessageCount`.
-        pre_prompt_message_count: u64,
-        /// `autoCompactionSummary`.
-        auto_compaction_summary: Option<String>,
-        /// `isHeartbeat`.
-        is_heartbeat: bool,
-        /// `tokenBudget`.
-        token_budget: Option<u64>,
-        /// Host parameters.
-        host: WireHost,
-    },
-    /// `maintain`.
-    Maintain {
-        /// `sessionId`.
-        session_id: String,
-        /// `sessionFile`.
-        session_file: String,
-        /// `reason`.
-        reason: String,
-        /// Host parameters.
-        host: WireHost,
-    },
+    /// A call of the method table's common shape (boxed: its largest forms are several times
+    /// the size of the other calls).
+    Engine(Box<EngineCall>),
     /// `prepareSubagentSpawn`.
     PrepareSubagentSpawn {
         /// `parentSessionKey`.
@@ -472,24 +424,6 @@ pub enum Call {
         child_session_file: Option<String>,
         /// `ttlMs`.
         ttl_ms: Option<u64>,
-    },
-    /// `onSubagentEnded`.
-    OnSubagentEnded {
-        /// `childSessionKey`.
-        child_session_key: String,
-        /// `SubagentEndReason as u8`.
-        reason: u8,
-    },
-    /// `callTool`.
-    CallTool {
-        /// `sessionId`.
-        session_id: String,
-        /// The tool.
-        tool_name: String,
-        /// Its arguments, JSON.
-        arguments_json: String,
-        /// Host parameters.
-        host: WireHost,
     },
     /// Run the rollback `prepareSubagentSpawn` returned.
     Rollback {
@@ -510,24 +444,12 @@ pub enum Call {
 /// What a call returned.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum CallReply {
-    /// `ingest`: `ingested`.
-    Ingest(bool),
-    /// `ingestBatch`: `ingestedCount`.
-    IngestBatch(u64),
-    /// `assemble`.
-    Assemble(WireAssembled),
-    /// `compact`.
-    Compact(WireCompactResult),
-    /// `bootstrap`: `bootstrapped`, `importedMessages`, `reason`.
-    Bootstrap(bool, Option<u64>, Option<String>),
-    /// `afterTurn`, `onSubagentEnded`, a rollback, `dispose`, a ping.
+    /// An [`EngineCall`]'s result.
+    Engine(EngineReply),
+    /// A rollback, `dispose`, a ping.
     Done,
-    /// `maintain`: `changed`, `bytesFreed`, `rewrittenEntries`, `reason`.
-    Maintain(bool, u64, u64, Option<String>),
     /// `prepareSubagentSpawn`: the rollback's handle, if any.
     Spawned(Option<u64>),
-    /// `callTool`: `content`, `isError`.
-    Tool(String, bool),
 }
 
 /// One assembled item.

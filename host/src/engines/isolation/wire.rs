@@ -5,18 +5,30 @@
 //! own memory; the worker turns a frame into parameters borrowing from it and a result into a
 //! reply. Anything the worker sends is parsed with errors (`Err(String)`): the worker runs a
 //! stranger's code.
+//!
+//! The engine methods of the method table (`engines::methods`) cross as the wire forms here:
+//! each method's params type has a [`WireForm`] (the payload of its `Call` variant), sent by
+//! [`SendParams`] and served by [`ServeParams`]; each result type has one too ([`WireResult`],
+//! the payload of its `CallReply` variant). This is the one file of the isolation layer that
+//! knows the methods one by one.
 
 use pincer_plugin_abi::latest::{
-    AbortSignal, AssembleResult, AssembledItem, CompactParams, CompactResult, CompactionDetails,
-    CompactionTarget, EngineError, EngineInfo, EntryId, FieldPair, HostOperation, HostParams,
-    HostRequirement, LogLevel, LogRecord, Message, OptionalMethods, PromptAuthority, PromptCache,
-    RuntimeSettings, SessionTarget, ToolSpec, TranscriptSemantics, TurnMaintenanceMode, Usage,
+    AbortSignal, AfterTurnParams, AssembleParams, AssembleResult, AssembledItem, BootstrapParams,
+    BootstrapResult, CompactParams, CompactResult, CompactionDetails, CompactionTarget,
+    EngineError, EngineInfo, EntryId, FieldPair, HostOperation, HostParams, HostRequirement,
+    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, LogLevel, LogRecord,
+    MaintainParams, MaintainResult, Message, ModelRef, OptionalMethods, PromptAuthority,
+    PromptCache, RuntimeSettings, SessionTarget, SubagentEndReason, SubagentEndedParams,
+    ToolCallParams, ToolCallResult, ToolSpec, TranscriptSemantics, TurnMaintenanceMode, Usage,
 };
 use pincer_plugin_abi::{RBox, ROption, RSlice, RStr, RString, RVec};
 
+use serde::{Deserialize, Serialize};
+
 use super::protocol::{
-    WholeMessages, WireAssembled, WireCompact, WireCompactResult, WireCompaction, WireError,
-    WireErrorKind, WireHost, WireInfo, WireItem, WireLog, WirePromptCache, WireSessionTarget,
+    SyncedMessages, WholeMessages, WireAssembled, WireCompact, WireCompactResult, WireCompaction,
+    WireError, WireErrorKind, WireForm, WireHost, WireInfo, WireItem, WireLog, WireModel,
+    WirePromptCache, WireSessionTarget,
 };
 
 pub(crate) fn owned(value: RStr<'_>) -> String {
@@ -538,5 +550,704 @@ mod tests {
             may_overflow: false,
         };
         assert!(assembled(bad).unwrap_err().contains("does not parse"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine calls: the per-method wire forms the method table's `Call` / `CallReply` variants
+// carry (`protocol::WireForm`), and their conversions on both sides
+// ---------------------------------------------------------------------------------------------
+
+/// Where the worker keeps a session's messages between calls.
+pub(crate) trait HeldMessages {
+    /// Runs `f` with the messages (and ids) `synced` leaves held.
+    ///
+    /// # Errors
+    /// When `synced` does not apply to what is held.
+    fn with_synced<R>(
+        &self,
+        synced: SyncedMessages,
+        f: impl FnOnce(&[Message], &[EntryId]) -> R,
+    ) -> Result<R, String>;
+}
+
+/// An engine method's ABI parameters as the host sends them.
+pub(crate) trait SendParams: WireForm {
+    /// The session, messages and ids the call syncs with the worker's copy (`None`: the call
+    /// carries all it passes).
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])>;
+    /// The wire form; `messages` are the synced messages when [`SendParams::synced`] named
+    /// some (else the default, unused).
+    fn to_wire(&self, messages: SyncedMessages) -> Self::Wire;
+}
+
+/// An engine method's wire parameters as the worker serves them.
+pub(crate) trait ServeParams: Sized {
+    /// The ABI parameters.
+    type Abi<'a>;
+    /// Runs `f` with the ABI parameters borrowed from `self` (and the held messages);
+    /// `signal` is the lane's abort signal.
+    ///
+    /// # Errors
+    /// When the wire form does not decode.
+    fn serve<R>(
+        self,
+        held: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&Self::Abi<'_>) -> R,
+    ) -> Result<R, String>;
+}
+
+/// An engine method's result, both ways.
+pub(crate) trait WireResult: WireForm + Sized {
+    /// The worker's reply.
+    fn to_wire(&self) -> Self::Wire;
+    /// The result in host memory.
+    ///
+    /// # Errors
+    /// When the worker's reply does not decode.
+    fn from_wire(wire: Self::Wire) -> Result<Self, String>;
+}
+
+/// Messages sent whole, parsed.
+pub(crate) fn whole_messages(
+    messages: WholeMessages,
+) -> Result<(Vec<Message>, Vec<EntryId>), String> {
+    let parsed = parse_messages(&messages.json)?;
+    let ids = abi_ids(messages.ids);
+    if !ids.is_empty() && ids.len() != parsed.len() {
+        return Err("entry ids that do not match the messages".into());
+    }
+    Ok((parsed, ids))
+}
+
+/// `ingest`'s parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireIngest {
+    /// `sessionId`.
+    pub session_id: String,
+    /// The message, JSON.
+    pub message_json: String,
+    /// Its entry id.
+    pub entry_id: Option<String>,
+    /// `isHeartbeat`.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for IngestParams<'_> {
+    type Wire = WireIngest;
+}
+
+impl SendParams for IngestParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        None
+    }
+    fn to_wire(&self, _: SyncedMessages) -> WireIngest {
+        WireIngest {
+            session_id: owned(self.session_id),
+            message_json: serde_json::to_string(self.message).unwrap_or_default(),
+            entry_id: self.entry_id.as_str().map(str::to_owned),
+            is_heartbeat: self.is_heartbeat,
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireIngest {
+    type Abi<'a> = IngestParams<'a>;
+    fn serve<R>(
+        self,
+        _: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&IngestParams<'_>) -> R,
+    ) -> Result<R, String> {
+        let message = parse_message(&self.message_json)?;
+        let entry_id = EntryId::from(self.entry_id);
+        with_host(&self.host, signal, |host| {
+            f(&IngestParams {
+                session_id: RStr::from_str(&self.session_id),
+                message: &message,
+                entry_id: &entry_id,
+                is_heartbeat: self.is_heartbeat,
+                host,
+            })
+        })
+    }
+}
+
+impl WireForm for IngestResult {
+    type Wire = bool;
+}
+
+impl WireResult for IngestResult {
+    fn to_wire(&self) -> bool {
+        self.ingested
+    }
+    fn from_wire(ingested: bool) -> Result<Self, String> {
+        Ok(IngestResult { ingested })
+    }
+}
+
+/// `ingestBatch`'s parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireIngestBatch {
+    /// `sessionId`.
+    pub session_id: String,
+    /// The messages.
+    pub messages: WholeMessages,
+    /// `isHeartbeat`.
+    pub is_heartbeat: bool,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for IngestBatchParams<'_> {
+    type Wire = WireIngestBatch;
+}
+
+impl SendParams for IngestBatchParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        None
+    }
+    fn to_wire(&self, _: SyncedMessages) -> WireIngestBatch {
+        WireIngestBatch {
+            session_id: owned(self.session_id),
+            messages: whole(self.messages, self.entry_ids),
+            is_heartbeat: self.is_heartbeat,
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireIngestBatch {
+    type Abi<'a> = IngestBatchParams<'a>;
+    fn serve<R>(
+        self,
+        _: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&IngestBatchParams<'_>) -> R,
+    ) -> Result<R, String> {
+        let (messages, ids) = whole_messages(self.messages)?;
+        with_host(&self.host, signal, |host| {
+            f(&IngestBatchParams {
+                session_id: RStr::from_str(&self.session_id),
+                messages: RSlice::from_slice(&messages),
+                entry_ids: RSlice::from_slice(&ids),
+                is_heartbeat: self.is_heartbeat,
+                host,
+            })
+        })
+    }
+}
+
+impl WireForm for IngestBatchResult {
+    type Wire = u64;
+}
+
+impl WireResult for IngestBatchResult {
+    fn to_wire(&self) -> u64 {
+        self.ingested_count
+    }
+    fn from_wire(ingested_count: u64) -> Result<Self, String> {
+        Ok(IngestBatchResult { ingested_count })
+    }
+}
+
+/// `assemble`'s parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireAssemble {
+    /// `sessionId`.
+    pub session_id: String,
+    /// The messages.
+    pub messages: SyncedMessages,
+    /// `tokenBudget`.
+    pub token_budget: Option<u64>,
+    /// `availableTools`.
+    pub available_tools: Vec<String>,
+    /// `citationsMode`.
+    pub citations_mode: Option<String>,
+    /// `model`.
+    pub model: Option<WireModel>,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for AssembleParams<'_> {
+    type Wire = WireAssemble;
+}
+
+impl SendParams for AssembleParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        Some((
+            self.session_id.as_str(),
+            self.messages.as_slice(),
+            self.entry_ids.as_slice(),
+        ))
+    }
+    fn to_wire(&self, messages: SyncedMessages) -> WireAssemble {
+        WireAssemble {
+            session_id: owned(self.session_id),
+            messages,
+            token_budget: self.token_budget.into_option(),
+            available_tools: self
+                .available_tools
+                .iter()
+                .map(|t| t.as_str().to_owned())
+                .collect(),
+            citations_mode: owned_opt(self.citations_mode),
+            model: self.model.into_option().map(|m| WireModel {
+                provider: owned_opt(m.provider),
+                id: owned(m.id),
+                context_window: m.context_window.into_option(),
+            }),
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireAssemble {
+    type Abi<'a> = AssembleParams<'a>;
+    fn serve<R>(
+        self,
+        held: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&AssembleParams<'_>) -> R,
+    ) -> Result<R, String> {
+        let tools: Vec<RStr<'_>> = self
+            .available_tools
+            .iter()
+            .map(|t| RStr::from_str(t))
+            .collect();
+        let model = self.model.as_ref().map(|m| ModelRef {
+            provider: borrow_opt(&m.provider),
+            id: RStr::from_str(&m.id),
+            context_window: m.context_window.into(),
+        });
+        held.with_synced(self.messages, |messages, ids| {
+            with_host(&self.host, signal, |host| {
+                f(&AssembleParams {
+                    session_id: RStr::from_str(&self.session_id),
+                    messages: RSlice::from_slice(messages),
+                    entry_ids: RSlice::from_slice(ids),
+                    token_budget: self.token_budget.into(),
+                    available_tools: RSlice::from_slice(&tools),
+                    citations_mode: borrow_opt(&self.citations_mode),
+                    model: model.into(),
+                    host,
+                })
+            })
+        })?
+    }
+}
+
+impl WireForm for AssembleResult {
+    type Wire = WireAssembled;
+}
+
+impl WireResult for AssembleResult {
+    fn to_wire(&self) -> WireAssembled {
+        wire_assembled(self)
+    }
+    fn from_wire(wire: WireAssembled) -> Result<Self, String> {
+        assembled(wire)
+    }
+}
+
+/// `compact`'s parameters and messages.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireCompactCall {
+    /// The parameters.
+    pub params: Box<WireCompact>,
+    /// The messages.
+    pub messages: SyncedMessages,
+}
+
+impl WireForm for CompactParams<'_> {
+    type Wire = WireCompactCall;
+}
+
+impl SendParams for CompactParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        Some((
+            self.session_id.as_str(),
+            self.messages.as_slice(),
+            self.entry_ids.as_slice(),
+        ))
+    }
+    fn to_wire(&self, messages: SyncedMessages) -> WireCompactCall {
+        WireCompactCall {
+            params: Box::new(wire_compact(self)),
+            messages,
+        }
+    }
+}
+
+impl ServeParams for WireCompactCall {
+    type Abi<'a> = CompactParams<'a>;
+    fn serve<R>(
+        self,
+        held: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&CompactParams<'_>) -> R,
+    ) -> Result<R, String> {
+        held.with_synced(self.messages, |messages, ids| {
+            with_compact(&self.params, messages, ids, signal, f)
+        })?
+    }
+}
+
+impl WireForm for CompactResult {
+    type Wire = WireCompactResult;
+}
+
+impl WireResult for CompactResult {
+    fn to_wire(&self) -> WireCompactResult {
+        wire_compact_result(self)
+    }
+    fn from_wire(wire: WireCompactResult) -> Result<Self, String> {
+        Ok(compact_result(wire))
+    }
+}
+
+/// `bootstrap`'s parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireBootstrap {
+    /// `sessionId`.
+    pub session_id: String,
+    /// `sessionFile`.
+    pub session_file: String,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for BootstrapParams<'_> {
+    type Wire = WireBootstrap;
+}
+
+impl SendParams for BootstrapParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        None
+    }
+    fn to_wire(&self, _: SyncedMessages) -> WireBootstrap {
+        WireBootstrap {
+            session_id: owned(self.session_id),
+            session_file: owned(self.session_file),
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireBootstrap {
+    type Abi<'a> = BootstrapParams<'a>;
+    fn serve<R>(
+        self,
+        _: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&BootstrapParams<'_>) -> R,
+    ) -> Result<R, String> {
+        with_host(&self.host, signal, |host| {
+            f(&BootstrapParams {
+                session_id: RStr::from_str(&self.session_id),
+                session_file: RStr::from_str(&self.session_file),
+                host,
+            })
+        })
+    }
+}
+
+impl WireForm for BootstrapResult {
+    /// `bootstrapped`, `importedMessages`, `reason`.
+    type Wire = (bool, Option<u64>, Option<String>);
+}
+
+impl WireResult for BootstrapResult {
+    fn to_wire(&self) -> (bool, Option<u64>, Option<String>) {
+        (
+            self.bootstrapped,
+            self.imported_messages.into_option(),
+            string_opt(&self.reason),
+        )
+    }
+    fn from_wire((bootstrapped, imported, reason): Self::Wire) -> Result<Self, String> {
+        Ok(BootstrapResult {
+            bootstrapped,
+            imported_messages: imported.into(),
+            reason: rstring_opt(reason),
+        })
+    }
+}
+
+/// `afterTurn`'s parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireAfterTurn {
+    /// `sessionId`.
+    pub session_id: String,
+    /// `sessionFile`.
+    pub session_file: String,
+    /// The messages.
+    pub messages: SyncedMessages,
+    /// `prePromptMessageCount`.
+    pub pre_prompt_message_count: u64,
+    /// `autoCompactionSummary`.
+    pub auto_compaction_summary: Option<String>,
+    /// `isHeartbeat`.
+    pub is_heartbeat: bool,
+    /// `tokenBudget`.
+    pub token_budget: Option<u64>,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for AfterTurnParams<'_> {
+    type Wire = WireAfterTurn;
+}
+
+impl SendParams for AfterTurnParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        Some((
+            self.session_id.as_str(),
+            self.messages.as_slice(),
+            self.entry_ids.as_slice(),
+        ))
+    }
+    fn to_wire(&self, messages: SyncedMessages) -> WireAfterTurn {
+        WireAfterTurn {
+            session_id: owned(self.session_id),
+            session_file: owned(self.session_file),
+            messages,
+            pre_prompt_message_count: self.pre_prompt_message_count,
+            auto_compaction_summary: owned_opt(self.auto_compaction_summary),
+            is_heartbeat: self.is_heartbeat,
+            token_budget: self.token_budget.into_option(),
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireAfterTurn {
+    type Abi<'a> = AfterTurnParams<'a>;
+    fn serve<R>(
+        self,
+        held: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&AfterTurnParams<'_>) -> R,
+    ) -> Result<R, String> {
+        held.with_synced(self.messages, |messages, ids| {
+            with_host(&self.host, signal, |host| {
+                f(&AfterTurnParams {
+                    session_id: RStr::from_str(&self.session_id),
+                    session_file: RStr::from_str(&self.session_file),
+                    messages: RSlice::from_slice(messages),
+                    entry_ids: RSlice::from_slice(ids),
+                    pre_prompt_message_count: self.pre_prompt_message_count,
+                    auto_compaction_summary: borrow_opt(&self.auto_compaction_summary),
+                    is_heartbeat: self.is_heartbeat,
+                    token_budget: self.token_budget.into(),
+                    host,
+                })
+            })
+        })?
+    }
+}
+
+impl WireForm for () {
+    type Wire = ();
+}
+
+impl WireResult for () {
+    fn to_wire(&self) {}
+    fn from_wire((): ()) -> Result<Self, String> {
+        Ok(())
+    }
+}
+
+/// `maintain`'s parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireMaintain {
+    /// `sessionId`.
+    pub session_id: String,
+    /// `sessionFile`.
+    pub session_file: String,
+    /// `reason`.
+    pub reason: String,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for MaintainParams<'_> {
+    type Wire = WireMaintain;
+}
+
+impl SendParams for MaintainParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        None
+    }
+    fn to_wire(&self, _: SyncedMessages) -> WireMaintain {
+        WireMaintain {
+            session_id: owned(self.session_id),
+            session_file: owned(self.session_file),
+            reason: owned(self.reason),
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireMaintain {
+    type Abi<'a> = MaintainParams<'a>;
+    fn serve<R>(
+        self,
+        _: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&MaintainParams<'_>) -> R,
+    ) -> Result<R, String> {
+        with_host(&self.host, signal, |host| {
+            f(&MaintainParams {
+                session_id: RStr::from_str(&self.session_id),
+                session_file: RStr::from_str(&self.session_file),
+                reason: RStr::from_str(&self.reason),
+                host,
+            })
+        })
+    }
+}
+
+impl WireForm for MaintainResult {
+    /// `changed`, `bytesFreed`, `rewrittenEntries`, `reason`.
+    type Wire = (bool, u64, u64, Option<String>);
+}
+
+impl WireResult for MaintainResult {
+    fn to_wire(&self) -> (bool, u64, u64, Option<String>) {
+        (
+            self.changed,
+            self.bytes_freed,
+            self.rewritten_entries,
+            string_opt(&self.reason),
+        )
+    }
+    fn from_wire(
+        (changed, bytes_freed, rewritten_entries, reason): Self::Wire,
+    ) -> Result<Self, String> {
+        Ok(MaintainResult {
+            changed,
+            bytes_freed,
+            rewritten_entries,
+            reason: rstring_opt(reason),
+        })
+    }
+}
+
+/// The tool call's parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireToolCall {
+    /// `sessionId`.
+    pub session_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Its arguments, JSON.
+    pub arguments_json: String,
+    /// Host parameters.
+    pub host: WireHost,
+}
+
+impl WireForm for ToolCallParams<'_> {
+    type Wire = WireToolCall;
+}
+
+impl SendParams for ToolCallParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        None
+    }
+    fn to_wire(&self, _: SyncedMessages) -> WireToolCall {
+        WireToolCall {
+            session_id: owned(self.session_id),
+            tool_name: owned(self.tool_name),
+            arguments_json: owned(self.arguments_json),
+            host: wire_host(&self.host),
+        }
+    }
+}
+
+impl ServeParams for WireToolCall {
+    type Abi<'a> = ToolCallParams<'a>;
+    fn serve<R>(
+        self,
+        _: &impl HeldMessages,
+        signal: &AbortSignal,
+        f: impl FnOnce(&ToolCallParams<'_>) -> R,
+    ) -> Result<R, String> {
+        with_host(&self.host, signal, |host| {
+            f(&ToolCallParams {
+                session_id: RStr::from_str(&self.session_id),
+                tool_name: RStr::from_str(&self.tool_name),
+                arguments_json: RStr::from_str(&self.arguments_json),
+                host,
+            })
+        })
+    }
+}
+
+impl WireForm for ToolCallResult {
+    /// `content`, `isError`.
+    type Wire = (String, bool);
+}
+
+impl WireResult for ToolCallResult {
+    fn to_wire(&self) -> (String, bool) {
+        (self.content.to_string(), self.is_error)
+    }
+    fn from_wire((content, is_error): (String, bool)) -> Result<Self, String> {
+        Ok(ToolCallResult {
+            content: content.into(),
+            is_error,
+        })
+    }
+}
+
+/// The ended subagent's parameters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireSubagentEnded {
+    /// `childSessionKey`.
+    pub child_session_key: String,
+    /// `SubagentEndReason as u8`.
+    pub reason: u8,
+}
+
+impl WireForm for SubagentEndedParams<'_> {
+    type Wire = WireSubagentEnded;
+}
+
+impl SendParams for SubagentEndedParams<'_> {
+    fn synced(&self) -> Option<(&str, &[Message], &[EntryId])> {
+        None
+    }
+    fn to_wire(&self, _: SyncedMessages) -> WireSubagentEnded {
+        WireSubagentEnded {
+            child_session_key: owned(self.child_session_key),
+            reason: self.reason as u8,
+        }
+    }
+}
+
+impl ServeParams for WireSubagentEnded {
+    type Abi<'a> = SubagentEndedParams<'a>;
+    fn serve<R>(
+        self,
+        _: &impl HeldMessages,
+        _: &AbortSignal,
+        f: impl FnOnce(&SubagentEndedParams<'_>) -> R,
+    ) -> Result<R, String> {
+        let reason = match self.reason {
+            0 => SubagentEndReason::Deleted,
+            1 => SubagentEndReason::Completed,
+            2 => SubagentEndReason::Swept,
+            _ => SubagentEndReason::Released,
+        };
+        Ok(f(&SubagentEndedParams {
+            child_session_key: RStr::from_str(&self.child_session_key),
+            reason,
+        }))
     }
 }

@@ -25,22 +25,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::plugins::loading::{host_services, open_library};
 use pincer_plugin_abi::latest::{
-    AbortSignal, AfterTurnParams, AssembleParams, BootstrapParams, CompactParams, CompactResult,
-    EngineBox, EngineError, EntryId, ExtensionRef, FactoryParams, HostServicesAbi,
-    IngestBatchParams, IngestParams, LlmCompleteRequest, LlmCompleteResponse, LogLevel, LogRecord,
-    MaintainParams, Message, ModelRef, SpawnRollbackBox, SubagentContextMode, SubagentEndReason,
-    SubagentEndedParams, SubagentSpawnParams, ToolCallParams,
+    self as abi, AbortSignal, CompactParams, CompactResult, EngineBox, EngineError, EntryId,
+    ExtensionRef, FactoryParams, HostServicesAbi, LlmCompleteRequest, LlmCompleteResponse,
+    LogLevel, LogRecord, Message, SpawnRollbackBox, SubagentContextMode, SubagentSpawnParams,
 };
 use pincer_plugin_abi::{ROption, RResult, RSlice, RStr};
 
 use super::protocol::{
-    self, Call, CallReply, FrameError, HostFrame, ServiceReply, ServiceRequest, StartRequest,
-    SyncedMessages, WholeMessages, WireError, WireErrorKind, WorkerFrame, CONTROL_FD,
-    FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
+    self, Call, CallReply, EngineCall, EngineReply, FrameError, HostFrame, ServiceReply,
+    ServiceRequest, StartRequest, SyncedMessages, WireError, WireErrorKind, WorkerFrame,
+    CONTROL_FD, FIRST_LANE_FD, LANES_ENV, LANE_STRIDE, PROTOCOL_VERSION, SHARED_FD,
 };
 use super::settings::Confinement;
-use super::wire;
+use super::wire::{self, ServeParams, WireResult};
 use crate::engines::checked::CheckedStrings;
+use crate::engines::methods::for_each_engine_method;
 use crate::types::Method;
 
 /// The worker's exit status when it cannot speak the protocol at all (descriptors missing).
@@ -303,6 +302,17 @@ impl WorkerState {
     }
 }
 
+impl wire::HeldMessages for WorkerState {
+    fn with_synced<R>(
+        &self,
+        synced: SyncedMessages,
+        f: impl FnOnce(&[Message], &[EntryId]) -> R,
+    ) -> Result<R, String> {
+        let messages = self.sync(synced)?;
+        Ok(with_messages(&messages, f))
+    }
+}
+
 fn with_messages<R>(messages: &Messages, f: impl FnOnce(&[Message], &[EntryId]) -> R) -> R {
     let run = |h: &Held| f(&h.messages, if h.with_ids { &h.ids } else { &[] });
     match messages {
@@ -405,168 +415,36 @@ fn bad(message: String) -> WireError {
     wire::worker_failure(format!("engine worker: {message}"))
 }
 
+/// The worker's side of the method table's rows: the call's wire form served to the engine,
+/// its result checked and sent back.
+macro_rules! serve_engine_methods {
+    ($($name:ident($params:ident) -> $result:ty { variant: $variant:ident, $($row:tt)* })*) => {
+        fn serve_engine_method(
+            state: &WorkerState,
+            call: EngineCall,
+            signal: &AbortSignal,
+        ) -> Result<CallReply, WireError> {
+            let engine = &state.engine;
+            match call {
+                $(
+                    EngineCall::$variant(params) => params
+                        .serve(state, signal, |params: &abi::$params<'_>| engine.$name(params))
+                        .map_err(bad)
+                        .and_then(|r| engine_result(Method::$variant, r))
+                        .map(|r| CallReply::Engine(EngineReply::$variant(WireResult::to_wire(&r)))),
+                )*
+            }
+        }
+    };
+}
+
+for_each_engine_method!(serve_engine_methods);
+
 fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<CallReply, WireError> {
     let engine = &state.engine;
     match call {
+        Call::Engine(call) => serve_engine_method(state, *call, signal),
         Call::Ping => Ok(CallReply::Done),
-        Call::Ingest {
-            session_id,
-            message_json,
-            entry_id,
-            is_heartbeat,
-            host,
-        } => {
-            let message = wire::parse_message(&message_json).map_err(bad)?;
-            let entry_id = EntryId::from(entry_id);
-            wire::with_host(&host, signal, |host| {
-                engine.ingest(&IngestParams {
-                    session_id: RStr::from_str(&session_id),
-                    message: &message,
-                    entry_id: &entry_id,
-                    is_heartbeat,
-                    host,
-                })
-            })
-            .map_err(bad)
-            .and_then(|r| engine_result(Method::Ingest, r))
-            .map(|r| CallReply::Ingest(r.ingested))
-        }
-        Call::IngestBatch {
-            session_id,
-            messages,
-            is_heartbeat,
-            host,
-        } => {
-            let (messages, ids) = whole_messages(messages)?;
-            wire::with_host(&host, signal, |host| {
-                engine.ingest_batch(&IngestBatchParams {
-                    session_id: RStr::from_str(&session_id),
-                    messages: RSlice::from_slice(&messages),
-                    entry_ids: RSlice::from_slice(&ids),
-                    is_heartbeat,
-                    host,
-                })
-            })
-            .map_err(bad)
-            .and_then(|r| engine_result(Method::IngestBatch, r))
-            .map(|r| CallReply::IngestBatch(r.ingested_count))
-        }
-        Call::Assemble {
-            session_id,
-            messages,
-            token_budget,
-            available_tools,
-            citations_mode,
-            model,
-            host,
-        } => {
-            let messages = state.sync(messages).map_err(bad)?;
-            let tools: Vec<RStr<'_>> = available_tools.iter().map(|t| RStr::from_str(t)).collect();
-            let model = model.as_ref().map(|m| ModelRef {
-                provider: wire::borrow_opt(&m.provider),
-                id: RStr::from_str(&m.id),
-                context_window: m.context_window.into(),
-            });
-            with_messages(&messages, |messages, ids| {
-                wire::with_host(&host, signal, |host| {
-                    engine.assemble(&AssembleParams {
-                        session_id: RStr::from_str(&session_id),
-                        messages: RSlice::from_slice(messages),
-                        entry_ids: RSlice::from_slice(ids),
-                        token_budget: token_budget.into(),
-                        available_tools: RSlice::from_slice(&tools),
-                        citations_mode: wire::borrow_opt(&citations_mode),
-                        model: model.into(),
-                        host,
-                    })
-                })
-            })
-            .map_err(bad)
-            .and_then(|r| engine_result(Method::Assemble, r))
-            .map(|r| CallReply::Assemble(wire::wire_assembled(&r)))
-        }
-        Call::Compact { params, messages } => {
-            let messages = state.sync(messages).map_err(bad)?;
-            with_messages(&messages, |messages, ids| {
-                wire::with_compact(&params, messages, ids, signal, |p| engine.compact(p))
-            })
-            .map_err(bad)
-            .and_then(|r| engine_result(Method::Compact, r))
-            .map(|r| CallReply::Compact(wire::wire_compact_result(&r)))
-        }
-        Call::Bootstrap {
-            session_id,
-            session_file,
-            host,
-        } => wire::with_host(&host, signal, |host| {
-            engine.bootstrap(&BootstrapParams {
-                session_id: RStr::from_str(&session_id),
-                session_file: RStr::from_str(&session_file),
-                host,
-            })
-        })
-        .map_err(bad)
-        .and_then(|r| engine_result(Method::Bootstrap, r))
-        .map(|r| {
-            CallReply::Bootstrap(
-                r.bootstrapped,
-                r.imported_messages.into_option(),
-                r.reason.into_option().map(|s| s.to_string()),
-            )
-        }),
-        Call::AfterTurn {
-            session_id,
-            session_file,
-            messages,
-            pre_prompt_message_count,
-            auto_compaction_summary,
-            is_heartbeat,
-            token_budget,
-            host,
-        } => {
-            let messages = state.sync(messages).map_err(bad)?;
-            with_messages(&messages, |messages, ids| {
-                wire::with_host(&host, signal, |host| {
-                    engine.after_turn(&AfterTurnParams {
-                        session_id: RStr::from_str(&session_id),
-                        session_file: RStr::from_str(&session_file),
-                        messages: RSlice::from_slice(messages),
-                        entry_ids: RSlice::from_slice(ids),
-                        pre_prompt_message_count,
-                        auto_compaction_summary: wire::borrow_opt(&auto_compaction_summary),
-                        is_heartbeat,
-                        token_budget: token_budget.into(),
-                        host,
-                    })
-                })
-            })
-            .map_err(bad)
-            .and_then(|r| engine_result(Method::AfterTurn, r))
-            .map(|()| CallReply::Done)
-        }
-        Call::Maintain {
-            session_id,
-            session_file,
-            reason,
-            host,
-        } => wire::with_host(&host, signal, |host| {
-            engine.maintain(&MaintainParams {
-                session_id: RStr::from_str(&session_id),
-                session_file: RStr::from_str(&session_file),
-                reason: RStr::from_str(&reason),
-                host,
-            })
-        })
-        .map_err(bad)
-        .and_then(|r| engine_result(Method::Maintain, r))
-        .map(|r| {
-            CallReply::Maintain(
-                r.changed,
-                r.bytes_freed,
-                r.rewritten_entries,
-                r.reason.into_option().map(|s| s.to_string()),
-            )
-        }),
         Call::PrepareSubagentSpawn {
             parent_session_key,
             child_session_key,
@@ -602,41 +480,6 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
                 handle
             })))
         }
-        Call::OnSubagentEnded {
-            child_session_key,
-            reason,
-        } => {
-            let reason = match reason {
-                0 => SubagentEndReason::Deleted,
-                1 => SubagentEndReason::Completed,
-                2 => SubagentEndReason::Swept,
-                _ => SubagentEndReason::Released,
-            };
-            engine_result(
-                Method::OnSubagentEnded,
-                engine.on_subagent_ended(&SubagentEndedParams {
-                    child_session_key: RStr::from_str(&child_session_key),
-                    reason,
-                }),
-            )
-            .map(|()| CallReply::Done)
-        }
-        Call::CallTool {
-            session_id,
-            tool_name,
-            arguments_json,
-            host,
-        } => wire::with_host(&host, signal, |host| {
-            engine.call_tool(&ToolCallParams {
-                session_id: RStr::from_str(&session_id),
-                tool_name: RStr::from_str(&tool_name),
-                arguments_json: RStr::from_str(&arguments_json),
-                host,
-            })
-        })
-        .map_err(bad)
-        .and_then(|r| engine_result(Method::CallTool, r))
-        .map(|r| CallReply::Tool(r.content.to_string(), r.is_error)),
         Call::Rollback { handle } => {
             let rollback = lock(&state.rollbacks).remove(&handle);
             match rollback {
@@ -654,15 +497,6 @@ fn dispatch(state: &WorkerState, call: Call, signal: &AbortSignal) -> Result<Cal
             engine_result(Method::Dispose, engine.dispose()).map(|()| CallReply::Done)
         }
     }
-}
-
-fn whole_messages(messages: WholeMessages) -> Result<(Vec<Message>, Vec<EntryId>), WireError> {
-    let parsed = wire::parse_messages(&messages.json).map_err(bad)?;
-    let ids = wire::abi_ids(messages.ids);
-    if !ids.is_empty() && ids.len() != parsed.len() {
-        return Err(bad("entry ids that do not match the messages".into()));
-    }
-    Ok((parsed, ids))
 }
 
 /// Host services inside the worker.
