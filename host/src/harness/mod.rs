@@ -166,6 +166,9 @@ pub enum HarnessError {
     /// The model call failed (after recovery, for overflows).
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// A turn on a harness built without a model ([`Harness::without_model`]).
+    #[error("this harness has no model: it runs every operation of a session but turns")]
+    NoModel,
     /// The model kept calling tools past the limit.
     #[error("the model made {MAX_MODEL_CALLS_PER_TURN} calls in one turn without answering; the turn was stopped")]
     TooManyModelCalls,
@@ -211,6 +214,7 @@ impl HarnessError {
             HarnessError::HostSupport(_) => "host_unsupported",
             HarnessError::Engine { .. } => "engine_failed",
             HarnessError::Model(e) => e.code(),
+            HarnessError::NoModel => "no_model",
             HarnessError::TooManyModelCalls => "too_many_model_calls",
             HarnessError::Work(WorkError::Stuck { .. }) => "engine_call_stuck",
             HarnessError::Work(WorkError::Unavailable(_)) => "session_worker_unavailable",
@@ -530,7 +534,9 @@ impl std::fmt::Debug for StoreRef {
 pub struct Harness {
     source: Arc<dyn EngineSource>,
     store: StoreRef,
-    model: Arc<dyn ModelProvider>,
+    /// `None`: a harness for the operations of a session other than turns
+    /// ([`Harness::without_model`]).
+    model: Option<Arc<dyn ModelProvider>>,
     tools: Arc<dyn ToolExecutor>,
     options: HarnessOptions,
 }
@@ -560,7 +566,7 @@ impl Harness {
         Harness {
             source,
             store: StoreRef(Arc::new(store)),
-            model,
+            model: Some(model),
             tools,
             options,
         }
@@ -815,6 +821,9 @@ impl Harness {
         if let Some(command) = SlashCommand::parse(&prompt.plain_text()) {
             return self.command(session, command);
         }
+        let Some(model) = self.model.as_deref() else {
+            return Err(HarnessError::NoModel);
+        };
         engine.check_host(HostOperation::AgentRun, &self.options.host)?;
         let turn = session.turns_so_far(self.options.durability)? + 1;
         session.turns = Some(turn);
@@ -891,7 +900,7 @@ impl Harness {
             }
             let system = self.system_prompt(assembly.system_addition.as_deref());
             model_calls += 1;
-            let reply = match self.model.complete(&ModelRequest {
+            let reply = match model.complete(&ModelRequest {
                 system_prompt: &system,
                 messages: &messages,
                 tools: &tool_specs,

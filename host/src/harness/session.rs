@@ -17,14 +17,22 @@ use pincer_plugin_abi::latest::{
     SubagentEndReason, ToolCallResult,
 };
 
+use crate::engines::error::EngineCallError;
 use crate::engines::instance::Rollback;
 use crate::engines::request::{
     no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
     MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
 };
+use crate::model::NoTools;
+use crate::session::key::{AgentId, SessionKey};
+use crate::session::store::{SessionStore, SessionSummary};
 use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
+use crate::slot::source::EngineSource;
 
-use super::{CompactionReport, ContextSnapshot, Harness, HarnessError, HarnessSession, TurnReport};
+use super::{
+    CompactionReport, ContextSnapshot, Harness, HarnessError, HarnessOptions, HarnessSession,
+    StoreRef, TurnReport,
+};
 
 /// Why an operation on a session failed.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +43,9 @@ pub enum SessionError {
     /// The guard refused the engine call (strict policy, abort, both engines failing).
     #[error(transparent)]
     Engine(#[from] GuardError),
+    /// The rollback of a subagent's preparation failed or overran its deadline.
+    #[error("rollback failed: {0}")]
+    Rollback(EngineCallError),
 }
 
 impl SessionError {
@@ -43,6 +54,7 @@ impl SessionError {
         match self {
             SessionError::Harness(err) => err.code(),
             SessionError::Engine(err) => err.code(),
+            SessionError::Rollback(err) => err.code(),
         }
     }
 }
@@ -140,6 +152,45 @@ pub struct Session<'a> {
 }
 
 impl Harness {
+    /// A harness without a model, for a front that runs a session's operations but no turn
+    /// (the CLI's `tool`, `compact`): [`Harness::turn`] refuses with
+    /// [`HarnessError::NoModel`]; a slash command and every method of [`Session`] but
+    /// [`Session::turn`] run as on any harness.
+    pub fn without_model(
+        source: Arc<dyn EngineSource>,
+        store: impl SessionStore + Send + Sync + 'static,
+        options: HarnessOptions,
+    ) -> Self {
+        Harness {
+            source,
+            store: StoreRef(Arc::new(store)),
+            model: None,
+            tools: Arc::new(NoTools),
+            options,
+        }
+    }
+
+    /// Holds the existing session `summary` (found in this harness's store) under its key, else
+    /// under its id as key of `agent`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Unkeyed`]: the session has no key and its id is no key.
+    pub fn hold(
+        &self,
+        summary: SessionSummary,
+        agent: &AgentId,
+    ) -> Result<HarnessSession, HarnessError> {
+        let named = summary
+            .session_key
+            .as_deref()
+            .unwrap_or(&summary.session_id);
+        let key = SessionKey::parse_for(named, agent).map_err(|source| HarnessError::Unkeyed {
+            file: summary.session_file.clone(),
+            source,
+        })?;
+        Ok(HarnessSession::new(&self.store, summary, key, None))
+    }
+
     /// The handle on `state`, a session this harness opened.
     pub fn session<'a>(&'a self, state: &'a mut HarnessSession) -> Session<'a> {
         Session {
@@ -371,6 +422,23 @@ impl Session<'_> {
             ttl_ms: params.ttl_ms,
         });
         Ok(engine.prepare_subagent_spawn(request)?)
+    }
+
+    /// The rollback of a child of this session that failed to spawn: the handle its
+    /// `prepareSubagentSpawn` gave, if it gave one, run bounded like any engine call.
+    ///
+    /// # Errors
+    /// The rollback failed or overran its deadline.
+    pub fn roll_back_subagent_spawn(
+        &mut self,
+        engine: &GuardedEngine,
+        handle: Option<Rollback>,
+    ) -> Result<(), SessionError> {
+        self.harness.settle(self.state);
+        match handle {
+            Some(handle) => engine.rollback(handle).map_err(SessionError::Rollback),
+            None => Ok(()),
+        }
     }
 
     /// `onSubagentEnded` of `engine` for the child `child_session_key`; `None` when the engine
