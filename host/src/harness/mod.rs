@@ -279,7 +279,7 @@ impl EngineServed {
 #[derive(Debug, Clone, Default)]
 struct CachedContext {
     messages: Vec<Message>,
-    entry_ids: Vec<String>,
+    entry_ids: Vec<EntryId>,
     /// The same context shared for engine requests, made on first demand and dropped when
     /// the context grows (so repeated `assemble`s of a held session copy nothing).
     shared: Option<ContextSnapshot>,
@@ -432,7 +432,7 @@ impl HarnessSession {
                     message.normalize_string_content();
                 }
                 context.messages.push(message);
-                context.entry_ids.push(id.clone());
+                context.entry_ids.push(EntryId::new(id.as_str()));
                 context.shared = None;
             }
         }
@@ -725,7 +725,7 @@ impl Harness {
             .shared
             .get_or_insert_with(|| ContextSnapshot {
                 messages: context.messages.as_slice().into(),
-                entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
+                entry_ids: context.entry_ids.as_slice().into(),
             })
             .clone())
     }
@@ -927,12 +927,16 @@ impl Harness {
                     let first = context
                         .entry_ids
                         .iter()
-                        .position(|id| turn_ids.contains(id.as_str()))
+                        .position(|id| id.as_str().is_some_and(|id| turn_ids.contains(id)))
                         .unwrap_or(context.entry_ids.len());
                     let kept: Vec<(Message, Option<String>)> = context.messages[first..]
                         .iter()
                         .cloned()
-                        .zip(context.entry_ids[first..].iter().cloned().map(Some))
+                        .zip(
+                            context.entry_ids[first..]
+                                .iter()
+                                .map(|id| id.as_str().map(str::to_owned)),
+                        )
                         .collect();
                     let before = kept.first().and_then(|(_, id)| id.clone());
                     produced = kept;
@@ -1260,18 +1264,19 @@ impl Harness {
         let durability = self.options.durability;
         let context = session.context(durability)?;
         let cut = before
-            .and_then(|id| context.entry_ids.iter().position(|e| e == id))
+            .and_then(|id| {
+                context
+                    .entry_ids
+                    .iter()
+                    .position(|e| e.as_str() == Some(id))
+            })
             .unwrap_or(context.messages.len());
         let messages: Arc<[Message]> = context.messages[..cut].to_vec().into();
-        let entry_ids: Vec<String> = context.entry_ids[..cut].to_vec();
+        let entry_ids: Arc<[EntryId]> = context.entry_ids[..cut].into();
         let request = Arc::new(AssembleRequest {
             session_id: Self::session_id(session),
             messages: Arc::clone(&messages),
-            entry_ids: entry_ids
-                .iter()
-                .map(EntryId::new)
-                .collect::<Vec<_>>()
-                .into(),
+            entry_ids: Arc::clone(&entry_ids),
             token_budget: Some(self.message_budget(prompt)),
             host: self.host_inputs(session, Some(prompt)),
         });
@@ -1285,7 +1290,8 @@ impl Harness {
             match item {
                 AssembledItem::Input { start, end } => {
                     for i in *start as usize..*end as usize {
-                        out.push((messages[i].clone(), Some(entry_ids[i].clone())));
+                        let id = entry_ids[i].as_str().map(str::to_owned);
+                        out.push((messages[i].clone(), id));
                     }
                 }
                 AssembledItem::New(message) => out.push(((**message).clone(), None)),
@@ -1339,7 +1345,7 @@ impl Harness {
             session_id: Self::session_id(session),
             session_file: Self::session_file(session),
             agent_id: Some(Arc::from(session.key.agent().as_str())),
-            entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
+            entry_ids: context.entry_ids.into(),
             messages: context.messages.into(),
             token_budget: Some(self.options.context_window),
             force: true,
@@ -1391,10 +1397,10 @@ impl Harness {
         let pre_prompt = context
             .entry_ids
             .iter()
-            .position(|e| e == prompt_id)
+            .position(|e| e.as_str() == Some(prompt_id))
             .unwrap_or(context.messages.len());
         let messages: Arc<[Message]> = context.messages.as_slice().into();
-        let entry_ids: Arc<[EntryId]> = context.entry_ids.iter().map(EntryId::new).collect();
+        let entry_ids: Arc<[EntryId]> = context.entry_ids.as_slice().into();
         let abort = || Arc::new(AbortController::new());
         let after = Arc::new(AfterTurnRequest {
             session_id: Self::session_id(session),

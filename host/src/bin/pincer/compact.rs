@@ -15,7 +15,7 @@ use pincer_host::session::{
 use pincer_host::slot::requirements::HostDescriptor;
 use pincer_host::slot::runtime::Runtime;
 use pincer_host::types::HostOperation;
-use pincer_plugin_abi::latest::{AbortController, EntryId};
+use pincer_plugin_abi::latest::AbortController;
 
 use crate::common::{
     fail, file_size_note, open, print_resolution, session_arg, store_of, warn_long_lines,
@@ -111,7 +111,6 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     {
         return fail(err, 1);
     }
-    let entry_ids: Vec<EntryId> = context.entry_ids.iter().map(EntryId::new).collect();
     let host_inputs = HostInputs {
         session_key: session.session_key.as_deref().map(Arc::from),
         session_target: Some(Arc::new(SessionTargetInput {
@@ -131,7 +130,7 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         Arc::from(session.session_id.as_str()),
         Arc::from(path.display().to_string()),
         Arc::from(context.messages),
-        Arc::from(entry_ids),
+        Arc::from(context.entry_ids),
         host_inputs,
     );
     request.agent_id = Some(Arc::from(command.agent.as_str()));
