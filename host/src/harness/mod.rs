@@ -46,8 +46,9 @@ pub mod tool_pairs;
 pub use assemble::AssembledView;
 pub use runner::SessionRunner;
 pub use session::{
-    AfterTurnParams, AssembleParams, Assembled, IngestMode, IngestParams, Ingested, Session,
-    SessionError, SubagentSpawnParams, ToolCallParams,
+    AfterTurnParams, AssembleParams, Assembled, IngestMode, IngestParams, Ingested,
+    ManualCompactParams, ManualCompaction, Session, SessionError, SubagentSpawnParams,
+    ToolCallParams,
 };
 
 use std::sync::Arc;

@@ -13,19 +13,23 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use pincer_plugin_abi::latest::{
-    AbortController, AssembleResult, EntryId, MaintainResult, Message, SubagentContextMode,
-    SubagentEndReason, ToolCallResult,
+    AbortController, AssembleResult, CompactResult, EntryId, HostOperation, MaintainResult,
+    Message, RuntimeSettings, SubagentContextMode, SubagentEndReason, ToolCallResult,
 };
 
 use crate::engines::error::EngineCallError;
 use crate::engines::instance::Rollback;
 use crate::engines::request::{
-    no_entry_ids, AfterTurnRequest, AssembleRequest, HostInputs, IngestBatchRequest, IngestRequest,
-    MaintainRequest, SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+    no_entry_ids, AfterTurnRequest, AssembleRequest, CompactRequest, HostInputs,
+    IngestBatchRequest, IngestRequest, MaintainRequest, SessionTargetInput, SubagentEndedRequest,
+    SubagentSpawnRequest, ToolCallRequest,
 };
 use crate::model::NoTools;
+use crate::session::context::build_session_context;
 use crate::session::key::{AgentId, SessionKey};
+use crate::session::store::CounterUpdate;
 use crate::session::store::{SessionStore, SessionSummary};
+use crate::session::SessionTree;
 use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
 use crate::slot::source::EngineSource;
 
@@ -145,6 +149,28 @@ pub struct SubagentSpawnParams {
     pub ttl_ms: Option<u64>,
 }
 
+/// What a manual compaction of a session (`pincer compact`) is asked.
+#[derive(Debug, Clone, Default)]
+pub struct ManualCompactParams {
+    /// The budget the engine compacts towards (the model's context window).
+    pub token_budget: Option<u64>,
+    /// What the summary should focus on (`/compact <text>`).
+    pub instructions: Option<String>,
+    /// The runtime settings of the host the compaction runs in.
+    pub runtime_settings: Option<Arc<RuntimeSettings>>,
+}
+
+/// What a manual compaction answered.
+#[derive(Debug)]
+pub struct ManualCompaction {
+    /// The engine's result and who answered.
+    pub answer: Guarded<CompactResult>,
+    /// Whether it compacted: the engine said so and its tokens went down.
+    pub compacted: bool,
+    /// Why it did not ([`super::engine_not_smaller`]'s reason, else the engine's).
+    pub reason: Option<String>,
+}
+
 /// A handle on one held session: see the module docs.
 pub struct Session<'a> {
     harness: &'a Harness,
@@ -248,6 +274,71 @@ impl Session<'_> {
         instructions: Option<&str>,
     ) -> Result<CompactionReport, HarnessError> {
         self.harness.compact_now(self.state, instructions)
+    }
+
+    /// Compacts the session now with `engine`'s guarded `compact`, forced (`manual`), after
+    /// the `manual-compact` requirements of the harness's host are checked: over `tree`, the
+    /// session as the front read it (once, to report what it skipped). A compaction is counted
+    /// in the index; one whose tokens did not go down is reported as none.
+    ///
+    /// # Errors
+    /// The engine cannot compact in this host; the guard refused.
+    pub fn compact_manually(
+        &mut self,
+        engine: &GuardedEngine,
+        tree: &SessionTree,
+        params: ManualCompactParams,
+    ) -> Result<ManualCompaction, SessionError> {
+        self.harness.settle(self.state);
+        engine
+            .check_host(HostOperation::ManualCompact, &self.harness.options.host)
+            .map_err(HarnessError::from)?;
+        let context = build_session_context(tree, None);
+        let summary = &self.state.summary;
+        let session_key = summary.session_key.as_deref().map(Arc::from);
+        let host = HostInputs {
+            session_key: session_key.clone(),
+            session_target: Some(Arc::new(SessionTargetInput {
+                agent_id: Some(Arc::from(self.state.key.agent().as_str())),
+                session_id: Some(self.session_id()),
+                session_key,
+                ..SessionTargetInput::default()
+            })),
+            runtime_settings: params.runtime_settings,
+            ..HostInputs::default()
+        };
+        let mut request = CompactRequest::manual(
+            self.session_id(),
+            self.session_file(),
+            Arc::from(context.messages),
+            Arc::from(context.entry_ids),
+            host,
+        );
+        request.agent_id = Some(Arc::from(self.state.key.agent().as_str()));
+        request.token_budget = params.token_budget;
+        request.custom_instructions = params.instructions.map(Arc::from);
+        let answer = engine.compact(Arc::new(request), abort())?;
+        let result = &answer.value;
+        let details = result.result.as_ref().into_option();
+        let not_smaller = details.filter(|_| result.compacted).and_then(|d| {
+            super::engine_not_smaller(
+                answer.answer.answered_by.as_str(),
+                d.tokens_before,
+                d.tokens_after.into_option(),
+            )
+        });
+        let compacted = result.compacted && not_smaller.is_none();
+        if compacted {
+            self.harness
+                .record_counters(self.state, CounterUpdate::Compaction);
+        }
+        let reason =
+            not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
+        Ok(ManualCompaction {
+            answer,
+            compacted,
+            reason,
+        })
     }
 
     /// Makes everything appended durable.
