@@ -640,7 +640,7 @@ fn serve_session(
             struct IngestResult<'a> {
                 ingested: bool,
                 ingested_count: u64,
-                entry_ids: &'a [String],
+                entry_ids: &'a [EntryId],
                 answered_by: &'a str,
             }
             Served::of(

@@ -461,7 +461,7 @@ pub struct AssembledReport {
     /// Who answered (`legacy` after a fallback).
     pub answered_by: String,
     /// The session entries of the assembled messages (`null` for new ones).
-    pub entry_ids: Vec<Option<String>>,
+    pub entry_ids: Vec<EntryId>,
     /// What tool-pair repair changed.
     pub repairs: tool_pairs::Repairs,
 }
@@ -516,7 +516,7 @@ pub struct TurnReport {
     pub messages_added: usize,
     /// The entry ids of what the turn added, in order (`messagesAdded` of them): a client
     /// keeps them to resolve `assemble`'s runs.
-    pub entry_ids: Vec<String>,
+    pub entry_ids: Vec<EntryId>,
     /// The last call's usage: `[input, output, cacheRead]`.
     pub usage: [u64; 3],
 }
@@ -862,7 +862,7 @@ impl Harness {
         let prompt_id = session.append_message(durability, &prompt)?;
         let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
         // Every entry the turn appends, in order (`produced` follows the context instead).
-        let mut appended = vec![prompt_id.clone()];
+        let mut appended = vec![EntryId::new(prompt_id.as_str())];
         let mut added = 1;
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
@@ -962,7 +962,7 @@ impl Harness {
                 })
                 .collect();
             let id = session.append_message(durability, &message)?;
-            appended.push(id.clone());
+            appended.push(EntryId::new(id.as_str()));
             produced.push((message, Some(id)));
             added += 1;
             if calls.is_empty() {
@@ -980,7 +980,7 @@ impl Harness {
                     self.tools.execute(&call)
                 };
                 let id = session.append_message(durability, &result)?;
-                appended.push(id.clone());
+                appended.push(EntryId::new(id.as_str()));
                 produced.push((result, Some(id)));
                 added += 1;
             }
@@ -1069,11 +1069,11 @@ impl Harness {
                 )?);
             }
             SlashCommand::Reset(reason) => {
-                added.push(
+                added.push(EntryId::new(
                     session
                         .writer(self.options.durability)?
                         .append_reset(reason, None)?,
-                );
+                ));
                 session.context = None;
             }
         }
@@ -1302,7 +1302,7 @@ impl Harness {
             count: out.len(),
             estimated_tokens: result.estimated_tokens.into_option(),
             answered_by: guarded.answer.answered_by.to_string(),
-            entry_ids: out.iter().map(|(_, e)| e.clone()).collect(),
+            entry_ids: out.iter().map(|(_, e)| EntryId::from(e.clone())).collect(),
             repairs: tool_pairs::Repairs::default(),
         };
         Ok(Assembly {

@@ -109,7 +109,7 @@ pub struct IngestParams {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ingested {
     /// The session entries the messages became.
-    pub entry_ids: Vec<String>,
+    pub entry_ids: Vec<EntryId>,
     /// How many the engine says it ingested.
     pub ingested_count: u64,
     /// Who answered the last engine call (the engine taken, when none was made).
@@ -394,19 +394,14 @@ impl Session<'_> {
         self.harness.settle(self.state);
         let mut ids = Vec::with_capacity(params.messages.len());
         for message in &params.messages {
-            ids.push(self.harness.append(self.state, message)?);
+            ids.push(EntryId::new(self.harness.append(self.state, message)?));
         }
         self.commit()?;
         let snapshot = self.context()?;
         // Where the new messages start in the context (excluded ones are not in it).
         let first = ids
             .iter()
-            .find_map(|id| {
-                snapshot
-                    .entry_ids
-                    .iter()
-                    .position(|e| e.as_str() == Some(id))
-            })
+            .find_map(|id| snapshot.entry_ids.iter().position(|e| e == id))
             .unwrap_or(snapshot.messages.len());
         let handed = hand_over(
             engine,
