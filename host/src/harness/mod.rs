@@ -469,7 +469,7 @@ pub struct AssembledReport {
 /// One `assemble` answer, resolved against the session.
 struct Assembly {
     /// The messages the model sees, each with the session entry it came from.
-    messages: Vec<(Message, Option<String>)>,
+    messages: Vec<(Message, EntryId)>,
     /// The engine's `systemPromptAddition`.
     system_addition: Option<String>,
     /// The engine's `promptAuthority`.
@@ -860,7 +860,8 @@ impl Harness {
 
         // The prompt joins the session, then the model answers (calling tools as it goes).
         let prompt_id = session.append_message(durability, &prompt)?;
-        let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
+        let mut produced: Vec<(Message, EntryId)> =
+            vec![(prompt, EntryId::new(prompt_id.as_str()))];
         // Every entry the turn appends, in order (`produced` follows the context instead).
         let mut appended = vec![EntryId::new(prompt_id.as_str())];
         let mut added = 1;
@@ -888,11 +889,10 @@ impl Harness {
             if model_calls >= MAX_MODEL_CALLS_PER_TURN {
                 return Err(HarnessError::TooManyModelCalls);
             }
-            let mut context: Vec<(Message, Option<String>)> = assembly.messages.clone();
+            let mut context: Vec<(Message, EntryId)> = assembly.messages.clone();
             context.extend(produced.iter().cloned());
             assembly.report.repairs = tool_pairs::repair_tool_pairs(&mut context);
-            let (mut messages, _): (Vec<Message>, Vec<Option<String>>) =
-                context.into_iter().unzip();
+            let (mut messages, _): (Vec<Message>, Vec<EntryId>) = context.into_iter().unzip();
             if matches!(
                 check.route,
                 Route::TruncateToolResultsOnly | Route::CompactThenTruncate
@@ -921,27 +921,22 @@ impl Harness {
                     // before the first of them still in the context; the rest of the turn
                     // follows as the context now has it.
                     let context = session.context(durability)?;
-                    let turn_ids: std::collections::HashSet<&str> = produced
-                        .iter()
-                        .filter_map(|(_, id)| id.as_deref())
-                        .collect();
+                    let turn_ids: std::collections::HashSet<&str> =
+                        produced.iter().filter_map(|(_, id)| id.as_str()).collect();
                     let first = context
                         .entry_ids
                         .iter()
                         .position(|id| id.as_str().is_some_and(|id| turn_ids.contains(id)))
                         .unwrap_or(context.entry_ids.len());
-                    let kept: Vec<(Message, Option<String>)> = context.messages[first..]
+                    let kept: Vec<(Message, EntryId)> = context.messages[first..]
                         .iter()
                         .cloned()
-                        .zip(
-                            context.entry_ids[first..]
-                                .iter()
-                                .map(|id| id.as_str().map(str::to_owned)),
-                        )
+                        .zip(context.entry_ids[first..].iter().cloned())
                         .collect();
-                    let before = kept.first().and_then(|(_, id)| id.clone());
+                    let before = kept.first().map(|(_, id)| id.clone());
                     produced = kept;
-                    assembly = self.assemble(session, &prompt_text, before.as_deref())?;
+                    let before = before.as_ref().and_then(EntryId::as_str);
+                    assembly = self.assemble(session, &prompt_text, before)?;
                     continue;
                 }
                 // A replayed transcript that stops after tool results ends its turn there.
@@ -963,7 +958,7 @@ impl Harness {
                 .collect();
             let id = session.append_message(durability, &message)?;
             appended.push(EntryId::new(id.as_str()));
-            produced.push((message, Some(id)));
+            produced.push((message, EntryId::new(id)));
             added += 1;
             if calls.is_empty() {
                 break;
@@ -981,7 +976,7 @@ impl Harness {
                 };
                 let id = session.append_message(durability, &result)?;
                 appended.push(EntryId::new(id.as_str()));
-                produced.push((result, Some(id)));
+                produced.push((result, EntryId::new(id)));
                 added += 1;
             }
         }
@@ -1286,23 +1281,22 @@ impl Harness {
             .assemble(request, Arc::new(AbortController::new()))
             .map_err(engine_error(Method::Assemble))?;
         let result = &guarded.value;
-        let mut out: Vec<(Message, Option<String>)> = Vec::new();
+        let mut out: Vec<(Message, EntryId)> = Vec::new();
         for item in result.items.iter() {
             match item {
                 AssembledItem::Input { start, end } => {
                     for i in *start as usize..*end as usize {
-                        let id = entry_ids[i].as_str().map(str::to_owned);
-                        out.push((messages[i].clone(), id));
+                        out.push((messages[i].clone(), entry_ids[i].clone()));
                     }
                 }
-                AssembledItem::New(message) => out.push(((**message).clone(), None)),
+                AssembledItem::New(message) => out.push(((**message).clone(), EntryId::NONE)),
             }
         }
         let report = AssembledReport {
             count: out.len(),
             estimated_tokens: result.estimated_tokens.into_option(),
             answered_by: guarded.answer.answered_by.to_string(),
-            entry_ids: out.iter().map(|(_, e)| EntryId::from(e.clone())).collect(),
+            entry_ids: out.iter().map(|(_, e)| e.clone()).collect(),
             repairs: tool_pairs::Repairs::default(),
         };
         Ok(Assembly {
@@ -1476,6 +1470,6 @@ impl SlashCommand {
     }
 }
 
-fn messages_of(messages: &[(Message, Option<String>)]) -> Vec<Message> {
+fn messages_of(messages: &[(Message, EntryId)]) -> Vec<Message> {
     messages.iter().map(|(m, _)| m.clone()).collect()
 }
