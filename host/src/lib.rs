@@ -155,9 +155,6 @@ pub mod operator {
     pub use crate::disk::{remove_dir, remove_file, rename};
     pub use crate::engines::crash_journal::{install_exit_watch, install_stop_handlers};
     pub use crate::engines::isolation::confine::{apply_sandbox, SandboxPolicy, WorkerLimits};
-    pub use crate::engines::request::{
-        CompactRequest, HostInputs, SessionTargetInput, ToolCallRequest,
-    };
     pub use crate::engines::stdio;
     pub use crate::plugins::catalog::{plugin_roots, Catalog};
     pub use crate::plugins::install::{prepare, required_config_keys, InstallError, RequiredKey};

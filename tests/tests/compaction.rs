@@ -84,7 +84,10 @@ fn check_context(path: &Path, done: &SessionCompaction) {
         })
         .map(|e| e.id())
         .collect();
-    let got: Vec<&str> = context.entry_ids[1..].iter().map(String::as_str).collect();
+    let got: Vec<&str> = context.entry_ids[1..]
+        .iter()
+        .map(|id| id.as_str().unwrap_or_default())
+        .collect();
     assert_eq!(got, expected, "the context continues from firstKeptEntryId");
     let calls: std::collections::HashSet<&str> = context
         .messages

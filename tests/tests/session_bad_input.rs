@@ -1342,7 +1342,9 @@ mod random_trees {
     }
 
     /// The context as JSON plus its entry ids: what two trees must agree on.
-    fn comparable(context: &SessionContext) -> (Value, Vec<String>) {
+    fn comparable(
+        context: &SessionContext,
+    ) -> (Value, Vec<pincer_plugin_api::abi::latest::EntryId>) {
         (
             serde_json::to_value(context).unwrap(),
             context.entry_ids.clone(),
@@ -1399,14 +1401,21 @@ mod random_trees {
                 comparable(&build_session_context(written, leaf))
             );
             prop_assert_eq!(context.entry_ids.len(), context.messages.len());
-            for id in &context.entry_ids {
-                prop_assert!(want.contains(&id.as_str()), "{} is not on the path", id);
+            for id in context
+                .entry_ids
+                .iter()
+                .map(|id| id.as_str().unwrap_or_default())
+            {
+                prop_assert!(want.contains(&id), "{} is not on the path", id);
             }
             let got: Vec<(String, String, String)> = context
                 .entry_ids
                 .iter()
                 .zip(&context.messages)
-                .map(|(id, m)| (id.clone(), m.role_name().to_owned(), m.plain_text()))
+                .map(|(id, m)| {
+                    let id = id.as_str().unwrap_or_default().to_owned();
+                    (id, m.role_name().to_owned(), m.plain_text())
+                })
                 .collect();
             prop_assert_eq!(&got, &model.expected_context(target));
             let (thinking, model_value) = model.expected_thinking_and_model(target);
@@ -1432,7 +1441,7 @@ mod random_trees {
                         .collect();
                     let mut calls: HashSet<String> = HashSet::new();
                     for (id, m) in context.entry_ids.iter().zip(&context.messages) {
-                        if after.contains(id.as_str()) {
+                        if after.contains(id.as_str().unwrap_or_default()) {
                             break;
                         }
                         calls.extend(m.tool_call_ids().map(str::to_owned));

@@ -538,7 +538,10 @@ fn estimate_after(
     first_kept: &str,
 ) -> Option<u64> {
     let context = build_session_context(tree, None);
-    let start = context.entry_ids.iter().position(|id| id == first_kept)?;
+    let start = context
+        .entry_ids
+        .iter()
+        .position(|id| id.as_str() == Some(first_kept))?;
     let summary = Message::from_value(serde_json::json!({
         "role": "compactionSummary",
         "summary": summary,

@@ -393,6 +393,9 @@ fn serve_session(
     let session_error = move |err: SessionError| match err {
         SessionError::Harness(err) => harness_error(err),
         SessionError::Engine(err) => engine_error(err),
+        SessionError::Rollback(err) => {
+            GatewayError::failed("engine_failed", format!("rollback failed: {err}"))
+        }
     };
     match method {
         GatewayMethod::Turn => {
@@ -500,7 +503,9 @@ fn serve_session(
             for item in guarded.value.items.iter() {
                 match item {
                     AssembledItem::Input { start, end } => {
-                        let (start, end) = (*start as usize, (*end as usize).min(messages.len()));
+                        // In range: the guard held the result to the input it was given
+                        // (`check_assemble`), and `legacy` keeps exactly that input.
+                        let (start, end) = (*start as usize, *end as usize);
                         if start >= end {
                             continue;
                         }
@@ -634,7 +639,7 @@ fn serve_session(
             struct IngestResult<'a> {
                 ingested: bool,
                 ingested_count: u64,
-                entry_ids: &'a [String],
+                entry_ids: &'a [EntryId],
                 answered_by: &'a str,
             }
             Served::of(
@@ -762,7 +767,6 @@ fn serve_session(
         }
         GatewayMethod::Engine(Method::OnSubagentEnded) => {
             let engine = take(parts, involved);
-            harness.settle(session);
             let child = params.required_str("childSessionKey")?;
             // A child is named by a key too, never by a path.
             super::protocol::session_key(child)?;
@@ -783,11 +787,10 @@ fn serve_session(
             // A child that failed to spawn rolls its preparation back instead.
             if params.flag("spawnFailed")? {
                 let handle = rollbacks().remove(child);
-                if let Some(handle) = handle {
-                    engine.rollback(handle).map_err(|err| {
-                        GatewayError::failed("engine_failed", format!("rollback failed: {err}"))
-                    })?;
-                }
+                harness
+                    .session(session)
+                    .roll_back_subagent_spawn(&engine, handle)
+                    .map_err(session_error)?;
                 return Served::of(&engine, &serde_json::json!({ "rolledBack": true }));
             }
             rollbacks().remove(child);

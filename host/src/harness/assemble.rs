@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use pincer_plugin_abi::latest::{AbortController, AssembleResult, Message};
+use pincer_plugin_abi::latest::{AbortController, AssembleResult, Message, RuntimeSettings};
 
 use crate::engines::instance::resolve_assembled;
 use crate::engines::request::{AssembleRequest, HostInputs};
@@ -53,6 +53,25 @@ impl Transcript {
         token_budget: Option<u64>,
     ) -> Result<AssembledView, GuardError> {
         self.assemble_with(engine, session_id, token_budget, HostInputs::default())
+    }
+
+    /// Runs `assemble` as a run of the CLI would: with the runtime settings of the host it runs
+    /// in (`sessionKey` is the session id).
+    ///
+    /// # Errors
+    /// What the guard returns.
+    pub fn assemble_in(
+        &self,
+        engine: &GuardedEngine,
+        session_id: &str,
+        token_budget: Option<u64>,
+        settings: Arc<RuntimeSettings>,
+    ) -> Result<AssembledView, GuardError> {
+        let host = HostInputs {
+            runtime_settings: Some(settings),
+            ..HostInputs::default()
+        };
+        self.assemble_with(engine, session_id, token_budget, host)
     }
 
     /// Runs `assemble` with the given host parameters (`sessionKey` defaults to the session id).

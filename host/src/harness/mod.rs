@@ -46,8 +46,9 @@ pub(crate) mod tool_pairs;
 pub use assemble::AssembledView;
 pub use runner::SessionRunner;
 pub use session::{
-    AfterTurnParams, AssembleParams, Assembled, IngestMode, IngestParams, Ingested, Session,
-    SessionError, SubagentSpawnParams, ToolCallParams,
+    AfterTurnParams, AssembleParams, Assembled, IngestMode, IngestParams, Ingested,
+    ManualCompactParams, ManualCompaction, Session, SessionError, SubagentSpawnParams,
+    ToolCallParams,
 };
 
 use std::sync::Arc;
@@ -166,6 +167,9 @@ pub enum HarnessError {
     /// The model call failed (after recovery, for overflows).
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// A turn on a harness built without a model ([`Harness::without_model`]).
+    #[error("this harness has no model: it runs every operation of a session but turns")]
+    NoModel,
     /// The model kept calling tools past the limit.
     #[error("the model made {MAX_MODEL_CALLS_PER_TURN} calls in one turn without answering; the turn was stopped")]
     TooManyModelCalls,
@@ -211,6 +215,7 @@ impl HarnessError {
             HarnessError::HostSupport(_) => "host_unsupported",
             HarnessError::Engine { .. } => "engine_failed",
             HarnessError::Model(e) => e.code(),
+            HarnessError::NoModel => "no_model",
             HarnessError::TooManyModelCalls => "too_many_model_calls",
             HarnessError::Work(WorkError::Stuck { .. }) => "engine_call_stuck",
             HarnessError::Work(WorkError::Unavailable(_)) => "session_worker_unavailable",
@@ -275,7 +280,7 @@ impl EngineServed {
 #[derive(Debug, Clone, Default)]
 struct CachedContext {
     messages: Vec<Message>,
-    entry_ids: Vec<String>,
+    entry_ids: Vec<EntryId>,
     /// The same context shared for engine requests, made on first demand and dropped when
     /// the context grows (so repeated `assemble`s of a held session copy nothing).
     shared: Option<ContextSnapshot>,
@@ -428,7 +433,7 @@ impl HarnessSession {
                     message.normalize_string_content();
                 }
                 context.messages.push(message);
-                context.entry_ids.push(id.clone());
+                context.entry_ids.push(EntryId::new(id.as_str()));
                 context.shared = None;
             }
         }
@@ -456,7 +461,7 @@ pub struct AssembledReport {
     /// Who answered (`legacy` after a fallback).
     pub answered_by: String,
     /// The session entries of the assembled messages (`null` for new ones).
-    pub entry_ids: Vec<Option<String>>,
+    pub entry_ids: Vec<EntryId>,
     /// What tool-pair repair changed.
     pub repairs: tool_pairs::Repairs,
 }
@@ -464,7 +469,7 @@ pub struct AssembledReport {
 /// One `assemble` answer, resolved against the session.
 struct Assembly {
     /// The messages the model sees, each with the session entry it came from.
-    messages: Vec<(Message, Option<String>)>,
+    messages: Vec<(Message, EntryId)>,
     /// The engine's `systemPromptAddition`.
     system_addition: Option<String>,
     /// The engine's `promptAuthority`.
@@ -511,7 +516,7 @@ pub struct TurnReport {
     pub messages_added: usize,
     /// The entry ids of what the turn added, in order (`messagesAdded` of them): a client
     /// keeps them to resolve `assemble`'s runs.
-    pub entry_ids: Vec<String>,
+    pub entry_ids: Vec<EntryId>,
     /// The last call's usage: `[input, output, cacheRead]`.
     pub usage: [u64; 3],
 }
@@ -530,7 +535,9 @@ impl std::fmt::Debug for StoreRef {
 pub struct Harness {
     source: Arc<dyn EngineSource>,
     store: StoreRef,
-    model: Arc<dyn ModelProvider>,
+    /// `None`: a harness for the operations of a session other than turns
+    /// ([`Harness::without_model`]).
+    model: Option<Arc<dyn ModelProvider>>,
     tools: Arc<dyn ToolExecutor>,
     options: HarnessOptions,
 }
@@ -560,7 +567,7 @@ impl Harness {
         Harness {
             source,
             store: StoreRef(Arc::new(store)),
-            model,
+            model: Some(model),
             tools,
             options,
         }
@@ -719,7 +726,7 @@ impl Harness {
             .shared
             .get_or_insert_with(|| ContextSnapshot {
                 messages: context.messages.as_slice().into(),
-                entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
+                entry_ids: context.entry_ids.as_slice().into(),
             })
             .clone())
     }
@@ -815,6 +822,9 @@ impl Harness {
         if let Some(command) = SlashCommand::parse(&prompt.plain_text()) {
             return self.command(session, command);
         }
+        let Some(model) = self.model.as_deref() else {
+            return Err(HarnessError::NoModel);
+        };
         engine.check_host(HostOperation::AgentRun, &self.options.host)?;
         let turn = session.turns_so_far(self.options.durability)? + 1;
         session.turns = Some(turn);
@@ -850,9 +860,10 @@ impl Harness {
 
         // The prompt joins the session, then the model answers (calling tools as it goes).
         let prompt_id = session.append_message(durability, &prompt)?;
-        let mut produced: Vec<(Message, Option<String>)> = vec![(prompt, Some(prompt_id.clone()))];
+        let mut produced: Vec<(Message, EntryId)> =
+            vec![(prompt, EntryId::new(prompt_id.as_str()))];
         // Every entry the turn appends, in order (`produced` follows the context instead).
-        let mut appended = vec![prompt_id.clone()];
+        let mut appended = vec![EntryId::new(prompt_id.as_str())];
         let mut added = 1;
         let mut model_calls = 0;
         let mut overflow_compactions = 0;
@@ -878,11 +889,10 @@ impl Harness {
             if model_calls >= MAX_MODEL_CALLS_PER_TURN {
                 return Err(HarnessError::TooManyModelCalls);
             }
-            let mut context: Vec<(Message, Option<String>)> = assembly.messages.clone();
+            let mut context: Vec<(Message, EntryId)> = assembly.messages.clone();
             context.extend(produced.iter().cloned());
             assembly.report.repairs = tool_pairs::repair_tool_pairs(&mut context);
-            let (mut messages, _): (Vec<Message>, Vec<Option<String>>) =
-                context.into_iter().unzip();
+            let (mut messages, _): (Vec<Message>, Vec<EntryId>) = context.into_iter().unzip();
             if matches!(
                 check.route,
                 Route::TruncateToolResultsOnly | Route::CompactThenTruncate
@@ -891,7 +901,7 @@ impl Harness {
             }
             let system = self.system_prompt(assembly.system_addition.as_deref());
             model_calls += 1;
-            let reply = match self.model.complete(&ModelRequest {
+            let reply = match model.complete(&ModelRequest {
                 system_prompt: &system,
                 messages: &messages,
                 tools: &tool_specs,
@@ -911,23 +921,22 @@ impl Harness {
                     // before the first of them still in the context; the rest of the turn
                     // follows as the context now has it.
                     let context = session.context(durability)?;
-                    let turn_ids: std::collections::HashSet<&str> = produced
-                        .iter()
-                        .filter_map(|(_, id)| id.as_deref())
-                        .collect();
+                    let turn_ids: std::collections::HashSet<&str> =
+                        produced.iter().filter_map(|(_, id)| id.as_str()).collect();
                     let first = context
                         .entry_ids
                         .iter()
-                        .position(|id| turn_ids.contains(id.as_str()))
+                        .position(|id| id.as_str().is_some_and(|id| turn_ids.contains(id)))
                         .unwrap_or(context.entry_ids.len());
-                    let kept: Vec<(Message, Option<String>)> = context.messages[first..]
+                    let kept: Vec<(Message, EntryId)> = context.messages[first..]
                         .iter()
                         .cloned()
-                        .zip(context.entry_ids[first..].iter().cloned().map(Some))
+                        .zip(context.entry_ids[first..].iter().cloned())
                         .collect();
-                    let before = kept.first().and_then(|(_, id)| id.clone());
+                    let before = kept.first().map(|(_, id)| id.clone());
                     produced = kept;
-                    assembly = self.assemble(session, &prompt_text, before.as_deref())?;
+                    let before = before.as_ref().and_then(EntryId::as_str);
+                    assembly = self.assemble(session, &prompt_text, before)?;
                     continue;
                 }
                 // A replayed transcript that stops after tool results ends its turn there.
@@ -948,8 +957,8 @@ impl Harness {
                 })
                 .collect();
             let id = session.append_message(durability, &message)?;
-            appended.push(id.clone());
-            produced.push((message, Some(id)));
+            appended.push(EntryId::new(id.as_str()));
+            produced.push((message, EntryId::new(id)));
             added += 1;
             if calls.is_empty() {
                 break;
@@ -966,8 +975,8 @@ impl Harness {
                     self.tools.execute(&call)
                 };
                 let id = session.append_message(durability, &result)?;
-                appended.push(id.clone());
-                produced.push((result, Some(id)));
+                appended.push(EntryId::new(id.as_str()));
+                produced.push((result, EntryId::new(id)));
                 added += 1;
             }
         }
@@ -1055,11 +1064,11 @@ impl Harness {
                 )?);
             }
             SlashCommand::Reset(reason) => {
-                added.push(
+                added.push(EntryId::new(
                     session
                         .writer(self.options.durability)?
                         .append_reset(reason, None)?,
-                );
+                ));
                 session.context = None;
             }
         }
@@ -1251,18 +1260,19 @@ impl Harness {
         let durability = self.options.durability;
         let context = session.context(durability)?;
         let cut = before
-            .and_then(|id| context.entry_ids.iter().position(|e| e == id))
+            .and_then(|id| {
+                context
+                    .entry_ids
+                    .iter()
+                    .position(|e| e.as_str() == Some(id))
+            })
             .unwrap_or(context.messages.len());
         let messages: Arc<[Message]> = context.messages[..cut].to_vec().into();
-        let entry_ids: Vec<String> = context.entry_ids[..cut].to_vec();
+        let entry_ids: Arc<[EntryId]> = context.entry_ids[..cut].into();
         let request = Arc::new(AssembleRequest {
             session_id: Self::session_id(session),
             messages: Arc::clone(&messages),
-            entry_ids: entry_ids
-                .iter()
-                .map(EntryId::new)
-                .collect::<Vec<_>>()
-                .into(),
+            entry_ids: Arc::clone(&entry_ids),
             token_budget: Some(self.message_budget(prompt)),
             host: self.host_inputs(session, Some(prompt)),
         });
@@ -1271,15 +1281,15 @@ impl Harness {
             .assemble(request, Arc::new(AbortController::new()))
             .map_err(engine_error(Method::Assemble))?;
         let result = &guarded.value;
-        let mut out: Vec<(Message, Option<String>)> = Vec::new();
+        let mut out: Vec<(Message, EntryId)> = Vec::new();
         for item in result.items.iter() {
             match item {
                 AssembledItem::Input { start, end } => {
                     for i in *start as usize..*end as usize {
-                        out.push((messages[i].clone(), Some(entry_ids[i].clone())));
+                        out.push((messages[i].clone(), entry_ids[i].clone()));
                     }
                 }
-                AssembledItem::New(message) => out.push(((**message).clone(), None)),
+                AssembledItem::New(message) => out.push(((**message).clone(), EntryId::NONE)),
             }
         }
         let report = AssembledReport {
@@ -1330,7 +1340,7 @@ impl Harness {
             session_id: Self::session_id(session),
             session_file: Self::session_file(session),
             agent_id: Some(Arc::from(session.key.agent().as_str())),
-            entry_ids: context.entry_ids.iter().map(EntryId::new).collect(),
+            entry_ids: context.entry_ids.into(),
             messages: context.messages.into(),
             token_budget: Some(self.options.context_window),
             force: true,
@@ -1382,10 +1392,10 @@ impl Harness {
         let pre_prompt = context
             .entry_ids
             .iter()
-            .position(|e| e == prompt_id)
+            .position(|e| e.as_str() == Some(prompt_id))
             .unwrap_or(context.messages.len());
         let messages: Arc<[Message]> = context.messages.as_slice().into();
-        let entry_ids: Arc<[EntryId]> = context.entry_ids.iter().map(EntryId::new).collect();
+        let entry_ids: Arc<[EntryId]> = context.entry_ids.as_slice().into();
         let abort = || Arc::new(AbortController::new());
         let after = Arc::new(AfterTurnRequest {
             session_id: Self::session_id(session),
@@ -1460,6 +1470,6 @@ impl SlashCommand {
     }
 }
 
-fn messages_of(messages: &[(Message, Option<String>)]) -> Vec<Message> {
+fn messages_of(messages: &[(Message, EntryId)]) -> Vec<Message> {
     messages.iter().map(|(m, _)| m.clone()).collect()
 }

@@ -13,18 +13,30 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use pincer_plugin_abi::latest::{
-    AbortController, AssembleResult, EntryId, MaintainResult, Message, SubagentContextMode,
-    SubagentEndReason, ToolCallResult,
+    AbortController, AssembleResult, CompactResult, EntryId, HostOperation, MaintainResult,
+    Message, RuntimeSettings, SubagentContextMode, SubagentEndReason, ToolCallResult,
 };
 
+use crate::engines::error::EngineCallError;
 use crate::engines::instance::Rollback;
 use crate::engines::request::{
-    no_entry_ids, AfterTurnRequest, AssembleRequest, HandOverRequest, HostInputs, MaintainRequest,
-    SubagentEndedRequest, SubagentSpawnRequest, ToolCallRequest,
+    no_entry_ids, AfterTurnRequest, AssembleRequest, CompactRequest, HandOverRequest, HostInputs,
+    MaintainRequest, SessionTargetInput, SubagentEndedRequest, SubagentSpawnRequest,
+    ToolCallRequest,
 };
+use crate::model::NoTools;
+use crate::session::context::build_session_context;
+use crate::session::key::{AgentId, SessionKey};
+use crate::session::store::CounterUpdate;
+use crate::session::store::{SessionStore, SessionSummary};
+use crate::session::SessionTree;
 use crate::slot::guarded::{GuardError, Guarded, GuardedEngine};
+use crate::slot::source::EngineSource;
 
-use super::{CompactionReport, ContextSnapshot, Harness, HarnessError, HarnessSession, TurnReport};
+use super::{
+    CompactionReport, ContextSnapshot, Harness, HarnessError, HarnessOptions, HarnessSession,
+    StoreRef, TurnReport,
+};
 
 /// Why an operation on a session failed.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +47,9 @@ pub enum SessionError {
     /// The guard refused the engine call (strict policy, abort, both engines failing).
     #[error(transparent)]
     Engine(#[from] GuardError),
+    /// The rollback of a subagent's preparation failed or overran its deadline.
+    #[error("rollback failed: {0}")]
+    Rollback(EngineCallError),
 }
 
 impl SessionError {
@@ -43,6 +58,7 @@ impl SessionError {
         match self {
             SessionError::Harness(err) => err.code(),
             SessionError::Engine(err) => err.code(),
+            SessionError::Rollback(err) => err.code(),
         }
     }
 }
@@ -86,7 +102,7 @@ pub struct IngestParams {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ingested {
     /// The session entries the messages became.
-    pub entry_ids: Vec<String>,
+    pub entry_ids: Vec<EntryId>,
     /// How many the engine says it ingested.
     pub ingested_count: u64,
     /// Who answered the last engine call (the engine taken, when none was made).
@@ -126,6 +142,28 @@ pub struct SubagentSpawnParams {
     pub ttl_ms: Option<u64>,
 }
 
+/// What a manual compaction of a session (`pincer compact`) is asked.
+#[derive(Debug, Clone, Default)]
+pub struct ManualCompactParams {
+    /// The budget the engine compacts towards (the model's context window).
+    pub token_budget: Option<u64>,
+    /// What the summary should focus on (`/compact <text>`).
+    pub instructions: Option<String>,
+    /// The runtime settings of the host the compaction runs in.
+    pub runtime_settings: Option<Arc<RuntimeSettings>>,
+}
+
+/// What a manual compaction answered.
+#[derive(Debug)]
+pub struct ManualCompaction {
+    /// The engine's result and who answered.
+    pub answer: Guarded<CompactResult>,
+    /// Whether it compacted: the engine said so and its tokens went down.
+    pub compacted: bool,
+    /// Why it did not ([`super::engine_not_smaller`]'s reason, else the engine's).
+    pub reason: Option<String>,
+}
+
 /// A handle on one held session: see the module docs.
 pub struct Session<'a> {
     harness: &'a Harness,
@@ -133,6 +171,45 @@ pub struct Session<'a> {
 }
 
 impl Harness {
+    /// A harness without a model, for a front that runs a session's operations but no turn
+    /// (the CLI's `tool`, `compact`): [`Harness::turn`] refuses with
+    /// [`HarnessError::NoModel`]; a slash command and every method of [`Session`] but
+    /// [`Session::turn`] run as on any harness.
+    pub fn without_model(
+        source: Arc<dyn EngineSource>,
+        store: impl SessionStore + Send + Sync + 'static,
+        options: HarnessOptions,
+    ) -> Self {
+        Harness {
+            source,
+            store: StoreRef(Arc::new(store)),
+            model: None,
+            tools: Arc::new(NoTools),
+            options,
+        }
+    }
+
+    /// Holds the existing session `summary` (found in this harness's store) under its key, else
+    /// under its id as key of `agent`.
+    ///
+    /// # Errors
+    /// [`HarnessError::Unkeyed`]: the session has no key and its id is no key.
+    pub fn hold(
+        &self,
+        summary: SessionSummary,
+        agent: &AgentId,
+    ) -> Result<HarnessSession, HarnessError> {
+        let named = summary
+            .session_key
+            .as_deref()
+            .unwrap_or(&summary.session_id);
+        let key = SessionKey::parse_for(named, agent).map_err(|source| HarnessError::Unkeyed {
+            file: summary.session_file.clone(),
+            source,
+        })?;
+        Ok(HarnessSession::new(&self.store, summary, key, None))
+    }
+
     /// The handle on `state`, a session this harness opened.
     ///
     /// # Examples
@@ -222,6 +299,71 @@ impl Session<'_> {
         self.harness.compact_now(self.state, instructions)
     }
 
+    /// Compacts the session now with `engine`'s guarded `compact`, forced (`manual`), after
+    /// the `manual-compact` requirements of the harness's host are checked: over `tree`, the
+    /// session as the front read it (once, to report what it skipped). A compaction is counted
+    /// in the index; one whose tokens did not go down is reported as none.
+    ///
+    /// # Errors
+    /// The engine cannot compact in this host; the guard refused.
+    pub fn compact_manually(
+        &mut self,
+        engine: &GuardedEngine,
+        tree: &SessionTree,
+        params: ManualCompactParams,
+    ) -> Result<ManualCompaction, SessionError> {
+        self.harness.settle(self.state);
+        engine
+            .check_host(HostOperation::ManualCompact, &self.harness.options.host)
+            .map_err(HarnessError::from)?;
+        let context = build_session_context(tree, None);
+        let summary = &self.state.summary;
+        let session_key = summary.session_key.as_deref().map(Arc::from);
+        let host = HostInputs {
+            session_key: session_key.clone(),
+            session_target: Some(Arc::new(SessionTargetInput {
+                agent_id: Some(Arc::from(self.state.key.agent().as_str())),
+                session_id: Some(self.session_id()),
+                session_key,
+                ..SessionTargetInput::default()
+            })),
+            runtime_settings: params.runtime_settings,
+            ..HostInputs::default()
+        };
+        let mut request = CompactRequest::manual(
+            self.session_id(),
+            self.session_file(),
+            Arc::from(context.messages),
+            Arc::from(context.entry_ids),
+            host,
+        );
+        request.agent_id = Some(Arc::from(self.state.key.agent().as_str()));
+        request.token_budget = params.token_budget;
+        request.custom_instructions = params.instructions.map(Arc::from);
+        let answer = engine.compact(Arc::new(request), abort())?;
+        let result = &answer.value;
+        let details = result.result.as_ref().into_option();
+        let not_smaller = details.filter(|_| result.compacted).and_then(|d| {
+            super::engine_not_smaller(
+                answer.answer.answered_by.as_str(),
+                d.tokens_before,
+                d.tokens_after.into_option(),
+            )
+        });
+        let compacted = result.compacted && not_smaller.is_none();
+        if compacted {
+            self.harness
+                .record_counters(self.state, CounterUpdate::Compaction);
+        }
+        let reason =
+            not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
+        Ok(ManualCompaction {
+            answer,
+            compacted,
+            reason,
+        })
+    }
+
     /// Makes everything appended durable.
     ///
     /// # Errors
@@ -275,19 +417,14 @@ impl Session<'_> {
         self.harness.settle(self.state);
         let mut ids = Vec::with_capacity(params.messages.len());
         for message in &params.messages {
-            ids.push(self.harness.append(self.state, message)?);
+            ids.push(EntryId::new(self.harness.append(self.state, message)?));
         }
         self.commit()?;
         let snapshot = self.context()?;
         // Where the new messages start in the context (excluded ones are not in it).
         let first = ids
             .iter()
-            .find_map(|id| {
-                snapshot
-                    .entry_ids
-                    .iter()
-                    .position(|e| e.as_str() == Some(id))
-            })
+            .find_map(|id| snapshot.entry_ids.iter().position(|e| e == id))
             .unwrap_or(snapshot.messages.len());
         let handed = hand_over(
             engine,
@@ -394,6 +531,23 @@ impl Session<'_> {
             ttl_ms: params.ttl_ms,
         });
         Ok(engine.prepare_subagent_spawn(request)?)
+    }
+
+    /// The rollback of a child of this session that failed to spawn: the handle its
+    /// `prepareSubagentSpawn` gave, if it gave one, run bounded like any engine call.
+    ///
+    /// # Errors
+    /// The rollback failed or overran its deadline.
+    pub fn roll_back_subagent_spawn(
+        &mut self,
+        engine: &GuardedEngine,
+        handle: Option<Rollback>,
+    ) -> Result<(), SessionError> {
+        self.harness.settle(self.state);
+        match handle {
+            Some(handle) => engine.rollback(handle).map_err(SessionError::Rollback),
+            None => Ok(()),
+        }
     }
 
     /// `onSubagentEnded` of `engine` for the child `child_session_key`; `None` when the engine

@@ -5,7 +5,8 @@
 //! call of the nearest assistant message before it that is still unanswered. A result with no
 //! such call is dropped; a call left unanswered when the next non-result message (or the end)
 //! comes gets a synthetic error result, `No result provided`, as OpenClaw's transcript repair
-//! gives it. Each message keeps the session entry it came from (`None` for a synthetic one).
+//! gives it. Each message keeps the session entry it came from (none — the entry type's
+//! default — for a synthetic one).
 
 use pincer_plugin_abi::latest::{Message, Role};
 
@@ -22,20 +23,23 @@ pub struct Repairs {
     pub missing_results_added: usize,
 }
 
-/// Repairs `messages` (with the entry each came from) in place; returns what it did.
-pub fn repair_tool_pairs(messages: &mut Vec<(Message, Option<String>)>) -> Repairs {
+/// Repairs `messages` (with the entry each came from) in place; returns what it did. A
+/// synthetic result gets `E::default()` as its entry.
+pub fn repair_tool_pairs<E: Default>(messages: &mut Vec<(Message, E)>) -> Repairs {
     let mut repairs = Repairs::default();
-    let mut out: Vec<(Message, Option<String>)> = Vec::with_capacity(messages.len());
+    let mut out: Vec<(Message, E)> = Vec::with_capacity(messages.len());
     // Calls of the last assistant message not answered yet: (id, tool name).
     let mut open: Vec<(String, String)> = Vec::new();
-    let close = |open: &mut Vec<(String, String)>,
-                 out: &mut Vec<(Message, Option<String>)>,
-                 repairs: &mut Repairs| {
-        for (id, name) in open.drain(..) {
-            out.push((Message::tool_result(id, name, NO_RESULT_TEXT, true), None));
-            repairs.missing_results_added += 1;
-        }
-    };
+    let close =
+        |open: &mut Vec<(String, String)>, out: &mut Vec<(Message, E)>, repairs: &mut Repairs| {
+            for (id, name) in open.drain(..) {
+                out.push((
+                    Message::tool_result(id, name, NO_RESULT_TEXT, true),
+                    E::default(),
+                ));
+                repairs.missing_results_added += 1;
+            }
+        };
     for (message, entry) in messages.drain(..) {
         match message.role() {
             Role::ToolResult => {
@@ -70,8 +74,7 @@ pub fn repair_tool_pairs(messages: &mut Vec<(Message, Option<String>)>) -> Repai
 #[cfg(any(test, feature = "test-support"))]
 /// Whether `messages` are well paired (what [`repair_tool_pairs`] guarantees).
 pub fn tool_pairs_are_sound(messages: &[Message]) -> bool {
-    let mut copy: Vec<(Message, Option<String>)> =
-        messages.iter().cloned().map(|m| (m, None)).collect();
+    let mut copy: Vec<(Message, ())> = messages.iter().cloned().map(|m| (m, ())).collect();
     repair_tool_pairs(&mut copy) == Repairs::default()
 }
 

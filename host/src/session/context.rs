@@ -3,7 +3,7 @@
 //! LLM-facing projection. Differentially tested against OpenClaw's own output on every golden
 //! case (`tests/tests/sessions.rs`).
 
-use pincer_plugin_abi::latest::{Message, Role};
+use pincer_plugin_abi::latest::{EntryId, Message, Role};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -19,9 +19,10 @@ pub struct SessionContext {
     pub thinking_level: String,
     /// `{provider, modelId}` of the last `model_change` or assistant message on the path.
     pub model: Option<Value>,
-    /// The session entry each message came from (beside the messages, never inside them).
+    /// The session entry each message came from (beside the messages, never inside them), as
+    /// engine requests take it.
     #[serde(skip)]
-    pub entry_ids: Vec<String>,
+    pub entry_ids: Vec<EntryId>,
 }
 
 /// The text OpenClaw puts before a compaction summary in the LLM projection.
@@ -74,7 +75,7 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
     let boundary = path
         .iter()
         .rposition(|e| matches!(e.entry_type, EntryType::Compaction | EntryType::Reset));
-    let mut messages: Vec<(String, Message)> = Vec::new();
+    let mut messages: Vec<(EntryId, Message)> = Vec::new();
     match boundary {
         None => messages.extend(messages_of(&path)),
         Some(b) => {
@@ -97,7 +98,7 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
                         summary_message.insert("timestamp".into(), ms.into());
                     }
                     if let Ok(m) = Message::from_value(Value::Object(summary_message)) {
-                        messages.push((path[b].id().to_owned(), m));
+                        messages.push((EntryId::new(path[b].id()), m));
                     }
                     if let Some(k) = kept_from(first_kept_entry_id) {
                         messages.extend(messages_of(&path[k..b]));
@@ -107,7 +108,11 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
                     first_kept_entry_id,
                 } => {
                     if let Some(k) = kept_from(first_kept_entry_id) {
-                        messages.extend(reset_replay(&path[k..b]));
+                        messages.extend(
+                            reset_replay(&path[k..b])
+                                .into_iter()
+                                .map(|(id, m)| (EntryId::new(id), m)),
+                        );
                     }
                 }
                 _ => unreachable!("the boundary is a compaction or a reset"),
@@ -126,11 +131,11 @@ pub fn build_session_context(tree: &SessionTree, leaf: Option<&str>) -> SessionC
 
 /// The messages `entries` yield in the context, with their entry ids; parsed on two threads
 /// when there are many.
-fn messages_of(entries: &[&Entry]) -> Vec<(String, Message)> {
-    fn parse(entries: &[&Entry]) -> Vec<(String, Message)> {
+fn messages_of(entries: &[&Entry]) -> Vec<(EntryId, Message)> {
+    fn parse(entries: &[&Entry]) -> Vec<(EntryId, Message)> {
         entries
             .iter()
-            .filter_map(|e| message_of(e).map(|m| (e.id().to_owned(), m)))
+            .filter_map(|e| message_of(e).map(|m| (EntryId::new(e.id()), m)))
             .collect()
     }
     const PARALLEL_FROM: usize = 2_000;

@@ -85,7 +85,7 @@ impl Transcript {
         let context = super::context::build_session_context(tree, None);
         Transcript {
             messages: context.messages.into(),
-            entry_ids: context.entry_ids.into_iter().map(EntryId::new).collect(),
+            entry_ids: Arc::from(context.entry_ids),
         }
     }
 

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use pincer_host::config::PincerHome;
 use pincer_host::operator::health_line;
 use pincer_host::operator::HostDescriptor;
-use pincer_host::operator::HostInputs;
 use pincer_host::operator::HostOperation;
 use pincer_host::runtime::Runtime;
 use pincer_host::session::Transcript;
@@ -72,11 +71,8 @@ fn assemble(
     if let Err(err) = resolved.engine.check_host(HostOperation::AgentRun, &host) {
         return fail(err, 1);
     }
-    let inputs = HostInputs {
-        runtime_settings: Some(runtime.runtime_settings(&resolved.resolution, &host, token_budget)),
-        ..HostInputs::default()
-    };
-    let view = match transcript.assemble_with(&resolved.engine, "cli-session", token_budget, inputs)
+    let settings = runtime.runtime_settings(&resolved.resolution, &host, token_budget);
+    let view = match transcript.assemble_in(&resolved.engine, "cli-session", token_budget, settings)
     {
         Ok(v) => v,
         Err(err) => return fail(err, 1),

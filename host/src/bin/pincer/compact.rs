@@ -6,16 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
-use pincer_host::harness::engine_not_smaller;
+use pincer_host::harness::{Harness, HarnessOptions, ManualCompactParams, SessionError};
 use pincer_host::operator::HostDescriptor;
-use pincer_host::operator::HostOperation;
-use pincer_host::operator::{CompactRequest, HostInputs, SessionTargetInput};
 use pincer_host::runtime::Runtime;
-use pincer_host::session::{
-    build_session_context, AgentId, CounterUpdate, SessionKey, SessionStore, SessionSummary,
-    SessionTree,
-};
-use pincer_plugin_abi::latest::{AbortController, EntryId};
+use pincer_host::session::{AgentId, SessionSummary, SessionTree};
+use pincer_host::FixedEngine;
 
 use crate::common::{
     fail, file_size_note, open, print_resolution, session_arg, store_of, warn_long_lines,
@@ -96,7 +91,6 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
         Err(err) => return fail(err, 2),
     };
     working.suspend(|| warn_long_lines(path, &tree));
-    let context = build_session_context(&tree, None);
     let resolved = match runtime.resolve() {
         Ok(r) => r,
         Err(err) => return fail(err, 1),
@@ -104,46 +98,35 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
     let Some(host) = HostDescriptor::find(&runtime.config().config, "pincer-embedded") else {
         return fail("the embedded host descriptor is missing", 1);
     };
-    // A manual compaction: checked against the engine's `manual-compact` requirements first.
-    if let Err(err) = resolved
-        .engine
-        .check_host(HostOperation::ManualCompact, &host)
-    {
-        return fail(err, 1);
-    }
-    let entry_ids: Vec<EntryId> = context.entry_ids.iter().map(EntryId::new).collect();
-    let host_inputs = HostInputs {
-        session_key: session.session_key.as_deref().map(Arc::from),
-        session_target: Some(Arc::new(SessionTargetInput {
-            agent_id: Some(Arc::from(command.agent.as_str())),
-            session_id: Some(Arc::from(session.session_id.as_str())),
-            session_key: session.session_key.as_deref().map(Arc::from),
-            ..SessionTargetInput::default()
-        })),
+    let params = ManualCompactParams {
+        token_budget: command.context_window,
+        instructions: command.instructions.map(str::to_owned),
         runtime_settings: Some(runtime.runtime_settings(
             &resolved.resolution,
             &host,
             command.context_window,
         )),
-        ..HostInputs::default()
     };
-    let mut request = CompactRequest::manual(
-        Arc::from(session.session_id.as_str()),
-        Arc::from(path.display().to_string()),
-        Arc::from(context.messages),
-        Arc::from(entry_ids),
-        host_inputs,
+    let engine = Arc::new(resolved.engine);
+    let mut options = HarnessOptions::new(command.context_window.unwrap_or_default());
+    options.host = host;
+    let harness = Harness::without_model(
+        Arc::new(FixedEngine(Arc::clone(&engine))),
+        store_of(runtime),
+        options,
     );
-    request.agent_id = Some(Arc::from(command.agent.as_str()));
-    request.token_budget = command.context_window;
-    request.custom_instructions = command.instructions.map(Arc::from);
-    let outcome = resolved
-        .engine
-        .compact(Arc::new(request), Arc::new(AbortController::new()));
+    let mut held = match harness.hold(session.clone(), command.agent) {
+        Ok(held) => held,
+        Err(err) => return fail(err, 2),
+    };
+    // A manual compaction: checked against the engine's `manual-compact` requirements first.
+    let outcome = harness
+        .session(&mut held)
+        .compact_manually(&engine, &tree, params);
     drop(working);
-    let guarded = match outcome {
-        Ok(guarded) => guarded,
-        Err(err) => {
+    let done = match outcome {
+        Ok(done) => done,
+        Err(SessionError::Engine(err)) => {
             if command.json {
                 let out = serde_json::json!({
                     "sessionFile": path,
@@ -159,31 +142,13 @@ fn compact_command(runtime: &Runtime, command: &CompactCommand<'_>) -> ExitCode 
             }
             return fail(err, 1);
         }
+        Err(err) => return fail(err, 1),
     };
+    let guarded = &done.answer;
+    let compacted = done.compacted;
+    let reason = done.reason;
     let result = &guarded.value;
     let details = result.result.as_ref().into_option();
-    // An engine's `compacted` whose tokens did not go down is reported as no compaction.
-    let not_smaller = details.filter(|_| result.compacted).and_then(|d| {
-        engine_not_smaller(
-            guarded.answer.answered_by.as_str(),
-            d.tokens_before,
-            d.tokens_after.into_option(),
-        )
-    });
-    let compacted = result.compacted && not_smaller.is_none();
-    if compacted {
-        let key = session
-            .session_key
-            .as_deref()
-            .and_then(|key| SessionKey::parse_for(key, command.agent).ok());
-        if let Some(key) = key {
-            if let Err(err) = store_of(runtime).record(&key, CounterUpdate::Compaction) {
-                tracing::warn!(%err, "compactionCount not updated in the session index");
-            }
-        }
-    }
-    let reason =
-        not_smaller.or_else(|| result.reason.as_ref().map(|r| r.to_string()).into_option());
     if command.json {
         let out = serde_json::json!({
             "sessionFile": path,

@@ -6,9 +6,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use pincer_host::config::PincerHome;
-use pincer_host::operator::{HostInputs, ToolCallRequest};
-use pincer_plugin_abi::latest::AbortController;
+use pincer_host::harness::{Harness, HarnessOptions, ToolCallParams};
+use pincer_host::FixedEngine;
 use serde_json::{json, Value};
+
+/// The window of the harness a tool call runs on (a tool call assembles nothing: any will do).
+const TOOL_CONTEXT_WINDOW: u64 = 128_000;
 
 /// `pincer tool`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -108,16 +111,21 @@ fn call(
             2,
         );
     }
-    let request = Arc::new(ToolCallRequest {
-        session_id: Arc::from(session.session_id.as_str()),
-        tool_name: Arc::from(args.name.as_str()),
-        arguments_json: Arc::from(arguments.to_string()),
-        host: HostInputs {
-            session_key: Some(Arc::from(args.session.as_str())),
-            ..HostInputs::default()
-        },
-    });
-    let answer = match engine.call_tool(request, Arc::new(AbortController::new())) {
+    let engine = Arc::new(resolved.engine);
+    let harness = Harness::without_model(
+        Arc::new(FixedEngine(Arc::clone(&engine))),
+        crate::common::store_of(runtime),
+        HarnessOptions::new(TOOL_CONTEXT_WINDOW),
+    );
+    let mut held = match harness.hold(session.clone(), &args.agent) {
+        Ok(held) => held,
+        Err(err) => return crate::common::fail(err, 2),
+    };
+    let call = ToolCallParams {
+        name: args.name.clone(),
+        arguments_json: arguments.to_string(),
+    };
+    let answer = match harness.session(&mut held).call_tool(&engine, call) {
         Ok(Some(answer)) => answer,
         Ok(None) => {
             return crate::common::fail(

@@ -540,7 +540,11 @@ pub fn library_probe(
         let mut confinement = Confinement::of_entry(entries.get(&facts.plugin_id), Vec::new());
         // The probe only opens the library: always sandboxed, whatever the entry says.
         confinement.sandbox = true;
-        match probe_library(path, facts.into(), &confinement, services.into_abi()) {
+        let probed = probe_library(path, facts.into(), &confinement, services.into_abi());
+        if let Err(err) = &probed {
+            tracing::debug!(code = err.code(), library = %path.display(), "library probe: {err}");
+        }
+        match probed {
             Ok(()) => Ok(()),
             Err(ProbeError::Unavailable(why)) => Err(format!(
                 "its probe could not run ({why}), so it was not opened; fix that, or set plugins.probeLibraries: false to open libraries unprobed (doctor shows it)"
@@ -1098,6 +1102,7 @@ impl Worker {
     }
 
     fn broke(&self, method: Method, err: FrameError) -> EngineCallError {
+        tracing::debug!(code = err.code(), %method, "engine worker broke the protocol: {err}");
         let reason = format!("engine worker broke the protocol during {method}: {err}");
         crashed(self.record_death(&during(method), Some(reason)))
     }

@@ -262,6 +262,31 @@ impl EntryId {
     }
 }
 
+/// As JSON: the id, or `null` for none.
+impl Serialize for EntryId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_str().serialize(s)
+    }
+}
+
+impl PartialEq<str> for EntryId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == Some(other)
+    }
+}
+
+impl PartialEq<&str> for EntryId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == Some(*other)
+    }
+}
+
+impl PartialEq<String> for EntryId {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == Some(other.as_str())
+    }
+}
+
 impl From<Option<String>> for EntryId {
     fn from(id: Option<String>) -> Self {
         id.map_or(EntryId::NONE, EntryId::new)
