@@ -528,16 +528,29 @@ impl CrashJournal {
                 method.as_bytes(),
                 b"; the crash journal quarantines it for the next run (`pincer health` shows it)\n",
             ];
-            for part in parts {
-                // SAFETY: write(2) of a valid buffer; errors are ignored on the way down.
-                unsafe {
-                    libc::write(
-                        crate::engines::stdio::host_stderr_fd(),
-                        part.as_ptr().cast(),
-                        part.len(),
-                    )
-                };
-            }
+            // One line in one writev(2): written in pieces, it could be interleaved with the
+            // engine's own output drained to the same stream. No buffer is assembled: this may
+            // run on a nearly exhausted alternate signal stack (after a stack overflow).
+            let iovec = |part: &[u8]| libc::iovec {
+                iov_base: part.as_ptr() as *mut libc::c_void,
+                iov_len: part.len(),
+            };
+            let iov = [
+                iovec(parts[0]),
+                iovec(parts[1]),
+                iovec(parts[2]),
+                iovec(parts[3]),
+                iovec(parts[4]),
+            ];
+            // SAFETY: writev(2) of valid buffers that outlive the call; errors are ignored on
+            // the way down.
+            unsafe {
+                libc::writev(
+                    crate::engines::stdio::host_stderr_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                )
+            };
         }
     }
 }
