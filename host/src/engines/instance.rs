@@ -25,7 +25,7 @@ use pincer_plugin_abi::latest::{AssembleResult, Message};
 macro_rules! instance_forwards {
     ($($name:ident($params:ident) -> $result:ty { $($row:tt)* })*) => {
         $(
-            #[doc = concat!("`", stringify!($name), "` (see [`EngineBackend`]).")]
+            #[doc = concat!("`", stringify!($name), "` (the engine backend's method of that name).")]
             ///
             /// # Errors
             /// The engine's error; `NotImplemented` when it lacks an optional method.
@@ -72,7 +72,7 @@ impl EngineInstance {
     }
 
     /// Wraps any backend, reading its info once, held to the `info` caps of `limits`
-    /// (`plugins.resultLimits`, see [`super::checked`]).
+    /// (`plugins.resultLimits`, checked before the host reads it).
     ///
     /// # Errors
     /// When `info` fails or panics, holds text that is not UTF-8, or breaks a cap.
@@ -98,7 +98,7 @@ impl EngineInstance {
         self.closable.as_ref()
     }
 
-    /// The round trip of an empty call (see [`EngineBackend::ping`]).
+    /// The round trip of an empty call (the backend's `ping`).
     ///
     /// # Errors
     /// A worker that is gone.

@@ -24,7 +24,7 @@ pub enum GatewayMethod {
     /// One agent turn through the harness (`prompt`).
     Turn,
     /// An engine method the method table has the gateway answer
-    /// ([`crate::engines::methods::MethodSpec::gateway`]), on the session's snapshot.
+    /// (the method table's `gateway` column), on the session's snapshot.
     Engine(Method),
     /// Engines, generations, quarantine.
     Health,
@@ -36,7 +36,7 @@ pub enum GatewayMethod {
 
 impl GatewayMethod {
     /// Every method, in the order the documentation lists them: `turn`, the engine methods
-    /// ([`GATEWAY_METHODS`]), then the gateway's own.
+    /// (the method table's `GATEWAY_METHODS`), then the gateway's own.
     pub const ALL: [GatewayMethod; GATEWAY_METHODS.len() + 4] = {
         let mut all = [GatewayMethod::Turn; GATEWAY_METHODS.len() + 4];
         let mut i = 0;

@@ -146,7 +146,7 @@ macro_rules! exercise_rows {
 for_each_engine_method!(exercise_rows);
 
 /// Calls every method of `engine` once over `transcript`, in the table's lifecycle order
-/// ([`EXERCISE_ORDER`]); see the module docs.
+/// (the method table's `EXERCISE_ORDER`); see the module docs.
 pub fn exercise_engine(
     engine: &GuardedEngine,
     quarantine: &Quarantine,
