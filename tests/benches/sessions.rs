@@ -1,4 +1,4 @@
-//! Sessions at the sizes OpenClaw was measured at (`shared/reference/openclaw-peer.md` §3):
+//! Sessions at the sizes OpenClaw 2026.9.6 was measured at (`docs/BENCHMARKS.md`):
 //! open + parse + build the leaf's context of generated 1k, 10k and 100k-entry files, and
 //! durable appends beside the fsync they cost (one writer; eight threads and eight async tasks
 //! sharing a session through group commit), measured in one run.

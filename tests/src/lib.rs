@@ -239,7 +239,7 @@ pub fn tau_bench_transcripts() -> Option<serde_json::Value> {
 }
 
 /// Writes a session of `entries` entries to `path` the way OpenClaw users' sessions look and
-/// OpenClaw's own measurements built them (`shared/reference/openclaw-peer.md` §3): the
+/// the sessions OpenClaw 2026.9.6 was measured on were built (`docs/BENCHMARKS.md`): the
 /// τ-bench transcripts' messages in order (repeated), a branch back every `entries / 10`
 /// entries (every third with a branch summary) and a compaction every `entries / 8` entries
 /// keeping the context from a recent user message. Returns the number of context messages at

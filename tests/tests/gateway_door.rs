@@ -221,7 +221,7 @@ fn golden_messages(dir: &Path) -> Vec<(String, Value)> {
 }
 
 /// A real turn's messages as OpenClaw 2026.9.6 hands them to an engine
-/// (`shared/reference/openclaw-live-turn.md`: this turn's user and assistant messages, the
+/// on a real offline turn (this turn's user and assistant messages, the
 /// model `echo-1` of provider `fake` over `openai-completions`).
 fn live_turn_messages() -> Vec<Value> {
     vec![
