@@ -85,6 +85,19 @@ pub fn sanitize_text(value: &str, max: usize) -> String {
     out
 }
 
+/// A JSON value's kind in words ("a string", "an object", …), for error messages.
+pub fn json_kind(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// The longest plugin id accepted.
 pub const MAX_PLUGIN_ID_LEN: usize = 128;
 

@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value};
 
-use super::protocol::kind_of;
+use crate::types::json_kind;
 
 /// What is wrong with a message: the field (relative to the message: `content[2].type`, or
 /// empty for the message itself) and what was expected.
@@ -69,7 +69,7 @@ pub fn check_message(value: &Value) -> Result<(), MessageFault> {
             "",
             format!(
                 "must be a message object ({{\"role\": …, \"content\": …}}), not {}",
-                kind_of(value)
+                json_kind(value)
             ),
         ));
     };
@@ -84,7 +84,7 @@ pub fn check_message(value: &Value) -> Result<(), MessageFault> {
         Some(other) => {
             return Err(MessageFault::new(
                 "role",
-                format!("must be a string, not {}", kind_of(other)),
+                format!("must be a string, not {}", json_kind(other)),
             ))
         }
     };
@@ -227,7 +227,7 @@ impl Fields<'_> {
                     "content",
                     format!(
                         "must be a string or an array of content blocks, not {}",
-                        kind_of(other)
+                        json_kind(other)
                     ),
                 ))
             }
@@ -245,7 +245,7 @@ impl Fields<'_> {
                     at(""),
                     format!(
                         "must be a content block object ({{\"type\": …}}), not {}",
-                        kind_of(block)
+                        json_kind(block)
                     ),
                 ));
             };
@@ -260,7 +260,7 @@ impl Fields<'_> {
                 Some(other) => {
                     return Err(MessageFault::new(
                         at("type"),
-                        format!("must be a string, not {}", kind_of(other)),
+                        format!("must be a string, not {}", json_kind(other)),
                     ))
                 }
             };
@@ -301,7 +301,7 @@ fn check_kind(key: &str, value: &Value, kind: Kind) -> Result<(), MessageFault> 
     } else {
         Err(MessageFault::new(
             key,
-            format!("must be {}, not {}", kind.expected(), kind_of(value)),
+            format!("must be {}, not {}", kind.expected(), json_kind(value)),
         ))
     }
 }

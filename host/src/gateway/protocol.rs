@@ -8,6 +8,7 @@
 //! and what to do, and — when an engine had been taken for the call — that engine's `engineId`
 //! and `generation` too. Documented in `docs/GATEWAY.md`, schema `docs/gateway.schema.json`.
 
+use crate::types::json_kind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -227,7 +228,7 @@ impl<'a> Params<'a> {
                     "invalid_params",
                     format!(
                         "params of {method} must be a JSON object, not {}",
-                        kind_of(other)
+                        json_kind(other)
                     ),
                 ))
             }
@@ -248,7 +249,7 @@ impl<'a> Params<'a> {
             format!(
                 "params.{name} of {} must be {expected}, not {}",
                 self.method,
-                kind_of(found)
+                json_kind(found)
             ),
         )
     }
@@ -326,18 +327,6 @@ impl<'a> Params<'a> {
     }
 }
 
-/// What kind of JSON value `v` is, for error messages.
-pub fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// Reads a call from the request body `bytes`.
 ///
 /// # Errors
@@ -354,7 +343,7 @@ pub fn parse_call(bytes: &[u8]) -> Result<(GatewayMethod, CallRequest), GatewayE
             "bad_request",
             format!(
                 "the request body must be a JSON object {{\"method\", \"session\", \"params\"}}, not {}",
-                kind_of(&value)
+                json_kind(&value)
             ),
         ));
     }

@@ -35,7 +35,8 @@ use crate::slot::reload::{ReloadError, ReloadOutcome};
 use crate::slot::runtime::Runtime;
 use crate::slot::source::EngineSource;
 
-use super::protocol::{kind_of, CallRequest, GatewayError, GatewayMethod, Params};
+use super::protocol::{CallRequest, GatewayError, GatewayMethod, Params};
+use crate::types::json_kind;
 use crate::types::Method;
 
 /// A method's answer before the envelope: who served it and the result, as JSON text.
@@ -419,7 +420,7 @@ fn serve_session(
                         "invalid_params",
                         format!(
                             "params.prompt of turn must be a string or a message, not {}",
-                            kind_of(other)
+                            json_kind(other)
                         ),
                     ))
                 }

@@ -16,6 +16,7 @@
 //! }
 //! ```
 
+use crate::types::json_kind;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -355,7 +356,7 @@ fn parse_manifest(bytes: &[u8], path: &Path) -> Result<PluginManifest, ManifestE
         other => {
             return Err(ManifestError::NotAnObject {
                 path: path.to_path_buf(),
-                found: describe_type(&other).to_string(),
+                found: json_kind(&other).to_string(),
             })
         }
     };
@@ -711,28 +712,9 @@ fn render_found(value: &Value) -> String {
     match value {
         Value::String(_) => one_line(&json, MAX_FOUND_LEN),
         Value::Object(_) | Value::Array(_) => {
-            format!(
-                "{} {}",
-                describe_type(value),
-                one_line(&json, MAX_FOUND_LEN)
-            )
+            format!("{} {}", json_kind(value), one_line(&json, MAX_FOUND_LEN))
         }
-        _ => format!(
-            "{} ({})",
-            describe_type(value),
-            one_line(&json, MAX_FOUND_LEN)
-        ),
-    }
-}
-
-fn describe_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        _ => format!("{} ({})", json_kind(value), one_line(&json, MAX_FOUND_LEN)),
     }
 }
 

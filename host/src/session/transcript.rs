@@ -10,6 +10,7 @@
 //! turns a file into the `Message`s an engine sees. It knows nothing of engines: running one
 //! over a transcript is the harness's (`crate::harness::assemble`).
 
+use crate::types::json_kind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -341,17 +342,5 @@ impl ChatList {
         } else {
             ChatDialect::OpenAi
         }
-    }
-}
-
-/// A JSON value's kind, in words.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
